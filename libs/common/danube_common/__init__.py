@@ -1,0 +1,1 @@
+"""Shared library of every Danube-for-Python process: protocol, config, errors, metadata."""

@@ -1,0 +1,336 @@
+"""One error hierarchy for the whole system, and its mapping to and from gRPC status.
+
+Every error has a stable ``code`` (never reworded: clients match on it), a gRPC status and
+whether retrying can help. Servicers just raise; :class:`ErrorInterceptor` turns the error
+into a status with trailing metadata, and :func:`error_from_rpc` turns that back into the
+same class on the client side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, ClassVar
+
+import grpc
+import grpc.aio
+
+# Trailing-metadata keys carried with every error status.
+MD_ERROR_CODE = "x-danube-error-code"
+MD_REDIRECT = "x-danube-redirect"
+
+
+class DanubeError(Exception):
+    """Base of every error the system raises on purpose."""
+
+    code: ClassVar[str] = "INTERNAL"
+    grpc_status: ClassVar[grpc.StatusCode] = grpc.StatusCode.INTERNAL
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str, *, redirect: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        #: For errors that send the client elsewhere: the broker URL to go to.
+        self.redirect = redirect
+
+    def __str__(self) -> str:
+        return f"{self.message} [{self.code}]"
+
+
+# ---- INVALID_ARGUMENT: the request itself is wrong; do not retry.
+class InvalidArgument(DanubeError):
+    code = "INVALID_ARGUMENT"
+    grpc_status = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class InvalidTopicName(InvalidArgument):
+    code = "INVALID_TOPIC_NAME"
+
+
+class InvalidNamespaceName(InvalidArgument):
+    code = "INVALID_NAMESPACE_NAME"
+
+
+class MessageTooLarge(InvalidArgument):
+    code = "MESSAGE_TOO_LARGE"
+
+
+class ConfigError(InvalidArgument):
+    code = "CONFIG_ERROR"
+
+
+# ---- NOT_FOUND
+class NotFound(DanubeError):
+    code = "NOT_FOUND"
+    grpc_status = grpc.StatusCode.NOT_FOUND
+
+
+class TopicNotFound(NotFound):
+    code = "TOPIC_NOT_FOUND"
+
+
+class NamespaceNotFound(NotFound):
+    code = "NAMESPACE_NOT_FOUND"
+
+
+class ProducerNotFound(NotFound):
+    code = "PRODUCER_NOT_FOUND"
+
+
+class ConsumerNotFound(NotFound):
+    code = "CONSUMER_NOT_FOUND"
+
+
+class SubscriptionNotFound(NotFound):
+    code = "SUBSCRIPTION_NOT_FOUND"
+
+
+# ---- ALREADY_EXISTS (Danube clients treat this as fatal: use for admin calls only)
+class AlreadyExists(DanubeError):
+    code = "ALREADY_EXISTS"
+    grpc_status = grpc.StatusCode.ALREADY_EXISTS
+
+
+class TopicAlreadyExists(AlreadyExists):
+    code = "TOPIC_ALREADY_EXISTS"
+
+
+class NamespaceAlreadyExists(AlreadyExists):
+    code = "NAMESPACE_ALREADY_EXISTS"
+
+
+# ---- FAILED_PRECONDITION: the system is not in a state that allows the request.
+class FailedPrecondition(DanubeError):
+    code = "FAILED_PRECONDITION"
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class ProducerBusy(FailedPrecondition):
+    """An exclusive producer holds the topic (or shared producers block an exclusive one)."""
+
+    code = "PRODUCER_BUSY"
+
+
+class ConsumerBusy(FailedPrecondition):
+    """An exclusive subscription already has its consumer."""
+
+    code = "CONSUMER_BUSY"
+
+
+class SubscriptionTypeMismatch(FailedPrecondition):
+    code = "SUBSCRIPTION_TYPE_MISMATCH"
+
+
+class DispatchStrategyMismatch(FailedPrecondition):
+    code = "DISPATCH_STRATEGY_MISMATCH"
+
+
+class NamespaceNotEmpty(FailedPrecondition):
+    code = "NAMESPACE_NOT_EMPTY"
+
+
+class NoBrokerAvailable(FailedPrecondition):
+    code = "NO_BROKER_AVAILABLE"
+    grpc_status = grpc.StatusCode.UNAVAILABLE
+    retryable = True
+
+
+# ---- UNAVAILABLE: try again, possibly elsewhere.
+class Unavailable(DanubeError):
+    code = "UNAVAILABLE"
+    grpc_status = grpc.StatusCode.UNAVAILABLE
+    retryable = True
+
+
+class TopicNotOwned(Unavailable):
+    """This broker does not (or no longer) own the topic: look it up again."""
+
+    code = "TOPIC_NOT_OWNED"
+
+
+class ServiceShuttingDown(Unavailable):
+    code = "SHUTTING_DOWN"
+
+
+class MetadataUnavailable(Unavailable):
+    code = "METADATA_UNAVAILABLE"
+
+
+# ---- RESOURCE_EXHAUSTED: back-pressure; retry later.
+class ResourceExhausted(DanubeError):
+    code = "RESOURCE_EXHAUSTED"
+    grpc_status = grpc.StatusCode.RESOURCE_EXHAUSTED
+    retryable = True
+
+
+class ProducerQueueFull(ResourceExhausted):
+    code = "PRODUCER_QUEUE_FULL"
+
+
+class LimitExceeded(ResourceExhausted):
+    """A configured limit (producers, consumers, subscriptions per topic) is reached."""
+
+    code = "LIMIT_EXCEEDED"
+    retryable = False
+
+
+class Timeout(DanubeError):
+    code = "TIMEOUT"
+    grpc_status = grpc.StatusCode.DEADLINE_EXCEEDED
+    retryable = True
+
+
+class DataLoss(DanubeError):
+    code = "DATA_LOSS"
+    grpc_status = grpc.StatusCode.DATA_LOSS
+
+
+class CorruptData(DataLoss):
+    code = "CORRUPT_DATA"
+
+
+class Unauthenticated(DanubeError):
+    code = "UNAUTHENTICATED"
+    grpc_status = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(DanubeError):
+    code = "PERMISSION_DENIED"
+    grpc_status = grpc.StatusCode.PERMISSION_DENIED
+
+
+class Internal(DanubeError):
+    code = "INTERNAL"
+
+
+class Cancelled(DanubeError):
+    code = "CANCELLED"
+    grpc_status = grpc.StatusCode.CANCELLED
+
+
+def _all_subclasses(cls: type[DanubeError]) -> list[type[DanubeError]]:
+    out: list[type[DanubeError]] = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+#: Stable code -> class. Codes are unique; a duplicate is a programming error.
+ERRORS_BY_CODE: dict[str, type[DanubeError]] = {}
+for _cls in [DanubeError, *_all_subclasses(DanubeError)]:
+    ERRORS_BY_CODE.setdefault(_cls.code, _cls)
+
+#: Fallback when a status carries no Danube code (e.g. from another server or grpc itself).
+_BY_STATUS: dict[grpc.StatusCode, type[DanubeError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
+    grpc.StatusCode.DEADLINE_EXCEEDED: Timeout,
+    grpc.StatusCode.DATA_LOSS: DataLoss,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.CANCELLED: Cancelled,
+}
+
+
+def error_from_status(
+    status: grpc.StatusCode, message: str, metadata: dict[str, str] | None = None
+) -> DanubeError:
+    """Build the error a status (plus our trailing metadata, when present) stands for."""
+    md = metadata or {}
+    cls = ERRORS_BY_CODE.get(md.get(MD_ERROR_CODE, ""))
+    if cls is None:
+        cls = _BY_STATUS.get(status, Internal)
+    # Our server formats messages as "<message> [CODE]"; strip the suffix to avoid doubling.
+    suffix = f" [{cls.code}]"
+    if message.endswith(suffix):
+        message = message[: -len(suffix)]
+    return cls(message, redirect=md.get(MD_REDIRECT) or None)
+
+
+def error_from_rpc(exc: grpc.RpcError) -> DanubeError:
+    """Map a failed gRPC call (sync or aio) to the matching DanubeError class."""
+    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    md: dict[str, str] = {}
+    trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    for item in trailing or ():
+        key, value = item[0], item[1]
+        md[key] = value.decode() if isinstance(value, bytes) else value
+    return error_from_status(code, details or "", md)
+
+
+def status_metadata(err: DanubeError) -> tuple[tuple[str, str], ...]:
+    md: list[tuple[str, str]] = [(MD_ERROR_CODE, err.code)]
+    if err.redirect:
+        md.append((MD_REDIRECT, err.redirect))
+    return tuple(md)
+
+
+async def _abort(context: grpc.aio.ServicerContext, err: DanubeError) -> None:
+    await context.abort(err.grpc_status, str(err), trailing_metadata=status_metadata(err))
+
+
+class ErrorInterceptor(grpc.aio.ServerInterceptor):
+    """Turns DanubeError raised by a servicer into a gRPC status with trailing metadata.
+
+    Any other exception becomes INTERNAL with the exception's text (and is logged by grpc).
+    """
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                _wrap_unary(handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_unary:
+            return grpc.stream_unary_rpc_method_handler(
+                _wrap_unary(handler.stream_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                _wrap_stream(handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_stream:
+            return grpc.stream_stream_rpc_method_handler(
+                _wrap_stream(handler.stream_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+
+def _wrap_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await behavior(request, context)
+        except DanubeError as err:
+            await _abort(context, err)
+
+    return wrapper
+
+
+def _wrap_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            async for item in behavior(request, context):
+                yield item
+        except DanubeError as err:
+            await _abort(context, err)
+
+    return wrapper

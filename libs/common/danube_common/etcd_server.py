@@ -1,0 +1,111 @@
+"""Run a local etcd (Debian's ``etcd-server``) as a child process on loopback.
+
+Used by ``danube-local`` and the test fixtures. Ports are chosen free unless given; the data
+directory is a temporary one unless given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class EtcdNotInstalled(RuntimeError):
+    pass
+
+
+class EtcdProcess:
+    def __init__(
+        self,
+        *,
+        data_dir: str | Path | None = None,
+        client_port: int | None = None,
+        peer_port: int | None = None,
+        host: str = "127.0.0.1",
+        binary: str = "etcd",
+        log_path: str | Path | None = None,
+    ) -> None:
+        self.host = host
+        self.client_port = client_port or free_port(host)
+        self.peer_port = peer_port or free_port(host)
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if data_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="danube-etcd-")
+            data_dir = self._tmp.name
+        self.data_dir = Path(data_dir)
+        self.binary = binary
+        self.log_path = Path(log_path) if log_path else self.data_dir.parent / f"etcd-{self.client_port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.client_port}"
+
+    def start(self, timeout_s: float = 15.0) -> EtcdProcess:
+        exe = shutil.which(self.binary)
+        if exe is None:
+            raise EtcdNotInstalled(
+                "etcd is not on PATH: install it with `sudo apt-get install etcd-server` "
+                "(the quickstart script does this for you)"
+            )
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        client = f"http://{self.host}:{self.client_port}"
+        peer = f"http://{self.host}:{self.peer_port}"
+        args = [
+            exe,
+            "--name", "danube-local",
+            "--data-dir", str(self.data_dir / "etcd"),
+            "--listen-client-urls", client,
+            "--advertise-client-urls", client,
+            "--listen-peer-urls", peer,
+            "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"danube-local={peer}",
+            "--heartbeat-interval", "10",
+            "--election-timeout", "100",
+            "--log-level", "warn",
+        ]  # fmt: skip
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"etcd exited with {self.proc.returncode}; see {self.log_path}")
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"{client}/health", timeout=0.5) as r:  # noqa: S310 - loopback
+                    if b'"health":"true"' in r.read():
+                        return self
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"etcd did not become healthy in {timeout_s}s; see {self.log_path}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self.proc = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> EtcdProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

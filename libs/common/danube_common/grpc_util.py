@@ -1,0 +1,57 @@
+"""gRPC helpers: server construction and address handling."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Sequence
+
+import grpc
+import grpc.aio
+
+from danube_common.errors import ErrorInterceptor
+
+#: Frames carry batches; allow generous messages (payload limits are enforced by policy).
+MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
+
+SERVER_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+]
+CHANNEL_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+]
+
+
+def new_server(extra_interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> grpc.aio.Server:
+    return grpc.aio.server(interceptors=[*extra_interceptors, ErrorInterceptor()], options=SERVER_OPTIONS)
+
+
+def strip_scheme(url: str) -> str:
+    """``http://host:port`` -> ``host:port`` (Danube clients do the same)."""
+    for scheme in ("http://", "https://", "grpc://"):
+        if url.startswith(scheme):
+            return url[len(scheme) :]
+    return url
+
+
+def bind(server: grpc.aio.Server, addr: str) -> int:
+    """Bind an insecure port; return the actual port (useful with port 0)."""
+    port = server.add_insecure_port(addr)
+    if port == 0:
+        raise OSError(f"cannot listen on {addr}: address in use or not available here")
+    return port
+
+
+def install_stop_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)

@@ -1,0 +1,270 @@
+"""MetadataStore on etcd v3, through aetcd's generated etcd stubs on a grpc.aio channel.
+
+We drive the KV, Lease and Watch stubs directly (rather than aetcd's higher-level client)
+to own three things: a deadline on every call, watches that resume after a reconnect from
+the last delivered revision, and mapping of every failure to our error classes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import grpc
+import grpc.aio
+from aetcd import rpc
+from aetcd.utils import prefix_range_end
+
+from danube_common.errors import MetadataUnavailable, Timeout
+from danube_common.metadata.store import (
+    Compare,
+    KeyValue,
+    MetadataStore,
+    Op,
+    TxnResult,
+    WatchCompacted,
+    WatchEvent,
+    encode_value,
+)
+
+log = logging.getLogger(__name__)
+
+_TARGETS = {
+    "version": rpc.Compare.VERSION,
+    "create": rpc.Compare.CREATE,
+    "mod": rpc.Compare.MOD,
+    "value": rpc.Compare.VALUE,
+    "lease": rpc.Compare.LEASE,
+}
+_OPS = {"==": rpc.Compare.EQUAL, "!=": rpc.Compare.NOT_EQUAL, "<": rpc.Compare.LESS, ">": rpc.Compare.GREATER}
+
+
+def _target(endpoints: Sequence[str]) -> str:
+    """A gRPC target for one or several ``host:port`` endpoints (several: IPv4 literals only)."""
+    eps = [e.removeprefix("http://").removeprefix("https://") for e in endpoints]
+    if not eps:
+        raise ValueError("no etcd endpoints configured")
+    if len(eps) == 1:
+        return eps[0]
+    return "ipv4:" + ",".join(eps)
+
+
+def _kv(kv: Any) -> KeyValue:
+    return KeyValue(
+        kv.key.decode(), kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease
+    )
+
+
+class EtcdStore(MetadataStore):
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        request_timeout_s: float = 5.0,
+        watch_retry_max_s: float = 2.0,
+    ) -> None:
+        self._target = _target(endpoints)
+        self._timeout = request_timeout_s
+        self._watch_retry_max_s = watch_retry_max_s
+        self._channel = grpc.aio.insecure_channel(
+            self._target,
+            options=[
+                ("grpc.keepalive_time_ms", 10_000),
+                ("grpc.keepalive_timeout_ms", 5_000),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 1_000),
+            ],
+        )
+        self._kv_stub = rpc.KVStub(self._channel)
+        self._lease_stub = rpc.LeaseStub(self._channel)
+        self._watch_stub = rpc.WatchStub(self._channel)
+        self._closed = False
+
+    @property
+    def target(self) -> str:
+        return self._target
+
+    async def _call(self, fn: Any, request: Any) -> Any:
+        try:
+            return await fn(request, timeout=self._timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise self._translate(exc) from exc
+
+    def _translate(self, exc: grpc.aio.AioRpcError) -> Exception:
+        if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return Timeout(f"etcd at {self._target} did not answer within {self._timeout}s")
+        return MetadataUnavailable(f"etcd at {self._target} failed: {exc.code().name}: {exc.details()}")
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        """Wait until etcd answers a read, or raise MetadataUnavailable."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        last: Exception | None = None
+        while loop.time() < deadline:
+            try:
+                await self.get("/__ping__")
+                return
+            except (MetadataUnavailable, Timeout) as exc:
+                last = exc
+                await asyncio.sleep(0.1)
+        raise MetadataUnavailable(f"etcd at {self._target} not reachable after {timeout_s}s: {last}")
+
+    # ---- reads and writes
+    async def get(self, key: str) -> KeyValue | None:
+        resp = await self._call(self._kv_stub.Range, rpc.RangeRequest(key=key.encode()))
+        return _kv(resp.kvs[0]) if resp.kvs else None
+
+    async def get_prefix(self, prefix: str) -> tuple[list[KeyValue], int]:
+        k = prefix.encode()
+        req = rpc.RangeRequest(
+            key=k, range_end=prefix_range_end(k), sort_order=rpc.RangeRequest.ASCEND,
+            sort_target=rpc.RangeRequest.KEY,
+        )
+        resp = await self._call(self._kv_stub.Range, req)
+        return [_kv(kv) for kv in resp.kvs], resp.header.revision
+
+    async def put(self, key: str, value: bytes | str | dict[str, Any] | list[Any], *, lease: int = 0) -> int:
+        req = rpc.PutRequest(key=key.encode(), value=encode_value(value), lease=lease)
+        resp = await self._call(self._kv_stub.Put, req)
+        return int(resp.header.revision)
+
+    async def delete(self, key: str) -> bool:
+        resp = await self._call(self._kv_stub.DeleteRange, rpc.DeleteRangeRequest(key=key.encode()))
+        return bool(resp.deleted)
+
+    async def delete_prefix(self, prefix: str) -> int:
+        k = prefix.encode()
+        resp = await self._call(
+            self._kv_stub.DeleteRange, rpc.DeleteRangeRequest(key=k, range_end=prefix_range_end(k))
+        )
+        return int(resp.deleted)
+
+    @staticmethod
+    def _compare(c: Compare) -> Any:
+        msg = rpc.Compare(key=c.key.encode(), target=_TARGETS[c.target], result=_OPS[c.op])
+        if c.target == "version":
+            msg.version = int(c.value)  # type: ignore[arg-type]
+        elif c.target == "create":
+            msg.create_revision = int(c.value)  # type: ignore[arg-type]
+        elif c.target == "mod":
+            msg.mod_revision = int(c.value)  # type: ignore[arg-type]
+        elif c.target == "lease":
+            msg.lease = int(c.value)  # type: ignore[arg-type]
+        else:
+            if not isinstance(c.value, bytes):
+                raise TypeError("a value compare needs bytes")
+            msg.value = c.value
+        return msg
+
+    @staticmethod
+    def _op(op: Op) -> Any:
+        if op.kind == "put":
+            return rpc.RequestOp(request_put=rpc.PutRequest(key=op.key.encode(), value=op.value, lease=op.lease))
+        if op.kind == "delete":
+            return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=op.key.encode()))
+        if op.kind == "delete_prefix":
+            k = op.key.encode()
+            return rpc.RequestOp(
+                request_delete_range=rpc.DeleteRangeRequest(key=k, range_end=prefix_range_end(k))
+            )
+        return rpc.RequestOp(request_range=rpc.RangeRequest(key=op.key.encode()))
+
+    async def txn(
+        self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
+    ) -> TxnResult:
+        req = rpc.TxnRequest(
+            compare=[self._compare(c) for c in compares],
+            success=[self._op(o) for o in success],
+            failure=[self._op(o) for o in failure],
+        )
+        resp = await self._call(self._kv_stub.Txn, req)
+        gets: list[KeyValue | None] = []
+        for r in resp.responses:
+            if r.WhichOneof("response") == "response_range":
+                kvs = r.response_range.kvs
+                gets.append(_kv(kvs[0]) if kvs else None)
+        return TxnResult(bool(resp.succeeded), int(resp.header.revision), gets)
+
+    # ---- leases
+    async def grant_lease(self, ttl_s: int) -> int:
+        resp = await self._call(self._lease_stub.LeaseGrant, rpc.LeaseGrantRequest(TTL=ttl_s))
+        if resp.error:
+            raise MetadataUnavailable(f"etcd refused a lease: {resp.error}")
+        return int(resp.ID)
+
+    async def keepalive(self, lease_id: int) -> int:
+        try:
+            call = self._lease_stub.LeaseKeepAlive(
+                iter([rpc.LeaseKeepAliveRequest(ID=lease_id)]), timeout=self._timeout
+            )
+            async for reply in call:
+                return int(reply.TTL) if reply.TTL > 0 else 0
+            return 0
+        except grpc.aio.AioRpcError as exc:
+            raise self._translate(exc) from exc
+
+    async def revoke_lease(self, lease_id: int) -> None:
+        try:
+            await self._lease_stub.LeaseRevoke(rpc.LeaseRevokeRequest(ID=lease_id), timeout=self._timeout)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                return
+            raise self._translate(exc) from exc
+
+    # ---- watches
+    async def watch_prefix(
+        self, prefix: str, *, start_revision: int | None = None
+    ) -> AsyncIterator[WatchEvent]:
+        key = prefix.encode()
+        next_rev = start_revision
+        if next_rev is None:
+            _, rev = await self.get_prefix("/__watch_anchor__/")
+            next_rev = rev + 1
+        backoff = 0.05
+        while not self._closed:
+            stop = asyncio.Event()
+
+            async def requests(from_rev: int = next_rev, stop: asyncio.Event = stop) -> AsyncIterator[Any]:
+                yield rpc.WatchRequest(
+                    create_request=rpc.WatchCreateRequest(
+                        key=key, range_end=prefix_range_end(key), start_revision=from_rev
+                    )
+                )
+                await stop.wait()
+
+            call = self._watch_stub.Watch(requests())
+            try:
+                async for resp in call:
+                    if resp.compact_revision:
+                        raise WatchCompacted(
+                            f"watch on {prefix} from revision {next_rev} was compacted "
+                            f"(oldest available: {resp.compact_revision})",
+                            compact_revision=int(resp.compact_revision),
+                        )
+                    if resp.canceled:
+                        raise MetadataUnavailable(f"etcd cancelled the watch on {prefix}: {resp.cancel_reason}")
+                    for ev in resp.events:
+                        kv = ev.kv
+                        rev = int(kv.mod_revision)
+                        kind = "delete" if ev.type == rpc.Event.DELETE else "put"
+                        yield WatchEvent(kind, kv.key.decode(), kv.value, rev, int(kv.create_revision))
+                        next_rev = rev + 1
+                    backoff = 0.05
+            except grpc.aio.AioRpcError as exc:
+                if self._closed:
+                    return
+                log.warning("etcd watch on %s broke (%s); resuming from revision %d", prefix, exc.code().name, next_rev)
+            finally:
+                stop.set()
+                call.cancel()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self._watch_retry_max_s)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._channel.close()

@@ -1,0 +1,299 @@
+"""Typed operations on cluster metadata (namespaces, topics, brokers, ownership).
+
+Used by the lookup service and the broker alike; every key comes from :mod:`keys`.
+
+Ownership: ``/{cluster}/owners/{ns}/{topic}`` = ``{"broker_id"}`` is the single truth of who
+owns a topic, and its etcd ``mod_revision`` is the ownership **epoch** (a fencing token that
+only grows). The per-broker key ``/{cluster}/assignments/{broker}/{ns}/{topic}`` = ``{"epoch"}``
+is written in the same transaction so each broker can watch just its own prefix.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from danube_common.errors import (
+    InvalidArgument,
+    NamespaceAlreadyExists,
+    NamespaceNotEmpty,
+    NamespaceNotFound,
+    NoBrokerAvailable,
+    TopicAlreadyExists,
+    TopicNotFound,
+)
+from danube_common.keys import Keys
+from danube_common.metadata.store import Compare, KeyValue, MetadataStore, Op
+from danube_common.topic_name import TopicName, validate_namespace
+
+DispatchName = Literal["non_reliable", "reliable"]
+DISPATCH_NAMES: tuple[str, ...] = ("non_reliable", "reliable")
+BrokerState = Literal["active", "draining", "drained"]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRecord:
+    broker_id: str
+    #: host:port clients connect to.
+    broker_addr: str
+    #: URL handed to clients in lookups (``http://host:port``).
+    advertised_url: str
+    state: str = "active"
+    registered_at_ms: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> BrokerRecord:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRecord:
+    name: str
+    dispatch_strategy: str = "non_reliable"
+    #: > 0 only on the parent entry of a partitioned topic.
+    partitions: int = 0
+    #: For a partition: the partitioned topic it belongs to.
+    partition_of: str = ""
+    created_at_ms: int = 0
+    policies: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TopicRecord:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass(frozen=True, slots=True)
+class Ownership:
+    topic: str
+    broker_id: str
+    epoch: int
+
+
+def check_dispatch(name: str) -> str:
+    if name not in DISPATCH_NAMES:
+        raise InvalidArgument(f"unknown dispatch strategy {name!r}: use one of {', '.join(DISPATCH_NAMES)}")
+    return name
+
+
+class Resources:
+    def __init__(self, store: MetadataStore, keys: Keys) -> None:
+        self.store = store
+        self.keys = keys
+
+    # ------------------------------------------------------------------ namespaces
+    async def create_namespace(self, ns: str, *, policies: dict[str, Any] | None = None, exist_ok: bool = False) -> bool:
+        validate_namespace(ns)
+        created = await self.store.create(
+            self.keys.namespace(ns), {"policies": policies or {}, "created_at_ms": now_ms()}
+        )
+        if not created and not exist_ok:
+            raise NamespaceAlreadyExists(f"namespace {ns!r} already exists")
+        return created
+
+    async def namespace_exists(self, ns: str) -> bool:
+        return await self.store.get(self.keys.namespace(ns)) is not None
+
+    async def list_namespaces(self) -> list[str]:
+        kvs, _ = await self.store.get_prefix(self.keys.namespaces_prefix())
+        prefix = self.keys.namespaces_prefix()
+        return [kv.key[len(prefix) :] for kv in kvs if "/" not in kv.key[len(prefix) :]]
+
+    async def delete_namespace(self, ns: str) -> None:
+        validate_namespace(ns)
+        if not await self.namespace_exists(ns):
+            raise NamespaceNotFound(f"namespace {ns!r} does not exist")
+        topics = await self.list_topics(ns)
+        if topics:
+            raise NamespaceNotEmpty(
+                f"namespace {ns!r} still has {len(topics)} topic(s) (e.g. {topics[0].name}); delete them first"
+            )
+        await self.store.delete(self.keys.namespace(ns))
+
+    async def require_namespace(self, ns: str) -> None:
+        if not await self.namespace_exists(ns):
+            raise NamespaceNotFound(
+                f"namespace {ns!r} does not exist; create it with `danube-admin namespaces create {ns}`"
+            )
+
+    # ------------------------------------------------------------------ topics
+    async def get_topic(self, topic: TopicName) -> TopicRecord | None:
+        kv = await self.store.get(self.keys.topic(topic))
+        return TopicRecord.from_json(kv.json()) if kv else None
+
+    async def create_topic(
+        self, topic: TopicName, *, dispatch_strategy: str = "non_reliable", exist_ok: bool = False
+    ) -> tuple[TopicRecord, bool]:
+        """Create a plain topic (or one partition). Returns (record, created)."""
+        check_dispatch(dispatch_strategy)
+        await self.require_namespace(topic.namespace)
+        base = topic.base
+        rec = TopicRecord(
+            name=str(topic),
+            dispatch_strategy=dispatch_strategy,
+            partition_of=str(base) if base != topic else "",
+            created_at_ms=now_ms(),
+        )
+        res = await self.store.txn(
+            [Compare.absent(self.keys.topic(topic))],
+            [Op.put(self.keys.topic(topic), rec.to_json())],
+            [Op.get(self.keys.topic(topic))],
+        )
+        if res.succeeded:
+            return rec, True
+        existing = res.gets[0]
+        if existing is None:  # deleted in between; the caller may simply retry
+            raise TopicNotFound(f"topic {topic} was deleted while being created; retry")
+        if not exist_ok:
+            raise TopicAlreadyExists(f"topic {topic} already exists")
+        return TopicRecord.from_json(existing.json()), False
+
+    async def create_partitioned_topic(
+        self, topic: TopicName, partitions: int, *, dispatch_strategy: str = "non_reliable"
+    ) -> TopicRecord:
+        check_dispatch(dispatch_strategy)
+        if partitions < 1 or partitions > 1024:
+            raise InvalidArgument(f"partitions must be between 1 and 1024, got {partitions}")
+        if topic.partition_index is not None:
+            raise InvalidArgument(f"{topic} looks like a partition name; choose a name without '-part-N'")
+        await self.require_namespace(topic.namespace)
+        ts = now_ms()
+        parent = TopicRecord(str(topic), dispatch_strategy, partitions, "", ts)
+        keys = [self.keys.topic(topic)] + [self.keys.topic(topic.partition(i)) for i in range(partitions)]
+        ops = [Op.put(keys[0], parent.to_json())] + [
+            Op.put(keys[i + 1], TopicRecord(str(topic.partition(i)), dispatch_strategy, 0, str(topic), ts).to_json())
+            for i in range(partitions)
+        ]
+        res = await self.store.txn([Compare.absent(k) for k in keys], ops)
+        if not res.succeeded:
+            raise TopicAlreadyExists(f"topic {topic} (or one of its partitions) already exists")
+        return parent
+
+    async def list_topics(self, ns: str | None = None) -> list[TopicRecord]:
+        kvs, _ = await self.store.get_prefix(self.keys.topics_prefix(ns))
+        out = []
+        for kv in kvs:
+            if self.keys.parse_topic(kv.key) is not None:
+                out.append(TopicRecord.from_json(kv.json()))
+        return out
+
+    async def topic_partitions(self, topic: TopicName) -> list[str]:
+        """Names a consumer subscribes to: ``[t]``, the partitions of ``t``, or [] if unknown."""
+        rec = await self.get_topic(topic)
+        if rec is None:
+            return []
+        if rec.partitions > 0:
+            return [str(topic.partition(i)) for i in range(rec.partitions)]
+        return [str(topic)]
+
+    async def delete_topic(self, topic: TopicName) -> list[str]:
+        """Delete a topic (every partition, for a partitioned one). Returns the deleted names."""
+        rec = await self.get_topic(topic)
+        if rec is None:
+            raise TopicNotFound(f"topic {topic} does not exist")
+        names = [topic.partition(i) for i in range(rec.partitions)] if rec.partitions else []
+        names.append(topic)
+        for t in names:
+            ops = [
+                Op.delete(self.keys.topic(t)),
+                Op.delete_prefix(self.keys.topic(t) + "/"),
+                Op.delete(self.keys.unassigned(t)),
+            ]
+            own = await self.get_owner(t)
+            if own is not None:
+                ops += [Op.delete(self.keys.owner(t)), Op.delete(self.keys.assignment(own.broker_id, t))]
+            await self.store.txn([], ops)
+        return [str(t) for t in names]
+
+    # ------------------------------------------------------------------ brokers
+    async def list_brokers(self) -> list[BrokerRecord]:
+        prefix = self.keys.brokers_prefix()
+        kvs, _ = await self.store.get_prefix(prefix)
+        return [BrokerRecord.from_json(kv.json()) for kv in kvs if "/" not in kv.key[len(prefix) :]]
+
+    async def get_broker(self, broker_id: str) -> BrokerRecord | None:
+        kv = await self.store.get(self.keys.broker(broker_id))
+        return BrokerRecord.from_json(kv.json()) if kv else None
+
+    # ------------------------------------------------------------------ ownership
+    async def get_owner(self, topic: TopicName) -> Ownership | None:
+        kv = await self.store.get(self.keys.owner(topic))
+        return self._ownership(topic, kv) if kv else None
+
+    @staticmethod
+    def _ownership(topic: TopicName, kv: KeyValue) -> Ownership:
+        return Ownership(str(topic), kv.json()["broker_id"], kv.mod_revision)
+
+    async def list_owners(self) -> tuple[dict[str, Ownership], int]:
+        """topic name -> ownership, and the revision of the read (to start a watch from)."""
+        kvs, rev = await self.store.get_prefix(self.keys.owners_prefix())
+        out: dict[str, Ownership] = {}
+        for kv in kvs:
+            t = self.keys.parse_owner(kv.key)
+            if t is not None:
+                out[str(t)] = self._ownership(t, kv)
+        return out, rev
+
+    async def topic_counts(self) -> dict[str, int]:
+        """broker_id -> number of topics assigned to it."""
+        kvs, _ = await self.store.get_prefix(self.keys.assignments_prefix())
+        counts: dict[str, int] = {}
+        for kv in kvs:
+            parsed = self.keys.parse_assignment(kv.key)
+            if parsed:
+                counts[parsed[0]] = counts.get(parsed[0], 0) + 1
+        return counts
+
+    async def assign_if_unowned(self, topic: TopicName, broker_id: str) -> Ownership:
+        """Make ``broker_id`` the owner unless someone already is; return the actual owner."""
+        okey = self.keys.owner(topic)
+        res = await self.store.txn(
+            [Compare.absent(okey)],
+            [
+                Op.put(okey, {"broker_id": broker_id, "assigned_at_ms": now_ms()}),
+                Op.put(self.keys.assignment(broker_id, topic), {"assigned_at_ms": now_ms()}),
+                Op.delete(self.keys.unassigned(topic)),
+            ],
+            [Op.get(okey)],
+        )
+        if res.succeeded:
+            return Ownership(str(topic), broker_id, res.revision)
+        kv = res.gets[0]
+        if kv is None:  # released in between: try again
+            return await self.assign_if_unowned(topic, broker_id)
+        return self._ownership(topic, kv)
+
+    async def release(self, own: Ownership) -> bool:
+        """Give up ownership, only if still at the same epoch (fenced)."""
+        t = TopicName.parse(own.topic)
+        res = await self.store.txn(
+            [Compare.mod_revision_is(self.keys.owner(t), own.epoch)],
+            [Op.delete(self.keys.owner(t)), Op.delete(self.keys.assignment(own.broker_id, t))],
+        )
+        return res.succeeded
+
+    async def place_new_topic(self, topic: TopicName) -> Ownership:
+        """Place an unowned topic on the active broker with the fewest topics (ties: by id).
+
+        A placeholder until the load manager exists; race-free because the final write is
+        :meth:`assign_if_unowned`.
+        """
+        own = await self.get_owner(topic)
+        if own is not None:
+            return own
+        brokers = [b for b in await self.list_brokers() if b.state == "active"]
+        if not brokers:
+            raise NoBrokerAvailable("no active broker is registered; start a broker and retry")
+        counts = await self.topic_counts()
+        target = min(brokers, key=lambda b: (counts.get(b.broker_id, 0), b.broker_id))
+        return await self.assign_if_unowned(topic, target.broker_id)
