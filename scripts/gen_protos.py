@@ -49,13 +49,21 @@ def generate(out: Path) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="fail if regeneration differs from the committed code")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="fail if regeneration differs from the committed code"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         names = generate(Path(tmp))
         if args.check:
-            stale = [n for n in names if not (OUT_DIR / n).exists() or not filecmp.cmp(Path(tmp) / n, OUT_DIR / n, shallow=False)]
+            stale = [
+                n
+                for n in names
+                if not (OUT_DIR / n).exists() or not filecmp.cmp(Path(tmp) / n, OUT_DIR / n, shallow=False)
+            ]
             extra = [p.name for p in OUT_DIR.glob("*_pb2*.py*") if p.name not in names]
             if stale or extra:
                 print(f"generated protobuf code is stale: {stale + extra}; run `make proto`", file=sys.stderr)

@@ -24,7 +24,9 @@ os.environ.setdefault("no_proxy", "127.0.0.1,localhost")
 @pytest.fixture(scope="session")
 def etcd_server() -> Iterator[EtcdProcess]:
     if shutil.which("etcd") is None:
-        pytest.fail("etcd is not installed: run ./test.sh (it installs etcd-server) or apt-get install etcd-server")
+        pytest.fail(
+            "etcd is not installed: run ./test.sh (it installs etcd-server) or apt-get install etcd-server"
+        )
     with EtcdProcess() as proc:
         yield proc
 

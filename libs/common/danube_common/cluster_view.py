@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 
+from danube_common.errors import DanubeError
 from danube_common.metadata.store import WatchCompacted, WatchEvent
 from danube_common.resources import BrokerRecord, Ownership, Resources
 
@@ -41,14 +42,28 @@ class ClusterView:
         return rev
 
     async def _follow(self, start: int) -> None:
+        """Apply events forever; re-list after compaction; retry (with backoff) on failures.
+
+        Returns only when the store's watch ends normally (the store was closed).
+        """
+        backoff_s = 0.1
         while True:
             try:
                 async for ev in self._res.store.watch_prefix(self._keys.root, start_revision=start):
                     self._apply(ev)
                     start = ev.revision + 1
+                    backoff_s = 0.1
+                return
             except WatchCompacted:
                 log.warning("cluster view watch compacted; re-reading brokers and owners")
+            except DanubeError as exc:
+                log.warning("cluster view watch failed (%s); retrying in %.1fs", exc, backoff_s)
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 5.0)
+            try:
                 start = await self._load() + 1
+            except DanubeError as exc:
+                log.warning("cluster view could not re-read the cluster (%s); retrying", exc)
 
     def _apply(self, ev: WatchEvent) -> None:
         self.revision = ev.revision
@@ -68,6 +83,11 @@ class ClusterView:
             else:
                 self.owners.pop(str(topic), None)
             self._changed.set()
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The watch loop, for supervisors: it only ends by failing."""
+        return self._task
 
     def owner_url(self, topic: str) -> str | None:
         """Advertised URL of the topic's owner, if the owner is known and registered."""

@@ -1,25 +1,22 @@
 """The ``danube.Discovery`` service, served by the lookup service and by every broker.
 
 TopicLookup answers with the owner's URL. For a topic nobody owns yet it places the topic
-first (least-topics placement, race-free through a transaction) and then redirects, because
-Danube clients fall back to the service URL when lookup fails. A broker answering for a
+first (least-topics placement, race-free through a transaction), and a topic whose owner died
+is taken over by a live broker (fenced on the epoch), because Danube clients fall back to the
+service URL when lookup fails (see :mod:`placement`). A broker answering for a
 topic it owns itself says ``Connect``; everything else is ``Redirect``.
 """
 
 from __future__ import annotations
 
-import logging
-
 import grpc.aio
 
 from danube_common.cluster_view import ClusterView
-from danube_common.errors import NoBrokerAvailable, TopicNotFound
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
+from danube_common.placement import Resolver
 from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
-
-log = logging.getLogger(__name__)
 
 
 class DiscoveryServicer(pb_grpc.DiscoveryServicer):
@@ -32,29 +29,12 @@ class DiscoveryServicer(pb_grpc.DiscoveryServicer):
         auto_create_topics: bool = True,
     ) -> None:
         self._res = resources
-        self._view = view
         self._self_id = self_broker_id
-        self._auto_create = auto_create_topics
+        self.resolver = Resolver(resources, view, auto_create_topics=auto_create_topics)
 
     async def resolve(self, topic: TopicName) -> tuple[str, str]:
-        """(broker_id, advertised_url) of the topic's owner, placing the topic if unowned."""
-        name = str(topic)
-        own = self._view.owners.get(name)
-        if own is None or own.broker_id not in self._view.brokers:
-            # The cache may lag a fresh placement or a broker's registration: ask etcd.
-            own = await self._res.get_owner(topic)
-            if own is None:
-                if not self._auto_create:
-                    raise TopicNotFound(f"topic {name} does not exist and auto-creation is off")
-                await self._res.require_namespace(topic.namespace)
-                own = await self._res.place_new_topic(topic)
-                log.info("placed topic %s on broker %s (epoch %d)", name, own.broker_id, own.epoch)
-        broker = self._view.brokers.get(own.broker_id) or await self._res.get_broker(own.broker_id)
-        if broker is None:
-            raise NoBrokerAvailable(
-                f"topic {name} is owned by broker {own.broker_id}, which is not registered; retry shortly"
-            )
-        return own.broker_id, broker.advertised_url
+        """(broker_id, advertised_url) of the topic's live owner, placing or taking it over."""
+        return await self.resolver.resolve(topic)
 
     async def TopicLookup(
         self, request: pb.TopicLookupRequest, context: grpc.aio.ServicerContext

@@ -8,11 +8,14 @@ same class on the client side.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, ClassVar
 
 import grpc
 import grpc.aio
+
+log = logging.getLogger(__name__)
 
 # Trailing-metadata keys carried with every error status.
 MD_ERROR_CODE = "x-danube-error-code"
@@ -20,9 +23,9 @@ MD_REDIRECT = "x-danube-redirect"
 
 
 class DanubeError(Exception):
-    """Base of every error the system raises on purpose."""
+    """Base of every error the system raises on purpose (raise a subclass, not this)."""
 
-    code: ClassVar[str] = "INTERNAL"
+    code: ClassVar[str] = "DANUBE_ERROR"
     grpc_status: ClassVar[grpc.StatusCode] = grpc.StatusCode.INTERNAL
     retryable: ClassVar[bool] = False
 
@@ -151,6 +154,12 @@ class ServiceShuttingDown(Unavailable):
     code = "SHUTTING_DOWN"
 
 
+class ConnectionLost(Unavailable):
+    """The call failed below the protocol (the peer died or the connection broke mid-call)."""
+
+    code = "CONNECTION_LOST"
+
+
 class MetadataUnavailable(Unavailable):
     code = "METADATA_UNAVAILABLE"
 
@@ -217,7 +226,8 @@ def _all_subclasses(cls: type[DanubeError]) -> list[type[DanubeError]]:
 
 #: Stable code -> class. Codes are unique; a duplicate is a programming error.
 ERRORS_BY_CODE: dict[str, type[DanubeError]] = {}
-for _cls in [DanubeError, *_all_subclasses(DanubeError)]:
+_ALL_ERRORS: list[type[DanubeError]] = [DanubeError, *_all_subclasses(DanubeError)]
+for _cls in _ALL_ERRORS:
     ERRORS_BY_CODE.setdefault(_cls.code, _cls)
 
 #: Fallback when a status carries no Danube code (e.g. from another server or grpc itself).
@@ -242,6 +252,10 @@ def error_from_status(
     """Build the error a status (plus our trailing metadata, when present) stands for."""
     md = metadata or {}
     cls = ERRORS_BY_CODE.get(md.get(MD_ERROR_CODE, ""))
+    if cls is None and status in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
+        # Our servers put a code on every error they send, so a bare INTERNAL/UNKNOWN comes
+        # from the transport: grpc reports a peer killed mid-call as "Internal error from Core".
+        return ConnectionLost(f"connection to the server broke: {message or status.name}")
     if cls is None:
         cls = _BY_STATUS.get(status, Internal)
     # Our server formats messages as "<message> [CODE]"; strip the suffix to avoid doubling.
@@ -274,10 +288,15 @@ async def _abort(context: grpc.aio.ServicerContext, err: DanubeError) -> None:
     await context.abort(err.grpc_status, str(err), trailing_metadata=status_metadata(err))
 
 
+def _unexpected(exc: Exception) -> Internal:
+    log.exception("unexpected error in an RPC handler")
+    return Internal(f"internal error: {type(exc).__name__}: {exc}")
+
+
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
     """Turns DanubeError raised by a servicer into a gRPC status with trailing metadata.
 
-    Any other exception becomes INTERNAL with the exception's text (and is logged by grpc).
+    Any other exception is logged with its traceback and becomes INTERNAL with its text.
     """
 
     async def intercept_service(
@@ -321,6 +340,10 @@ def _wrap_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
             return await behavior(request, context)
         except DanubeError as err:
             await _abort(context, err)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort(context, _unexpected(exc))
 
     return wrapper
 
@@ -332,5 +355,9 @@ def _wrap_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
                 yield item
         except DanubeError as err:
             await _abort(context, err)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort(context, _unexpected(exc))
 
     return wrapper

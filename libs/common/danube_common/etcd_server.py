@@ -83,10 +83,9 @@ class EtcdProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"etcd exited with {self.proc.returncode}; see {self.log_path}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{client}/health", timeout=0.5) as r:  # noqa: S310 - loopback
-                    if b'"health":"true"' in r.read():
-                        return self
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{client}/health", timeout=0.5) as r:
+                if b'"health":"true"' in r.read():
+                    return self
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"etcd did not become healthy in {timeout_s}s; see {self.log_path}")

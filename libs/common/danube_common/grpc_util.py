@@ -44,7 +44,10 @@ def strip_scheme(url: str) -> str:
 
 def bind(server: grpc.aio.Server, addr: str) -> int:
     """Bind an insecure port; return the actual port (useful with port 0)."""
-    port = server.add_insecure_port(addr)
+    try:
+        port = server.add_insecure_port(addr)
+    except RuntimeError as exc:  # grpcio reports a failed bind this way
+        raise OSError(f"cannot listen on {addr}: address in use or not available here") from exc
     if port == 0:
         raise OSError(f"cannot listen on {addr}: address in use or not available here")
     return port

@@ -4,13 +4,15 @@ Used by the lookup service and the broker alike; every key comes from :mod:`keys
 
 Ownership: ``/{cluster}/owners/{ns}/{topic}`` = ``{"broker_id"}`` is the single truth of who
 owns a topic, and its etcd ``mod_revision`` is the ownership **epoch** (a fencing token that
-only grows). The per-broker key ``/{cluster}/assignments/{broker}/{ns}/{topic}`` = ``{"epoch"}``
-is written in the same transaction so each broker can watch just its own prefix.
+only grows). The per-broker key ``/{cluster}/assignments/{broker}/{ns}/{topic}``
+(value ``{"assigned_at_ms"}``) is written in the same transaction so each broker can watch
+just its own prefix.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -26,6 +28,9 @@ from danube_common.errors import (
 from danube_common.keys import Keys
 from danube_common.metadata.store import Compare, KeyValue, MetadataStore, Op
 from danube_common.topic_name import TopicName, validate_namespace
+
+#: Operations per transaction when a write must be split (etcd allows 128 per branch).
+_TXN_CHUNK = 100
 
 DispatchName = Literal["non_reliable", "reliable"]
 DISPATCH_NAMES: tuple[str, ...] = ("non_reliable", "reliable")
@@ -80,6 +85,16 @@ class Ownership:
     epoch: int
 
 
+def pick_broker(
+    brokers: Iterable[BrokerRecord], topic_counts: Mapping[str, int], *, exclude: Collection[str] = ()
+) -> BrokerRecord | None:
+    """The active broker with the fewest topics (ties: smallest id); None if there is none."""
+    candidates = [b for b in brokers if b.state == "active" and b.broker_id not in exclude]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda b: (topic_counts.get(b.broker_id, 0), b.broker_id))
+
+
 def check_dispatch(name: str) -> str:
     if name not in DISPATCH_NAMES:
         raise InvalidArgument(f"unknown dispatch strategy {name!r}: use one of {', '.join(DISPATCH_NAMES)}")
@@ -92,7 +107,9 @@ class Resources:
         self.keys = keys
 
     # ------------------------------------------------------------------ namespaces
-    async def create_namespace(self, ns: str, *, policies: dict[str, Any] | None = None, exist_ok: bool = False) -> bool:
+    async def create_namespace(
+        self, ns: str, *, policies: dict[str, Any] | None = None, exist_ok: bool = False
+    ) -> bool:
         validate_namespace(ns)
         created = await self.store.create(
             self.keys.namespace(ns), {"policies": policies or {}, "created_at_ms": now_ms()}
@@ -169,15 +186,36 @@ class Resources:
         await self.require_namespace(topic.namespace)
         ts = now_ms()
         parent = TopicRecord(str(topic), dispatch_strategy, partitions, "", ts)
-        keys = [self.keys.topic(topic)] + [self.keys.topic(topic.partition(i)) for i in range(partitions)]
-        ops = [Op.put(keys[0], parent.to_json())] + [
-            Op.put(keys[i + 1], TopicRecord(str(topic.partition(i)), dispatch_strategy, 0, str(topic), ts).to_json())
+        parent_key = self.keys.topic(topic)
+        part_keys = [self.keys.topic(topic.partition(i)) for i in range(partitions)]
+        records = [
+            TopicRecord(str(topic.partition(i)), dispatch_strategy, 0, str(topic), ts).to_json()
             for i in range(partitions)
         ]
-        res = await self.store.txn([Compare.absent(k) for k in keys], ops)
+        # etcd allows 128 operations per transaction branch: write the partitions in chunks and
+        # the parent entry last, so a topic is only visible as partitioned once complete. A
+        # conflicting chunk rolls back what this call wrote (fenced on the revisions it wrote).
+        written: list[tuple[str, int]] = []
+        for lo in range(0, partitions, _TXN_CHUNK):
+            chunk = list(zip(part_keys[lo : lo + _TXN_CHUNK], records[lo : lo + _TXN_CHUNK], strict=True))
+            res = await self.store.txn(
+                [Compare.absent(parent_key)] + [Compare.absent(k) for k, _ in chunk],
+                [Op.put(k, v) for k, v in chunk],
+            )
+            if not res.succeeded:
+                await self._undo(written)
+                raise TopicAlreadyExists(f"topic {topic} (or one of its partitions) already exists")
+            written += [(k, res.revision) for k, _ in chunk]
+        res = await self.store.txn([Compare.absent(parent_key)], [Op.put(parent_key, parent.to_json())])
         if not res.succeeded:
-            raise TopicAlreadyExists(f"topic {topic} (or one of its partitions) already exists")
+            await self._undo(written)
+            raise TopicAlreadyExists(f"topic {topic} already exists")
         return parent
+
+    async def _undo(self, written: list[tuple[str, int]]) -> None:
+        for lo in range(0, len(written), _TXN_CHUNK):
+            for key, rev in written[lo : lo + _TXN_CHUNK]:
+                await self.store.txn([Compare.mod_revision_is(key, rev)], [Op.delete(key)])
 
     async def list_topics(self, ns: str | None = None) -> list[TopicRecord]:
         kvs, _ = await self.store.get_prefix(self.keys.topics_prefix(ns))
@@ -191,7 +229,14 @@ class Resources:
         """Names a consumer subscribes to: ``[t]``, the partitions of ``t``, or [] if unknown."""
         rec = await self.get_topic(topic)
         if rec is None:
-            return []
+            # Danube clients create `t-part-N` topics directly (producer.with_partitions), with
+            # no parent entry: answer with the partitions that exist, in index order.
+            parts = [
+                TopicName.parse(r.name)
+                for r in await self.list_topics(topic.namespace)
+                if r.partition_of == str(topic)
+            ]
+            return [str(p) for p in sorted(parts, key=lambda p: p.partition_index or 0)]
         if rec.partitions > 0:
             return [str(topic.partition(i)) for i in range(rec.partitions)]
         return [str(topic)]
@@ -291,9 +336,7 @@ class Resources:
         own = await self.get_owner(topic)
         if own is not None:
             return own
-        brokers = [b for b in await self.list_brokers() if b.state == "active"]
-        if not brokers:
+        target = pick_broker(await self.list_brokers(), await self.topic_counts())
+        if target is None:
             raise NoBrokerAvailable("no active broker is registered; start a broker and retry")
-        counts = await self.topic_counts()
-        target = min(brokers, key=lambda b: (counts.get(b.broker_id, 0), b.broker_id))
         return await self.assign_if_unowned(topic, target.broker_id)

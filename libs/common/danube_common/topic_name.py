@@ -12,15 +12,15 @@ from dataclasses import dataclass
 
 from danube_common.errors import InvalidNamespaceName, InvalidTopicName
 
-_PART = re.compile(r"^[A-Za-z0-9_.\-]+$")
-_PARTITION_SUFFIX = re.compile(r"^(?P<base>.+)-part-(?P<n>0|[1-9][0-9]*)$")
+_PART = re.compile(r"[A-Za-z0-9_.\-]+")
+_PARTITION_SUFFIX = re.compile(r"(?P<base>.+)-part-(?P<n>0|[1-9][0-9]*)")
 MAX_NAMESPACE_LEN = 64
 MAX_TOPIC_LEN = 200
 _ALLOWED = "letters, digits, '_', '-' and '.'"
 
 
 def validate_namespace(name: str) -> str:
-    if not name or len(name) > MAX_NAMESPACE_LEN or not _PART.match(name) or name in (".", ".."):
+    if not name or len(name) > MAX_NAMESPACE_LEN or not _PART.fullmatch(name) or name in (".", ".."):
         raise InvalidNamespaceName(
             f"invalid namespace name {name!r}: use 1-{MAX_NAMESPACE_LEN} characters of {_ALLOWED}"
         )
@@ -45,8 +45,8 @@ class TopicName:
         try:
             validate_namespace(ns)
         except InvalidNamespaceName as exc:
-            raise InvalidTopicName(f"invalid topic name {name!r}: {exc.message}") from exc
-        if not local or len(local) > MAX_TOPIC_LEN or not _PART.match(local) or local in (".", ".."):
+            raise InvalidTopicName(f"invalid topic name {name!r}: {exc.message}; {hint}") from exc
+        if not local or len(local) > MAX_TOPIC_LEN or not _PART.fullmatch(local) or local in (".", ".."):
             raise InvalidTopicName(
                 f"invalid topic name {name!r}: the topic part must be 1-{MAX_TOPIC_LEN} characters of {_ALLOWED}"
             )
@@ -65,13 +65,13 @@ class TopicName:
     @property
     def partition_index(self) -> int | None:
         """The partition number if this is a partition topic (``t-part-N``), else None."""
-        m = _PARTITION_SUFFIX.match(self.local)
+        m = _PARTITION_SUFFIX.fullmatch(self.local)
         return int(m.group("n")) if m else None
 
     @property
     def base(self) -> TopicName:
         """The partitioned topic this partition belongs to (itself if not a partition)."""
-        m = _PARTITION_SUFFIX.match(self.local)
+        m = _PARTITION_SUFFIX.fullmatch(self.local)
         return TopicName(self.namespace, m.group("base")) if m else self
 
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import grpc
 import grpc.aio
 from aetcd import rpc
 from aetcd.utils import prefix_range_end
 
-from danube_common.errors import MetadataUnavailable, Timeout
+from danube_common.errors import InvalidArgument, MetadataUnavailable, Timeout
 from danube_common.metadata.store import (
     Compare,
     KeyValue,
@@ -52,9 +52,7 @@ def _target(endpoints: Sequence[str]) -> str:
 
 
 def _kv(kv: Any) -> KeyValue:
-    return KeyValue(
-        kv.key.decode(), kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease
-    )
+    return KeyValue(kv.key.decode(), kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease)
 
 
 class EtcdStore(MetadataStore):
@@ -96,6 +94,8 @@ class EtcdStore(MetadataStore):
     def _translate(self, exc: grpc.aio.AioRpcError) -> Exception:
         if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
             return Timeout(f"etcd at {self._target} did not answer within {self._timeout}s")
+        if exc.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE):
+            return InvalidArgument(f"etcd refused the request: {exc.details()}")
         return MetadataUnavailable(f"etcd at {self._target} failed: {exc.code().name}: {exc.details()}")
 
     async def wait_ready(self, timeout_s: float) -> None:
@@ -120,7 +120,9 @@ class EtcdStore(MetadataStore):
     async def get_prefix(self, prefix: str) -> tuple[list[KeyValue], int]:
         k = prefix.encode()
         req = rpc.RangeRequest(
-            key=k, range_end=prefix_range_end(k), sort_order=rpc.RangeRequest.ASCEND,
+            key=k,
+            range_end=prefix_range_end(k),
+            sort_order=rpc.RangeRequest.ASCEND,
             sort_target=rpc.RangeRequest.KEY,
         )
         resp = await self._call(self._kv_stub.Range, req)
@@ -146,13 +148,13 @@ class EtcdStore(MetadataStore):
     def _compare(c: Compare) -> Any:
         msg = rpc.Compare(key=c.key.encode(), target=_TARGETS[c.target], result=_OPS[c.op])
         if c.target == "version":
-            msg.version = int(c.value)  # type: ignore[arg-type]
+            msg.version = int(c.value)
         elif c.target == "create":
-            msg.create_revision = int(c.value)  # type: ignore[arg-type]
+            msg.create_revision = int(c.value)
         elif c.target == "mod":
-            msg.mod_revision = int(c.value)  # type: ignore[arg-type]
+            msg.mod_revision = int(c.value)
         elif c.target == "lease":
-            msg.lease = int(c.value)  # type: ignore[arg-type]
+            msg.lease = int(c.value)
         else:
             if not isinstance(c.value, bytes):
                 raise TypeError("a value compare needs bytes")
@@ -162,7 +164,9 @@ class EtcdStore(MetadataStore):
     @staticmethod
     def _op(op: Op) -> Any:
         if op.kind == "put":
-            return rpc.RequestOp(request_put=rpc.PutRequest(key=op.key.encode(), value=op.value, lease=op.lease))
+            return rpc.RequestOp(
+                request_put=rpc.PutRequest(key=op.key.encode(), value=op.value, lease=op.lease)
+            )
         if op.kind == "delete":
             return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=op.key.encode()))
         if op.kind == "delete_prefix":
@@ -245,18 +249,25 @@ class EtcdStore(MetadataStore):
                             compact_revision=int(resp.compact_revision),
                         )
                     if resp.canceled:
-                        raise MetadataUnavailable(f"etcd cancelled the watch on {prefix}: {resp.cancel_reason}")
+                        raise MetadataUnavailable(
+                            f"etcd cancelled the watch on {prefix}: {resp.cancel_reason}"
+                        )
                     for ev in resp.events:
                         kv = ev.kv
                         rev = int(kv.mod_revision)
-                        kind = "delete" if ev.type == rpc.Event.DELETE else "put"
+                        kind: Literal["put", "delete"] = "delete" if ev.type == rpc.Event.DELETE else "put"
                         yield WatchEvent(kind, kv.key.decode(), kv.value, rev, int(kv.create_revision))
                         next_rev = rev + 1
                     backoff = 0.05
             except grpc.aio.AioRpcError as exc:
                 if self._closed:
                     return
-                log.warning("etcd watch on %s broke (%s); resuming from revision %d", prefix, exc.code().name, next_rev)
+                log.warning(
+                    "etcd watch on %s broke (%s); resuming from revision %d",
+                    prefix,
+                    exc.code().name,
+                    next_rev,
+                )
             finally:
                 stop.set()
                 call.cancel()

@@ -32,6 +32,11 @@ class KeptLease:
         self._task = asyncio.create_task(self._run(), name=f"keepalive-{self.name}")
         return self.lease_id
 
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The keep-alive loop, for supervisors."""
+        return self._task
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         last_ok = loop.time()
@@ -42,7 +47,9 @@ class KeptLease:
                 remaining = await self._store.keepalive(self.lease_id)
             except DanubeError as exc:
                 if loop.time() - last_ok >= self.ttl_s:
-                    log.error("%s %x lost: etcd unreachable for a whole TTL (%s)", self.name, self.lease_id, exc)
+                    log.error(
+                        "%s %x lost: etcd unreachable for a whole TTL (%s)", self.name, self.lease_id, exc
+                    )
                     self.lost.set()
                     return
                 log.warning("%s %x keep-alive failed, retrying: %s", self.name, self.lease_id, exc)

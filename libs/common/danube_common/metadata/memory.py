@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from danube_common.errors import Unavailable
+from danube_common.errors import InvalidArgument, Unavailable
 from danube_common.metadata.store import (
     Compare,
     KeyValue,
@@ -24,6 +24,9 @@ from danube_common.metadata.store import (
     WatchEvent,
     encode_value,
 )
+
+#: etcd's default --max-txn-ops: operations allowed per transaction branch.
+MAX_TXN_OPS = 128
 
 
 @dataclass(slots=True)
@@ -80,7 +83,7 @@ class MemoryStore(MetadataStore):
                 self._changed.notify_all()
 
         try:
-            asyncio.get_running_loop().create_task(_wake())  # noqa: RUF006 - completes at once
+            asyncio.get_running_loop().create_task(_wake())
         except RuntimeError:
             pass
 
@@ -173,6 +176,15 @@ class MemoryStore(MetadataStore):
         self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
     ) -> TxnResult:
         self._check()
+        for branch in (compares, success, failure):
+            if len(branch) > MAX_TXN_OPS:
+                raise InvalidArgument(
+                    f"too many operations in txn request ({len(branch)} > {MAX_TXN_OPS}, as etcd's --max-txn-ops)"
+                )
+        for branch_ops in (success, failure):
+            put_keys = [op.key for op in branch_ops if op.kind in ("put", "delete")]
+            if len(put_keys) != len(set(put_keys)):
+                raise InvalidArgument("duplicate key given in txn request")
         ok = all(self._compare(c) for c in compares)
         ops = success if ok else failure
         for op in ops:
@@ -240,10 +252,15 @@ class MemoryStore(MetadataStore):
                     f"watch from revision {next_rev} is compacted (oldest kept: {self._compacted})",
                     compact_revision=self._compacted,
                 )
-            pending = [e for e in self._history if e.revision >= next_rev and e.key.startswith(prefix)]
+            seen_up_to = self._revision
+            pending = [
+                e for e in self._history if next_rev <= e.revision <= seen_up_to and e.key.startswith(prefix)
+            ]
             for ev in pending:
                 yield ev
-            next_rev = max(next_rev, self._revision + 1)
+            # Only what was read above counts as delivered: writes made while the consumer
+            # handled these events are picked up on the next round.
+            next_rev = max(next_rev, seen_up_to + 1)
             async with self._changed:
                 while self._revision < next_rev and not self._closed:
                     await self._changed.wait()

@@ -187,7 +187,9 @@ class MetadataStore(abc.ABC):
         kv = await self.get(key)
         return kv.json() if kv else None
 
-    async def create(self, key: str, value: bytes | str | dict[str, Any] | list[Any], *, lease: int = 0) -> bool:
+    async def create(
+        self, key: str, value: bytes | str | dict[str, Any] | list[Any], *, lease: int = 0
+    ) -> bool:
         """Put ``key`` only if absent; True if this call created it."""
         res = await self.txn([Compare.absent(key)], [Op.put(key, value, lease=lease)])
         return res.succeeded

@@ -1,0 +1,267 @@
+"""``danube-local``: run a whole Danube cluster on this machine, without Docker.
+
+danube-local up                          # etcd + lookup (:6650, admin :50051) + 1 broker
+danube-local up --brokers 3 --demo       # 3 brokers, then a produce/consume round trip
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import threading
+import types
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from danube_local.cluster import ClusterError, LocalCluster
+from danube_local.procs import loopback_no_proxy
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+MAIN_EPILOG = """\
+examples:
+  danube-local up
+  danube-local up --brokers 3 --demo
+  danube-local up --etcd-endpoint 10.0.0.5:2379 --cluster staging
+  danube-local up --help
+"""
+
+UP_EPILOG = """\
+examples:
+  danube-local up                                  # 1 broker; lookup on :6650, admin on :50051
+  danube-local up --brokers 3 --broker-ports 6651,6652,6653
+  danube-local up --demo                           # start, then produce and consume 10 messages
+  danube-local up --demo --exit-after-demo         # the same, then stop (exit code = demo result)
+  danube-local up --lookup-port 0 --admin-port 0   # any free ports (printed once started)
+  danube-local up --etcd-endpoint 127.0.0.1:2379   # use a running etcd instead of starting one
+
+State (etcd data, logs, ready files) lives in the work directory; delete it for a fresh cluster.
+"""
+
+
+def _ports(text: str) -> list[int]:
+    try:
+        ports = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated port numbers, got {text!r}") from exc
+    if any(not 0 <= p <= 65535 for p in ports):
+        raise argparse.ArgumentTypeError(f"ports must be between 0 and 65535, got {text!r}")
+    return ports
+
+
+def _port(text: str) -> int:
+    ports = _ports(text)
+    if len(ports) != 1:
+        raise argparse.ArgumentTypeError(f"expected one port number, got {text!r}")
+    return ports[0]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="danube-local",
+        description="Run a local Danube cluster (etcd, lookup, brokers) as child processes, without Docker.",
+        epilog=MAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    up = sub.add_parser(
+        "up",
+        help="start a local cluster and keep it running until Ctrl-C",
+        description="Start etcd, the lookup service and N brokers; print their endpoints; stop all on Ctrl-C.",
+        epilog=UP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    up.add_argument("--brokers", type=int, default=1, metavar="N", help="number of brokers (default: 1)")
+    up.add_argument(
+        "--workdir", type=Path, default=Path(".danube-local"), metavar="DIR",
+        help="etcd data, logs and ready files (default: ./.danube-local)",
+    )  # fmt: skip
+    up.add_argument(
+        "--cluster", default="danube", metavar="NAME", help="cluster name = etcd key root (default: danube)"
+    )
+    up.add_argument(
+        "--etcd-endpoint", metavar="HOST:PORT",
+        help="use this running etcd instead of starting one",
+    )  # fmt: skip
+    up.add_argument(
+        "--lookup-port", type=_port, default=6650, metavar="PORT", help="client port (default: 6650)"
+    )
+    up.add_argument(
+        "--admin-port", type=_port, default=50051, metavar="PORT", help="admin port (default: 50051)"
+    )
+    up.add_argument(
+        "--broker-ports", type=_ports, default=None, metavar="P1,P2,...",
+        help="ports of the brokers, in order (default: any free port)",
+    )  # fmt: skip
+    up.add_argument(
+        "--host", default="127.0.0.1", help="address every service listens on (default: 127.0.0.1)"
+    )
+    up.add_argument("--lookup-config", type=Path, metavar="FILE", help="YAML config for the lookup service")
+    up.add_argument("--broker-config", type=Path, metavar="FILE", help="YAML config for every broker")
+    up.add_argument(
+        "--demo", action="store_true", help="once started, produce and consume 10 messages with the SDK"
+    )
+    up.add_argument(
+        "--exit-after-demo", action="store_true",
+        help="stop after the demo (implies --demo); exit code 0 only if the demo succeeded",
+    )  # fmt: skip
+    up.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
+        help="log level of every service (default: INFO)",
+    )  # fmt: skip
+    up.add_argument("--start-timeout", type=float, default=60.0, metavar="SECONDS", help=argparse.SUPPRESS)
+    return parser
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def endpoints_table(cluster: LocalCluster) -> str:
+    rows: list[tuple[str, str, str, str]] = []
+    if cluster.etcd is not None and cluster.etcd.proc is not None:
+        rows.append(("etcd", cluster.etcd_endpoint, str(cluster.etcd.proc.pid), _rel(cluster.etcd.log_path)))
+    else:
+        rows.append(("etcd", cluster.etcd_endpoint, "-", "(external)"))
+    lk = cluster.lookup
+    rows.append(("lookup (service URL)", lk.url, str(lk.pid), _rel(lk.log_path)))
+    rows.append(("admin", lk.admin_url, str(lk.pid), "(served by lookup)"))
+    for b in cluster.brokers:
+        rows.append((f"broker {b.broker_id}", b.url, str(b.pid), _rel(b.log_path)))
+    head = ("component", "address", "pid", "log")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
+    lines = [
+        "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *rows]
+    ]
+    return "\n".join(lines)
+
+
+def next_steps(cluster: LocalCluster) -> str:
+    url, admin = cluster.service_url, cluster.admin_url
+    return "\n".join(
+        [
+            "Next steps (in another terminal, after `source .venv/bin/activate`):",
+            f"  danube-cli produce -s {url} -t /default/demo -m hello",
+            f"  danube-cli consume -s {url} -t /default/demo -m my-sub",
+            f"  danube-admin --admin-url {admin} topics list",
+        ]
+    )
+
+
+def _raise_interrupt(signum: int, frame: types.FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _watch_until_stopped(cluster: LocalCluster, stop: threading.Event, say: Callable[[str], None]) -> None:
+    """Block until Ctrl-C/SIGTERM; report (once) any service that dies meanwhile."""
+    reported: set[str] = set()
+    while not stop.wait(1.0):
+        for svc in [cluster.lookup, *cluster.brokers]:
+            if svc.proc is not None and svc.proc.poll() is not None and svc.name not in reported:
+                reported.add(svc.name)
+                say(f"warning: {svc.label} exited with code {svc.proc.returncode}; see {_rel(svc.log_path)}")
+
+
+def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
+    if args.brokers < 1:
+        say("danube-local: --brokers must be at least 1")
+        return EXIT_USAGE
+    if args.broker_ports is not None and len(args.broker_ports) != args.brokers:
+        say(
+            f"danube-local: --broker-ports lists {len(args.broker_ports)} port(s) for {args.brokers} broker(s)"
+        )
+        return EXIT_USAGE
+    if args.etcd_endpoint is None and shutil.which("etcd") is None:
+        say(
+            "danube-local: etcd is not installed. Run ./quickstart.sh (it installs everything), "
+            "or install it yourself with `sudo apt-get install etcd-server`, "
+            "or point at a running etcd with --etcd-endpoint HOST:PORT."
+        )
+        return EXIT_FAILED
+    demo = args.demo or args.exit_after_demo
+    # The demo's SDK talks gRPC to loopback in this process: keep any configured proxy out of it.
+    env = dict(os.environ)
+    loopback_no_proxy(env, ["127.0.0.1", "localhost", args.host])
+    os.environ.update({k: env[k] for k in ("no_proxy", "NO_PROXY")})
+
+    cluster = LocalCluster(
+        brokers=args.brokers,
+        workdir=args.workdir,
+        cluster=args.cluster,
+        etcd_endpoint=args.etcd_endpoint,
+        lookup_port=args.lookup_port,
+        admin_port=args.admin_port,
+        broker_ports=args.broker_ports,
+        host=args.host,
+        log_level=args.log_level,
+        lookup_config=args.lookup_config,
+        broker_config=args.broker_config,
+        progress=lambda m: say(f"  {m}"),
+    )
+    previous_int = signal.getsignal(signal.SIGINT)
+    previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        say(f"danube-local: starting cluster {args.cluster!r} in {_rel(cluster.workdir)}")
+        try:
+            cluster.start(timeout_s=args.start_timeout)
+        except ClusterError as exc:
+            say(f"danube-local: the cluster did not start:\n{exc}")
+            return EXIT_FAILED
+        except RuntimeError as exc:  # etcd failed to start (its own message names its log)
+            say(f"danube-local: the cluster did not start: {exc}")
+            return EXIT_FAILED
+        say("")
+        say(f"Danube cluster {args.cluster!r} is up:")
+        say(endpoints_table(cluster))
+        say(f"  logs: {_rel(cluster.log_dir)}/")
+        say("")
+        say(next_steps(cluster))
+        say("")
+        if demo:
+            from danube_local.demo import run_demo_sync
+
+            ok = run_demo_sync(cluster.service_url, out=say)
+            if args.exit_after_demo:
+                say("danube-local: stopping (--exit-after-demo)")
+                return EXIT_OK if ok else EXIT_FAILED
+            say("")
+        say("Press Ctrl-C to stop the cluster.")
+        _watch_until_stopped(cluster, threading.Event(), say)
+        return EXIT_OK  # not reached: only an interrupt ends the wait
+    except KeyboardInterrupt:
+        say("\ndanube-local: stopping")
+        return EXIT_OK
+    finally:
+        # A second Ctrl-C must not abandon the children half-way through stopping.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            cluster.stop()
+        finally:
+            signal.signal(signal.SIGINT, previous_int)
+            signal.signal(signal.SIGTERM, previous_term)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "up":
+        return cmd_up(args)
+    parser.print_help()
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

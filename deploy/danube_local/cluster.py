@@ -1,0 +1,498 @@
+"""LocalCluster: etcd, one lookup service and N brokers as child processes on this machine.
+
+Shared by ``danube-local up`` and the test-suite. Synchronous on purpose: it only starts,
+watches and stops processes. Each service is started as ``python -m danube_<service>`` (so
+no console script needs to be on PATH) in its own session, with its output in
+``{workdir}/logs/{name}.log``. A service reports that it serves by writing a JSON ready
+file; ``start`` waits for every one and, if any service dies or is late, stops everything
+and raises with the tail of that service's log.
+
+Layout of the work directory::
+
+    {workdir}/data/etcd/        etcd's data (only when we run etcd ourselves)
+    {workdir}/logs/*.log        one log per process (appended across restarts)
+    {workdir}/run/*.json        ready files
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from danube_common.etcd_server import EtcdNotInstalled, EtcdProcess
+from danube_local.procs import (
+    StopOutcome,
+    loopback_no_proxy,
+    port_in_use,
+    read_ready_file,
+    signal_group,
+    stop_processes,
+    tail,
+)
+
+__all__ = ["ClusterError", "EtcdNotInstalled", "LocalCluster", "ServiceFailed", "ServiceProcess"]
+
+#: How long a service gets to stop after SIGTERM before it is killed.
+STOP_GRACE_S = 10.0
+READY_POLL_INTERVAL_S = 0.05
+LOG_TAIL_LINES = 40
+
+Progress = Callable[[str], None]
+
+
+class ClusterError(RuntimeError):
+    """The local cluster could not be started or driven as asked."""
+
+
+class ServiceFailed(ClusterError):
+    """A service died or did not become ready; carries the tail of its log."""
+
+    def __init__(self, message: str, *, service: str, log_path: Path, log_tail: str) -> None:
+        text = f"{message}\n--- last lines of {log_path} ---\n{log_tail or '(log is empty)'}"
+        super().__init__(text)
+        self.service = service
+        self.log_path = log_path
+        self.log_tail = log_tail
+
+
+@dataclass(eq=False)
+class ServiceProcess:
+    """One service process and what its ready file told us."""
+
+    kind: str  # "lookup" | "broker"
+    name: str  # "lookup", "broker-1", ...
+    argv: list[str]
+    log_path: Path
+    ready_file: Path
+    broker_id: str | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    #: The ready file's JSON (empty until the service is ready).
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.info)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _info(self, key: str) -> str:
+        if not self.info:
+            raise ClusterError(f"{self.name} is not ready yet (no ready file read)")
+        value = self.info.get(key)
+        if not value:
+            raise ClusterError(f"{self.name}'s ready file has no {key!r}: {self.info}")
+        return str(value)
+
+    @property
+    def addr(self) -> str:
+        """``host:port`` the service listens on (from its ready file)."""
+        return self._info("addr")
+
+    @property
+    def url(self) -> str:
+        return self._info("url")
+
+    @property
+    def admin_addr(self) -> str:
+        return self._info("admin_addr")
+
+    @property
+    def admin_url(self) -> str:
+        return self._info("admin_url")
+
+    @property
+    def port(self) -> int:
+        return int(self.addr.rsplit(":", 1)[1])
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise ClusterError(f"{self.name} was never started")
+        return self.proc.pid
+
+    @property
+    def label(self) -> str:
+        return f"broker {self.broker_id}" if self.kind == "broker" else self.kind
+
+
+class LocalCluster:
+    """etcd + lookup + brokers on one machine; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        brokers: int = 1,
+        workdir: Path,
+        cluster: str = "danube",
+        etcd_endpoint: str | None = None,
+        lookup_port: int = 0,
+        admin_port: int = 0,
+        broker_ports: list[int] | None = None,
+        host: str = "127.0.0.1",
+        log_level: str = "INFO",
+        extra_env: dict[str, str] | None = None,
+        python: str = sys.executable,
+        lookup_config: Path | None = None,
+        broker_config: Path | None = None,
+        progress: Progress | None = None,
+        stop_grace_s: float = STOP_GRACE_S,
+    ) -> None:
+        if brokers < 0:
+            raise ClusterError(f"brokers must be >= 0, got {brokers}")
+        if broker_ports is not None and len(broker_ports) > brokers:
+            raise ClusterError(f"{len(broker_ports)} broker ports given for {brokers} broker(s)")
+        self.n_brokers = brokers
+        self.workdir = Path(workdir).resolve()
+        self.cluster = cluster
+        self.host = host
+        self.lookup_port = lookup_port
+        self.admin_port = admin_port
+        self.broker_ports = list(broker_ports or [])
+        self.log_level = log_level
+        self.extra_env = dict(extra_env or {})
+        self.python = python
+        self.lookup_config = Path(lookup_config).resolve() if lookup_config else None
+        self.broker_config = Path(broker_config).resolve() if broker_config else None
+        self._progress = progress or (lambda _msg: None)
+        self.stop_grace_s = stop_grace_s
+        self._given_etcd = etcd_endpoint
+        self._etcd: EtcdProcess | None = None
+        self._lookup: ServiceProcess | None = None
+        self.brokers: list[ServiceProcess] = []
+        #: How signals reach a service's process group (replaced by fakes in unit tests).
+        self._send_signal: Callable[[Any, int], None] = signal_group
+        self._lock = threading.RLock()
+        self._started = False
+        self._stopped = False
+
+    # ------------------------------------------------------------------ paths and commands
+    @property
+    def log_dir(self) -> Path:
+        return self.workdir / "logs"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.workdir / "run"
+
+    @property
+    def etcd_data_dir(self) -> Path:
+        return self.workdir / "data"
+
+    @property
+    def etcd_endpoint(self) -> str:
+        if self._given_etcd:
+            return self._given_etcd
+        if self._etcd is None:
+            raise ClusterError("etcd is not started yet")
+        return self._etcd.endpoint
+
+    @property
+    def etcd(self) -> EtcdProcess | None:
+        """Our own etcd process (None when using an existing etcd)."""
+        return self._etcd
+
+    @property
+    def lookup(self) -> ServiceProcess:
+        if self._lookup is None:
+            raise ClusterError("the cluster is not started")
+        return self._lookup
+
+    @property
+    def service_url(self) -> str:
+        return self.lookup.url
+
+    @property
+    def admin_url(self) -> str:
+        return self.lookup.admin_url
+
+    def _common_flags(self, ready_file: Path) -> list[str]:
+        return [
+            "--etcd-endpoints", self.etcd_endpoint,
+            "--cluster", self.cluster,
+            "--ready-file", str(ready_file),
+            "--log-level", self.log_level,
+        ]  # fmt: skip
+
+    def lookup_argv(self) -> list[str]:
+        ready = self.run_dir / "lookup.json"
+        argv = [
+            self.python, "-m", "danube_lookup",
+            "--listen", f"{self.host}:{self.lookup_port}",
+            "--admin-listen", f"{self.host}:{self.admin_port}",
+            *self._common_flags(ready),
+        ]  # fmt: skip
+        if self.lookup_config:
+            argv += ["--config", str(self.lookup_config)]
+        return argv
+
+    def broker_argv(self, broker_id: str, port: int) -> list[str]:
+        ready = self.run_dir / f"broker-{broker_id}.json"
+        argv = [
+            self.python, "-m", "danube_broker",
+            "--broker-id", broker_id,
+            "--listen", f"{self.host}:{port}",
+            "--advertised-host", self.host,
+            *self._common_flags(ready),
+        ]  # fmt: skip
+        if self.broker_config:
+            argv += ["--config", str(self.broker_config)]
+        return argv
+
+    def child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        env["PYTHONUNBUFFERED"] = "1"
+        loopback_no_proxy(env, ["127.0.0.1", "localhost", self.host])
+        return env
+
+    def _lookup_service(self) -> ServiceProcess:
+        return ServiceProcess(
+            kind="lookup",
+            name="lookup",
+            argv=self.lookup_argv(),
+            log_path=self.log_dir / "lookup.log",
+            ready_file=self.run_dir / "lookup.json",
+        )
+
+    def _broker_service(self, broker_id: str, port: int) -> ServiceProcess:
+        return ServiceProcess(
+            kind="broker",
+            name=f"broker-{broker_id}",
+            argv=self.broker_argv(broker_id, port),
+            log_path=self.log_dir / f"broker-{broker_id}.log",
+            ready_file=self.run_dir / f"broker-{broker_id}.json",
+            broker_id=broker_id,
+        )
+
+    def _broker_port(self, index: int) -> int:
+        return self.broker_ports[index] if index < len(self.broker_ports) else 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, timeout_s: float = 30.0) -> LocalCluster:
+        """Start etcd (unless given), then lookup and brokers at once; wait until all are ready."""
+        with self._lock:
+            if self._stopped:
+                raise ClusterError("this LocalCluster was stopped; create a new one")
+            if self._started:
+                raise ClusterError("this LocalCluster is already started")
+            self._started = True
+        atexit.register(self.stop)
+        deadline = time.monotonic() + timeout_s
+        try:
+            self._check_ports()
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._start_etcd(timeout_s)
+            self._lookup = self._lookup_service()
+            self.brokers = [
+                self._broker_service(str(i + 1), self._broker_port(i)) for i in range(self.n_brokers)
+            ]
+            services = [self._lookup, *self.brokers]
+            for svc in services:
+                self._spawn(svc)
+            self._wait_ready(services, deadline, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _check_ports(self) -> None:
+        wanted = [("lookup", self.lookup_port), ("admin", self.admin_port)]
+        wanted += [(f"broker {i + 1}", p) for i, p in enumerate(self.broker_ports)]
+        busy = [f"{what} port {port}" for what, port in wanted if port_in_use(self.host, port)]
+        if busy:
+            raise ClusterError(
+                f"already in use on {self.host}: {', '.join(busy)}. Stop whatever listens there "
+                "(another `danube-local up`?) or choose other ports (0 = any free port)."
+            )
+
+    def _start_etcd(self, timeout_s: float) -> None:
+        if self._given_etcd:
+            host, _, port = self._given_etcd.removeprefix("http://").rpartition(":")
+            try:
+                with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2.0):
+                    pass
+            except (OSError, ValueError) as exc:
+                raise ClusterError(
+                    f"cannot reach etcd at {self._given_etcd} ({exc}); start it or drop --etcd-endpoint "
+                    "to let danube-local run its own"
+                ) from exc
+            self._progress(f"etcd      {self._given_etcd} (existing)")
+            return
+        self._etcd = EtcdProcess(
+            data_dir=self.etcd_data_dir, host=self.host, log_path=self.log_dir / "etcd.log"
+        )
+        self._etcd.start(timeout_s=min(timeout_s, 15.0))
+        pid = self._etcd.proc.pid if self._etcd.proc else "?"
+        self._progress(f"etcd      {self._etcd.endpoint}  (pid {pid})")
+
+    def _spawn(self, svc: ServiceProcess) -> None:
+        svc.info = {}
+        svc.ready_file.unlink(missing_ok=True)
+        svc.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(svc.log_path, "ab") as log:
+            stamp = datetime.now().isoformat(timespec="seconds")
+            log.write(f"==== {stamp} danube-local starts: {shlex.join(svc.argv)}\n".encode())
+            log.flush()
+            svc.proc = subprocess.Popen(
+                svc.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.child_env(),
+                start_new_session=True,
+            )
+
+    def _wait_ready(self, services: Iterable[ServiceProcess], deadline: float, timeout_s: float) -> None:
+        pending = list(services)
+        while pending:
+            for svc in list(pending):
+                info = read_ready_file(svc.ready_file)
+                if info is not None:
+                    self._accept_ready(svc, info)
+                    pending.remove(svc)
+                    continue
+                assert svc.proc is not None
+                rc = svc.proc.poll()
+                if rc is not None:
+                    raise ServiceFailed(
+                        f"{svc.name} exited with code {rc} before it was ready",
+                        service=svc.name,
+                        log_path=svc.log_path,
+                        log_tail=tail(svc.log_path, LOG_TAIL_LINES),
+                    )
+            if not pending:
+                return
+            if time.monotonic() >= deadline:
+                late = pending[0]
+                names = ", ".join(s.name for s in pending)
+                raise ServiceFailed(
+                    f"not ready within {timeout_s:g}s: {names} (no ready file at {late.ready_file})",
+                    service=late.name,
+                    log_path=late.log_path,
+                    log_tail=tail(late.log_path, LOG_TAIL_LINES),
+                )
+            time.sleep(READY_POLL_INTERVAL_S)
+
+    def _accept_ready(self, svc: ServiceProcess, info: dict[str, Any]) -> None:
+        if info.get("service") != svc.kind:
+            raise ServiceFailed(
+                f"{svc.name}'s ready file says service={info.get('service')!r}, expected {svc.kind!r}",
+                service=svc.name,
+                log_path=svc.log_path,
+                log_tail=tail(svc.log_path, LOG_TAIL_LINES),
+            )
+        if svc.kind == "broker" and str(info.get("broker_id")) != svc.broker_id:
+            raise ServiceFailed(
+                f"{svc.name}'s ready file says broker_id={info.get('broker_id')!r}",
+                service=svc.name,
+                log_path=svc.log_path,
+                log_tail=tail(svc.log_path, LOG_TAIL_LINES),
+            )
+        svc.info = info
+        if svc.kind == "lookup":
+            self._progress(f"lookup    {svc.url}  admin {svc.admin_url}  (pid {svc.pid})")
+        else:
+            self._progress(f"broker {svc.broker_id}  {svc.url}  (pid {svc.pid})")
+
+    # ------------------------------------------------------------------ brokers
+    def _find_broker(self, i_or_id: int | str) -> ServiceProcess:
+        if isinstance(i_or_id, int):
+            if not 0 <= i_or_id < len(self.brokers):
+                raise ClusterError(f"no broker at index {i_or_id} (have {len(self.brokers)})")
+            return self.brokers[i_or_id]
+        for b in self.brokers:
+            if b.broker_id == i_or_id:
+                return b
+        raise ClusterError(f"no broker with id {i_or_id!r} (have {[b.broker_id for b in self.brokers]})")
+
+    def _require_running_cluster(self) -> None:
+        if not self._started or self._stopped:
+            raise ClusterError("the cluster is not running")
+
+    def add_broker(self, *, timeout_s: float = 30.0) -> ServiceProcess:
+        """Start one more broker (next free id) and wait until it is ready."""
+        self._require_running_cluster()
+        next_id = max((int(b.broker_id or 0) for b in self.brokers), default=0) + 1
+        svc = self._broker_service(str(next_id), self._broker_port(len(self.brokers)))
+        self.brokers.append(svc)
+        self._spawn(svc)
+        self._wait_ready([svc], time.monotonic() + timeout_s, timeout_s)
+        return svc
+
+    def stop_broker(self, i_or_id: int | str, *, kill: bool = False) -> StopOutcome | None:
+        """SIGTERM (graceful, waits up to the grace period) or SIGKILL one broker.
+
+        The broker stays in :attr:`brokers` (stopped) so it can be restarted with its id and port.
+        """
+        svc = self._find_broker(i_or_id)
+        if svc.proc is None:
+            return None
+        if kill:
+            self._send_signal(svc.proc, signal.SIGKILL)
+            svc.proc.wait(timeout=10)
+            outcome = StopOutcome(svc.proc.pid, "killed", svc.proc.returncode)
+        else:
+            outcome = stop_processes([svc.proc], grace_s=self.stop_grace_s, send=self._send_signal)[0]
+        self._progress(f"stopped {svc.label} (pid {outcome.pid}, {outcome.how}, exit {outcome.returncode})")
+        return outcome
+
+    def restart_broker(
+        self, i_or_id: int | str, *, kill: bool = False, timeout_s: float = 30.0
+    ) -> ServiceProcess:
+        """Stop a broker (if running) and start it again with the same id and port."""
+        self._require_running_cluster()
+        svc = self._find_broker(i_or_id)
+        port = svc.port if svc.info else self._broker_port(self.brokers.index(svc))
+        if svc.running:
+            self.stop_broker(i_or_id, kill=kill)
+        assert svc.broker_id is not None
+        svc.argv = self.broker_argv(svc.broker_id, port)
+        self._spawn(svc)
+        self._wait_ready([svc], time.monotonic() + timeout_s, timeout_s)
+        return svc
+
+    # ------------------------------------------------------------------ stop
+    def stop(self) -> None:
+        """Stop every service (SIGTERM, then SIGKILL after the grace period), then etcd. Idempotent."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        try:
+            services = [s for s in [self._lookup, *self.brokers] if s is not None and s.proc is not None]
+            running = [s for s in services if s.running]
+            for s in running:
+                self._progress(f"stopping {s.label} (pid {s.pid})")
+            procs = [s.proc for s in running if s.proc is not None]
+            outcomes = stop_processes(procs, grace_s=self.stop_grace_s, send=self._send_signal)
+            for s, outcome in zip(running, outcomes, strict=True):
+                self._progress(f"stopped  {s.label} ({outcome.how}, exit {outcome.returncode})")
+            if self._etcd is not None:
+                self._progress(f"stopping etcd {self._etcd.endpoint}")
+                self._etcd.stop()
+                self._progress("stopped  etcd")
+        finally:
+            atexit.unregister(self.stop)
+
+    def __enter__(self) -> LocalCluster:
+        if not self._started:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

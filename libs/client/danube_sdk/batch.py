@@ -1,0 +1,70 @@
+"""One publish batch as it moves through a partition producer: open -> ready -> in flight -> done.
+
+A batch owns its wire frame (messages are appended to the frame as they are sent, so
+sealing copies nothing) and one future per message. It is finished exactly once, by an
+ack, a refusal, a timeout or the producer closing; finishing releases its messages from
+the producer's pending count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import grpc
+
+from danube_common.errors import MD_ERROR_CODE, DanubeError, error_from_status
+from danube_common.pb import DanubeApi_pb2 as pb
+from danube_sdk.types import MessageId
+
+_STATUS_BY_NUMBER = {sc.value[0]: sc for sc in grpc.StatusCode}
+
+
+class Batch:
+    __slots__ = ("bytes", "deadline", "done", "frame", "futures", "messages", "opened_at")
+
+    def __init__(self, opened_at: float, deadline: float | None, done: asyncio.Future[None]) -> None:
+        self.frame = pb.PublishBatch()
+        self.messages = self.frame.messages
+        self.futures: list[asyncio.Future[MessageId]] = []
+        self.bytes = 0
+        self.opened_at = opened_at
+        #: Loop time after which unacknowledged messages fail with Timeout (None: never).
+        self.deadline = deadline
+        #: Resolved when the batch is finished, whatever the outcome (flush waits on it).
+        self.done = done
+
+    @property
+    def seq(self) -> int:
+        return self.frame.batch_seq
+
+    def __len__(self) -> int:
+        return len(self.futures)
+
+    def resolve(self, topic: str, first_offset: int, producer_id: int) -> None:
+        for i, fut in enumerate(self.futures):
+            if not fut.done():
+                fut.set_result(MessageId(topic, first_offset + i, producer_id))
+        self._finish()
+
+    def fail(self, err: BaseException) -> None:
+        for fut in self.futures:
+            if not fut.done():
+                fut.set_exception(err)
+        self._finish()
+
+    def _finish(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+def error_from_detail(detail: pb.ErrorDetail) -> DanubeError:
+    """The error class a batch refusal (``PublishAck.error``) stands for."""
+    status = _STATUS_BY_NUMBER.get(detail.grpc_code, grpc.StatusCode.UNKNOWN)
+    return error_from_status(status, detail.message, {MD_ERROR_CODE: detail.code})
+
+
+def fail_all(batches: list[Batch], err: BaseException, release: Callable[[int], None]) -> None:
+    for batch in batches:
+        release(len(batch))
+        batch.fail(err)

@@ -1,0 +1,1 @@
+"""Command-line tools: `danube-cli` (produce, consume) and `danube-admin`."""

@@ -1,0 +1,385 @@
+"""danube-cli: produce to and consume from a Danube cluster from the shell."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import TextIO
+
+from danube_common.errors import (
+    ConsumerBusy,
+    DanubeError,
+    MessageTooLarge,
+    NoBrokerAvailable,
+    ProducerBusy,
+    SubscriptionTypeMismatch,
+    Timeout,
+    Unavailable,
+)
+from danube_common.grpc_util import install_stop_signals
+from danube_sdk import AccessMode, DanubeClient, DispatchStrategy, Message, MessageId, SubType
+
+DEFAULT_SERVICE_URL = "http://127.0.0.1:6650"
+DEFAULT_TOPIC = "/default/test_topic"
+SUB_TYPES = {
+    "exclusive": SubType.EXCLUSIVE,
+    "shared": SubType.SHARED,
+    "failover": SubType.FAILOVER,
+    "key-shared": SubType.KEY_SHARED,
+}
+#: Up to this many messages, produce prints every message id.
+PRINT_IDS_MAX = 100
+
+EXAMPLES = """\
+examples:
+  danube-cli produce -t /default/orders -m "hello"
+  danube-cli produce -t /default/orders -m "tick" -c 1000 --rate 100 -a source:cli,env:dev
+  danube-cli produce -t /default/orders --size 1024 -c 1000000 --reliable
+  danube-cli produce -t /default/orders -f ./order.json -k customer-42
+  danube-cli consume -t /default/orders -m my-sub
+  danube-cli consume -t /default/orders -m audit --sub-type exclusive -c 10 --output json
+
+The service URL defaults to $DANUBE_SERVICE_URL, else http://127.0.0.1:6650.
+Start a local cluster with `danube-local up`.
+"""
+
+
+def parse_attributes(text: str) -> dict[str, str]:
+    """``k:v,k2:v2`` -> ``{"k": "v", "k2": "v2"}`` (a value may itself contain ':')."""
+    out: dict[str, str] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition(":")
+        if not sep or not key.strip():
+            raise argparse.ArgumentTypeError(
+                f"attribute {item!r} is not key:value (e.g. -a source:cli,env:dev)"
+            )
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
+    env = dict(os.environ) if env is None else env
+    default_url = env.get("DANUBE_SERVICE_URL") or DEFAULT_SERVICE_URL
+    parser = argparse.ArgumentParser(
+        prog="danube-cli",
+        description="Produce messages to and consume messages from a Danube cluster.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{produce,consume}")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "-s", "--service-url", default=default_url, help=f"cluster service URL (default: {default_url})"
+        )
+        p.add_argument("-t", "--topic", default=DEFAULT_TOPIC, help=f"topic (default: {DEFAULT_TOPIC})")
+        p.add_argument(
+            "--connect-timeout-s",
+            type=_non_negative_float,
+            default=10.0,
+            help="how long to keep trying to reach the cluster (default: 10)",
+        )
+        p.add_argument("-v", "--verbose", action="store_true", help="log reconnects and retries")
+
+    prod = sub.add_parser(
+        "produce",
+        help="send messages",
+        description="Send messages to a topic; each is acknowledged by the broker.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    common(prod)
+    source = prod.add_mutually_exclusive_group(required=True)
+    source.add_argument("-m", "--message", help="message text")
+    source.add_argument("-f", "--file", help="send the contents of this file as the payload")
+    source.add_argument(
+        "--size", type=_positive_int, metavar="BYTES", help="send generated payloads of this size"
+    )
+    prod.add_argument("-c", "--count", type=_positive_int, default=1, help="messages to send (default: 1)")
+    prod.add_argument(
+        "--rate", type=_non_negative_float, default=0.0, metavar="MSG_PER_S", help="0 = as fast as possible"
+    )
+    prod.add_argument("-a", "--attributes", type=parse_attributes, default={}, help="k:v,k2:v2")
+    prod.add_argument("-k", "--key", help="routing key (same key -> same partition, in order)")
+    prod.add_argument("--reliable", action="store_true", help="reliable dispatch (write-ahead log)")
+    prod.add_argument("-n", "--producer-name", help="producer name (default: generated)")
+    prod.add_argument("--exclusive", action="store_true", help="exclusive producer access")
+    prod.set_defaults(func=run_produce)
+
+    cons = sub.add_parser(
+        "consume",
+        help="receive messages",
+        description="Receive messages from a topic through a subscription; Ctrl-C stops.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    common(cons)
+    cons.add_argument("-m", "--subscription", required=True, help="subscription name")
+    cons.add_argument("-n", "--consumer-name", help="consumer name (default: generated)")
+    cons.add_argument("--sub-type", choices=list(SUB_TYPES), default="shared", help="default: shared")
+    cons.add_argument(
+        "-c", "--count", type=_non_negative_int, default=0, help="stop after N messages (0 = until Ctrl-C)"
+    )
+    cons.add_argument("--output", choices=["text", "json"], default="text", help="default: text")
+    cons.add_argument("--no-ack", action="store_true", help="do not acknowledge (messages will come again)")
+    cons.set_defaults(func=run_consume)
+    return parser
+
+
+# ---------------------------------------------------------------------- produce
+
+
+def generated_payload(size: int) -> bytes:
+    pattern = b"0123456789abcdefghijklmnopqrstuvwxyz"
+    return (pattern * (size // len(pattern) + 1))[:size]
+
+
+def _payload(args: argparse.Namespace) -> bytes:
+    if args.message is not None:
+        return str(args.message).encode()
+    if args.file is not None:
+        with open(args.file, "rb") as fh:
+            return fh.read()
+    return generated_payload(int(args.size))
+
+
+class _Progress:
+    def __init__(self, err: TextIO) -> None:
+        self.sent = 0
+        self.acked = 0
+        self.error: BaseException | None = None
+        self.started = time.monotonic()
+        self._err = err
+        self._tty = err.isatty()
+
+    def line(self) -> str:
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        return f"sent {self.sent}, acked {self.acked} ({self.acked / elapsed:,.0f} msg/s)"
+
+    async def loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            print(self.line(), end="\r" if self._tty else "\n", file=self._err, flush=True)
+
+
+async def run_produce(
+    args: argparse.Namespace,
+    *,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    stop: asyncio.Event | None = None,
+) -> int:
+    if stop is None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+    payload = _payload(args)
+    count: int = args.count
+    show_ids = count <= PRINT_IDS_MAX
+    progress = _Progress(err)
+
+    def on_done(fut: asyncio.Future[MessageId]) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            progress.error = progress.error or exc
+            stop.set()
+            return
+        progress.acked += 1
+        if show_ids:
+            mid = fut.result()
+            print(f"sent {mid.topic} offset {mid.offset}", file=out, flush=True)
+
+    async with DanubeClient(args.service_url, operation_timeout_s=args.connect_timeout_s or 0.001) as client:
+        producer = await client.create_producer(
+            args.topic,
+            producer_name=args.producer_name,
+            dispatch_strategy=DispatchStrategy.RELIABLE if args.reliable else DispatchStrategy.NON_RELIABLE,
+            access_mode=AccessMode.EXCLUSIVE if args.exclusive else AccessMode.SHARED,
+        )
+        progress.started = time.monotonic()
+        show_progress = count > PRINT_IDS_MAX or err.isatty()
+        ticker = asyncio.create_task(progress.loop()) if show_progress else None
+        try:
+            for i in range(count):
+                if stop.is_set():
+                    break
+                if args.rate > 0:
+                    delay = progress.started + i / args.rate - time.monotonic()
+                    if delay > 0 and await _stopped_within(stop, delay):
+                        break
+                fut = await producer.send_async(payload, properties=args.attributes or None, key=args.key)
+                fut.add_done_callback(on_done)
+                progress.sent += 1
+            await producer.flush()
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await ticker
+        elapsed = time.monotonic() - progress.started
+    if progress.error is not None:
+        raise progress.error
+    if show_progress and err.isatty():
+        print(file=err)
+    rate = progress.acked / elapsed if elapsed > 0 else 0.0
+    print(f"produced {progress.acked} messages in {elapsed:.2f} s ({rate:,.0f} msg/s)", file=err, flush=True)
+    return 0
+
+
+async def _stopped_within(stop: asyncio.Event, delay_s: float) -> bool:
+    try:
+        async with asyncio.timeout(delay_s):
+            await stop.wait()
+        return True
+    except TimeoutError:
+        return False
+
+
+# ---------------------------------------------------------------------- consume
+
+
+def _partition_label(msg: Message) -> str:
+    _, sep, index = msg.topic.rpartition("-part-")
+    return f"part-{index}:{msg.offset}" if sep and index.isdigit() else str(msg.offset)
+
+
+def format_text(msg: Message) -> str:
+    attrs = ",".join(f"{k}={v}" for k, v in sorted(msg.properties.items())) or "-"
+    payload = msg.payload.decode("utf-8", errors="backslashreplace")
+    return f"{_partition_label(msg)} {msg.key or '-'} {payload} {attrs}"
+
+
+def format_json(msg: Message) -> str:
+    doc: dict[str, object] = {
+        "topic": msg.topic,
+        "offset": msg.offset,
+        "key": msg.key,
+        "attributes": msg.properties,
+        "publish_time_ms": msg.publish_time_ms,
+        "producer_name": msg.producer_name,
+    }
+    try:
+        doc["payload"] = msg.payload.decode("utf-8")
+    except UnicodeDecodeError:
+        doc["payload_base64"] = base64.b64encode(msg.payload).decode("ascii")
+    return json.dumps(doc, ensure_ascii=False)
+
+
+async def run_consume(
+    args: argparse.Namespace,
+    *,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    stop: asyncio.Event | None = None,
+) -> int:
+    if stop is None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+    fmt = format_json if args.output == "json" else format_text
+    async with DanubeClient(args.service_url, operation_timeout_s=args.connect_timeout_s or 0.001) as client:
+        consumer = await client.subscribe(
+            args.topic,
+            subscription=args.subscription,
+            consumer_name=args.consumer_name,
+            sub_type=SUB_TYPES[args.sub_type],
+        )
+        print(
+            f"consuming {args.topic} as subscription {args.subscription!r} ({args.sub_type}); Ctrl-C to stop",
+            file=err,
+            flush=True,
+        )
+        received = 0
+        stopped = asyncio.create_task(stop.wait())
+        try:
+            while args.count == 0 or received < args.count:
+                receiving = asyncio.create_task(consumer.receive())
+                done, _ = await asyncio.wait({receiving, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                if receiving not in done:
+                    receiving.cancel()
+                    break
+                msg = receiving.result()
+                print(fmt(msg), file=out, flush=True)
+                if not args.no_ack:
+                    await consumer.ack(msg)
+                received += 1
+        finally:
+            stopped.cancel()
+        await consumer.close()
+    print(f"received {received} messages", file=err, flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------------- entry point
+
+
+def explain(exc: BaseException, service_url: str) -> str:
+    """The one-line `error: ...` for an expected failure, with what to do about it."""
+    if isinstance(exc, DanubeError):
+        text = exc.message
+        if isinstance(exc, (Unavailable, Timeout, NoBrokerAvailable)):
+            hint = f"is a cluster running at {service_url}? start one with `danube-local up`"
+        elif isinstance(exc, ProducerBusy):
+            hint = "another producer holds the topic exclusively; stop it, or produce without --exclusive"
+        elif isinstance(exc, ConsumerBusy):
+            hint = "the subscription is exclusive and already has a consumer; use another -m/--subscription"
+        elif isinstance(exc, SubscriptionTypeMismatch):
+            hint = "the subscription exists with another type; pass the same --sub-type or a new subscription"
+        elif isinstance(exc, MessageTooLarge):
+            hint = "send a smaller payload"
+        else:
+            hint = ""
+        return f"error: {text}" + (f"\n  {hint}" if hint else "")
+    if isinstance(exc, OSError):
+        return f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")
+    return f"error: {exc}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return int(asyncio.run(args.func(args)))
+    except (DanubeError, OSError) as exc:
+        print(explain(exc, args.service_url), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Channels (one per target address, cached), stubs, and the Discovery calls.
+
+Every unary RPC carries a deadline and every gRPC failure is turned into the matching
+:class:`~danube_common.errors.DanubeError` class here, at the boundary.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+import grpc.aio
+
+from danube_common.errors import Unavailable, error_from_rpc
+from danube_common.grpc_util import CHANNEL_OPTIONS, strip_scheme
+from danube_common.pb import DanubeApi_pb2 as pb
+from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
+from danube_sdk.errors import ClientClosed
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+async def rpc(call: Awaitable[T]) -> T:
+    """Await a gRPC call, raising our error classes instead of ``grpc.aio.AioRpcError``."""
+    try:
+        return await call
+    except grpc.aio.AioRpcError as exc:
+        raise error_from_rpc(exc) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Stubs:
+    url: str
+    discovery: pb_grpc.DiscoveryStub
+    producer: pb_grpc.ProducerServiceStub
+    consumer: pb_grpc.ConsumerServiceStub
+    health: pb_grpc.HealthCheckStub
+
+
+class Connections:
+    """The client's channels, keyed by ``host:port``; closed together by :meth:`aclose`."""
+
+    def __init__(self, service_url: str, *, rpc_timeout_s: float) -> None:
+        if not service_url:
+            raise ValueError("service_url is required, e.g. http://127.0.0.1:6650")
+        self.service_url = service_url
+        self.rpc_timeout_s = rpc_timeout_s
+        self._stubs: dict[str, Stubs] = {}
+        self._channels: list[grpc.aio.Channel] = []
+        self._closed = False
+        self._request_ids = 0
+
+    def next_request_id(self) -> int:
+        self._request_ids += 1
+        return self._request_ids
+
+    def stubs(self, url: str) -> Stubs:
+        """Stubs for the server at ``url`` (``http://host:port`` or ``host:port``)."""
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        target = strip_scheme(url)
+        found = self._stubs.get(target)
+        if found is not None:
+            return found
+        if url.startswith("https://"):
+            channel = grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(), options=CHANNEL_OPTIONS)
+        else:
+            channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self._channels.append(channel)
+        stubs = Stubs(
+            url=url,
+            discovery=pb_grpc.DiscoveryStub(channel),
+            producer=pb_grpc.ProducerServiceStub(channel),
+            consumer=pb_grpc.ConsumerServiceStub(channel),
+            health=pb_grpc.HealthCheckStub(channel),
+        )
+        self._stubs[target] = stubs
+        return stubs
+
+    async def partitions(self, topic: str) -> list[str]:
+        """``TopicPartitions`` on the service URL: ``[topic]``, ``[topic-part-0..]`` or ``[]``."""
+        stub = self.stubs(self.service_url).discovery
+        req = pb.TopicLookupRequest(request_id=self.next_request_id(), topic=topic)
+        resp = await self._on_service(stub.TopicPartitions(req, timeout=self.rpc_timeout_s))
+        return list(resp.partitions)
+
+    async def lookup(self, topic: str) -> str:
+        """``TopicLookup`` on the service URL: the URL of the broker owning ``topic``.
+
+        Redirect and Connect answers are treated alike; an empty URL means the service
+        itself.
+        """
+        stub = self.stubs(self.service_url).discovery
+        req = pb.TopicLookupRequest(request_id=self.next_request_id(), topic=topic)
+        resp = await self._on_service(stub.TopicLookup(req, timeout=self.rpc_timeout_s))
+        if resp.response_type == pb.TopicLookupResponse.Failed:
+            raise Unavailable(f"lookup of topic {topic} failed at {self.service_url}")
+        return resp.connect_url or resp.broker_url or self.service_url
+
+    async def _on_service(self, call: Awaitable[T]) -> T:
+        try:
+            return await rpc(call)
+        except Unavailable as err:
+            if type(err) is Unavailable:  # a transport failure, not a broker's answer
+                raise Unavailable(f"cannot reach the service at {self.service_url}: {err.message}") from err
+            raise
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        channels, self._channels = self._channels, []
+        self._stubs.clear()
+        for channel in channels:
+            await channel.close()

@@ -1,0 +1,228 @@
+"""The consumer users hold: one subscription over every partition of a topic."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from danube_common.errors import DanubeError, InvalidArgument
+from danube_sdk.acks import AckBuffer
+from danube_sdk.connection import Connections
+from danube_sdk.errors import ClientClosed, ClientTimeout
+from danube_sdk.options import ClientOptions, ConsumerOptions
+from danube_sdk.receive_queue import ReceiveQueue
+from danube_sdk.retry import backoff_s, retry_until
+from danube_sdk.streams import first_error
+from danube_sdk.topic_consumer import TopicConsumer
+from danube_sdk.types import Message
+
+log = logging.getLogger(__name__)
+
+#: ``ack`` waits for a flush once this many acks (times the batch size) are buffered.
+_MAX_BUFFERED_ACK_BATCHES = 10
+
+
+class Consumer:
+    """Receives from a topic through a named subscription. Create with ``DanubeClient.subscribe``.
+
+    Messages of all partitions are merged into one queue of ``receiver_queue_size``
+    messages; order is kept within a partition. ``ack`` buffers the offset and returns;
+    buffered acks go out as one ``AckBatch`` per partition every ``ack_flush_interval_ms``
+    or ``ack_batch_size`` acks, and on ``flush_acks``/``close``.
+    """
+
+    def __init__(
+        self,
+        conns: Connections,
+        *,
+        topic: str,
+        subscription: str,
+        name: str,
+        partitions: list[str],
+        opts: ConsumerOptions,
+        client_opts: ClientOptions,
+    ) -> None:
+        self.topic = topic
+        self.subscription = subscription
+        self.consumer_name = name
+        self.partitions = list(partitions)
+        self._opts = opts
+        self._client_opts = client_opts
+        self._queue = ReceiveQueue(opts.receiver_queue_size)
+        self._parts = {
+            p: TopicConsumer(
+                conns,
+                topic=p,
+                name=name,
+                subscription=subscription,
+                opts=opts,
+                client_opts=client_opts,
+                queue=self._queue,
+            )
+            for p in partitions
+        }
+        self._acks = AckBuffer()
+        self._ack_wake = asyncio.Event()
+        self._ack_full = asyncio.Event()
+        self._ack_task: asyncio.Task[None] | None = None
+        self._closed: ClientClosed | None = None
+        #: Called once closed (the client uses it to forget this consumer).
+        self.on_closed: Callable[[Consumer], None] | None = None
+
+    async def _start(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for part in self._parts.values():
+                    tg.create_task(
+                        retry_until(
+                            part.subscribe,
+                            timeout_s=self._client_opts.operation_timeout_s,
+                            what=f"subscribing {self.subscription} to {part.topic}",
+                        )
+                    )
+        except BaseExceptionGroup as eg:
+            for part in self._parts.values():
+                with contextlib.suppress(DanubeError):
+                    await part.aclose(unsubscribe=False)
+            raise first_error(eg) from None
+        for part in self._parts.values():
+            part.start()
+        self._ack_task = asyncio.create_task(self._ack_loop(), name=f"danube-acks {self.topic}")
+
+    # ------------------------------------------------------------------ receiving
+
+    async def receive(self, timeout_s: float | None = None) -> Message:
+        """The next message; raises ClientTimeout (a ``Timeout`` and a ``TimeoutError``) after
+        ``timeout_s`` (None: wait indefinitely).
+
+        Raises ClientClosed once the consumer is closed, or the error that stopped it.
+        """
+        if timeout_s is None:
+            return await self._queue.get()
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await self._queue.get()
+        except TimeoutError:
+            raise ClientTimeout(f"no message received on {self.topic} within {timeout_s} s") from None
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> Message:
+        try:
+            return await self._queue.get()
+        except ClientClosed:
+            raise StopAsyncIteration from None
+
+    # ------------------------------------------------------------------ acks
+
+    async def ack(self, msg: Message) -> None:
+        """Acknowledge one message (buffered; see the class doc)."""
+        if self._closed is not None:
+            raise self._closed
+        topic = msg.topic
+        if topic not in self._parts:
+            raise InvalidArgument(f"message from {topic} does not belong to this consumer ({self.topic})")
+        n = self._acks.add(topic, msg.offset)
+        if n == 1:
+            self._ack_wake.set()
+        if n >= self._opts.ack_batch_size:
+            self._ack_full.set()
+            if n >= self._opts.ack_batch_size * _MAX_BUFFERED_ACK_BATCHES:
+                await self.flush_acks()
+
+    async def nack(self, msg: Message, *, delay_ms: int | None = None) -> None:
+        """Ask for redelivery of one message (after ``delay_ms``, or the subscription's policy)."""
+        if self._closed is not None:
+            raise self._closed
+        part = self._parts.get(msg.topic)
+        if part is None:
+            raise InvalidArgument(f"message from {msg.topic} does not belong to this consumer ({self.topic})")
+        await part.nack(msg, delay_ms)
+
+    async def flush_acks(self) -> None:
+        """Send every buffered ack now; failures are logged, the messages get redelivered."""
+        await self._send_acks()
+
+    async def _send_acks(self) -> bool:
+        """Send the buffered acks; return False if some failed and were put back for retry."""
+        groups = self._acks.take()
+        if not groups:
+            return True
+        ok = True
+
+        async def one(topic: str, offsets: list[int]) -> None:
+            nonlocal ok
+            try:
+                await self._parts[topic].ack_batch(offsets)
+            except DanubeError as err:
+                if err.retryable and self._closed is None:
+                    self._acks.add_many(topic, offsets)
+                    ok = False
+                else:
+                    log.warning("dropping %d acks on %s: %s", len(offsets), topic, err)
+
+        await asyncio.gather(*(one(t, o) for t, o in groups.items()))
+        return ok
+
+    async def _ack_loop(self) -> None:
+        interval_s = self._opts.ack_flush_interval_ms / 1000.0
+        failures = 0
+        while True:
+            if self._acks.count == 0:
+                self._ack_wake.clear()
+                await self._ack_wake.wait()
+                continue
+            if self._acks.count < self._opts.ack_batch_size and interval_s > 0:
+                self._ack_full.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(interval_s):
+                        await self._ack_full.wait()
+            if await self._send_acks():
+                failures = 0
+            else:
+                await asyncio.sleep(backoff_s(failures))
+                failures += 1
+
+    # ------------------------------------------------------------------ closing
+
+    async def close(self, *, unsubscribe: bool = False) -> None:
+        """Send buffered acks and detach; with ``unsubscribe`` also delete the subscription."""
+        if self._closed is not None:
+            return
+        try:
+            await self._send_acks()
+        finally:
+            self._closed = ClientClosed(f"consumer {self.consumer_name} on {self.topic} is closed")
+            if self._ack_task is not None:
+                self._ack_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._ack_task
+            errors: list[DanubeError] = []
+            for part in self._parts.values():
+                try:
+                    await part.aclose(unsubscribe=unsubscribe)
+                except DanubeError as err:
+                    errors.append(err)
+            self._queue.clear()
+            self._queue.fail(self._closed, replace=True)
+            if self.on_closed is not None:
+                self.on_closed(self)
+            if errors:
+                raise errors[0]
+
+    async def unsubscribe(self) -> None:
+        """Close and delete the subscription (its backlog and cursor)."""
+        await self.close(unsubscribe=True)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

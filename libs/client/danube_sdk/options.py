@@ -1,0 +1,65 @@
+"""Frozen option records, validated once when a client, producer or consumer is created."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from danube_common.errors import InvalidArgument
+from danube_sdk.types import AccessMode, DispatchStrategy, RoutingMode, SubType
+
+
+def _require(ok: bool, what: str) -> None:
+    if not ok:
+        raise InvalidArgument(what)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientOptions:
+    #: Deadline of each unary RPC (lookup, create, subscribe, ack ...).
+    rpc_timeout_s: float = 10.0
+    #: How long creating a producer or consumer keeps retrying retryable failures.
+    operation_timeout_s: float = 30.0
+    #: Interval of HealthCheck polls per attached producer/consumer (0: off).
+    health_check_interval_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        _require(self.rpc_timeout_s > 0, "rpc_timeout_s must be > 0")
+        _require(self.operation_timeout_s > 0, "operation_timeout_s must be > 0")
+        _require(self.health_check_interval_s >= 0, "health_check_interval_s must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerOptions:
+    dispatch_strategy: DispatchStrategy = DispatchStrategy.NON_RELIABLE
+    access_mode: AccessMode = AccessMode.SHARED
+    batching_max_messages: int = 1000
+    batching_max_bytes: int = 1024 * 1024
+    batching_max_publish_delay_ms: float = 2.0
+    max_pending_messages: int = 20_000
+    #: A message not acknowledged this long after ``send`` fails with Timeout (0: never).
+    send_timeout_s: float = 30.0
+    routing_mode: RoutingMode = RoutingMode.ROUND_ROBIN
+
+    def __post_init__(self) -> None:
+        _require(self.batching_max_messages >= 1, "batching_max_messages must be >= 1")
+        _require(self.batching_max_bytes >= 1, "batching_max_bytes must be >= 1")
+        _require(self.batching_max_publish_delay_ms >= 0, "batching_max_publish_delay_ms must be >= 0")
+        _require(self.max_pending_messages >= 1, "max_pending_messages must be >= 1")
+        _require(self.send_timeout_s >= 0, "send_timeout_s must be >= 0 (0 disables the timeout)")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOptions:
+    sub_type: SubType = SubType.SHARED
+    key_filters: tuple[str, ...] = ()
+    #: Messages buffered client-side across all partitions before reading pauses.
+    receiver_queue_size: int = 1000
+    #: Acks are sent in one AckBatch per partition when this many are buffered ...
+    ack_batch_size: int = 1000
+    #: ... or this long after the first buffered ack, whichever comes first.
+    ack_flush_interval_ms: float = 5.0
+
+    def __post_init__(self) -> None:
+        _require(self.receiver_queue_size >= 1, "receiver_queue_size must be >= 1")
+        _require(self.ack_batch_size >= 1, "ack_batch_size must be >= 1")
+        _require(self.ack_flush_interval_ms >= 0, "ack_flush_interval_ms must be >= 0")

@@ -1,0 +1,215 @@
+"""The producer users hold: routes messages over the partitions and bounds what is pending."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+from danube_common.errors import DanubeError, MessageTooLarge
+from danube_sdk.connection import Connections
+from danube_sdk.errors import ClientClosed
+from danube_sdk.options import ClientOptions, ProducerOptions
+from danube_sdk.retry import retry_until
+from danube_sdk.routing import PartitionRouter
+from danube_sdk.streams import first_error
+from danube_sdk.topic_producer import TopicProducer
+from danube_sdk.types import MessageId
+
+log = logging.getLogger(__name__)
+
+
+class Producer:
+    """Publishes to a topic (all its partitions). Create with ``DanubeClient.create_producer``.
+
+    ``send_async`` appends the message to a batch and returns at once with a future of its
+    :class:`MessageId`; it only waits when ``max_pending_messages`` are already sent but not
+    acknowledged (back-pressure). ``send`` waits for the broker's acknowledgement.
+    """
+
+    def __init__(
+        self,
+        conns: Connections,
+        *,
+        topic: str,
+        name: str,
+        partitions: list[str],
+        opts: ProducerOptions,
+        client_opts: ClientOptions,
+    ) -> None:
+        self.topic = topic
+        self.producer_name = name
+        self.partitions = list(partitions)
+        self._opts = opts
+        self._loop = asyncio.get_running_loop()
+        self._pending = 0
+        self._max_pending = opts.max_pending_messages
+        self._space = asyncio.Event()
+        self._space.set()
+        self._closed: ClientClosed | None = None
+        self._router = PartitionRouter(len(partitions), opts.routing_mode)
+        names = [name if p == topic else f"{name}-{i}" for i, p in enumerate(partitions)]
+        self._parts = [
+            TopicProducer(conns, topic=p, name=n, opts=opts, client_opts=client_opts, release=self._release)
+            for p, n in zip(partitions, names, strict=True)
+        ]
+        self._expiry: asyncio.Task[None] | None = None
+        self._client_opts = client_opts
+        #: Called once closed (the client uses it to forget this producer).
+        self.on_closed: Callable[[Producer], None] | None = None
+
+    async def _start(self) -> None:
+        """Attach every partition (retrying retryable failures), then start sending."""
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for part in self._parts:
+                    tg.create_task(
+                        retry_until(
+                            part.connect,
+                            timeout_s=self._client_opts.operation_timeout_s,
+                            what=f"creating producer {part.name} on {part.topic}",
+                        )
+                    )
+        except BaseExceptionGroup as eg:
+            await self._abort()
+            raise first_error(eg) from None
+        for part in self._parts:
+            part.start()
+        if self._opts.send_timeout_s > 0:
+            self._expiry = asyncio.create_task(
+                self._expire_loop(), name=f"danube-producer-expiry {self.topic}"
+            )
+
+    async def _abort(self) -> None:
+        self._closed = ClientClosed(f"producer {self.producer_name} on {self.topic} failed to start")
+        for part in self._parts:
+            with contextlib.suppress(DanubeError):
+                await part.aclose(self._closed)
+
+    # ------------------------------------------------------------------ sending
+
+    async def send_async(
+        self, payload: bytes, *, properties: dict[str, str] | None = None, key: str | None = None
+    ) -> asyncio.Future[MessageId]:
+        """Queue one message; return a future resolved with its id once the broker acks it.
+
+        Awaits only while ``max_pending_messages`` messages are unacknowledged. Errors
+        (MessageTooLarge, Timeout, ProducerBusy, ClientClosed ...) are set on the future.
+        """
+        while self._pending >= self._max_pending and self._closed is None:
+            self._space.clear()
+            await self._space.wait()
+        fut: asyncio.Future[MessageId] = self._loop.create_future()
+        if self._closed is not None:
+            fut.set_exception(self._closed)
+            return fut
+        part = self._parts[self._router.choose(key)]
+        if part.fatal is not None:
+            fut.set_exception(part.fatal)
+            return fut
+        if part.max_message_size and len(payload) > part.max_message_size:
+            fut.set_exception(
+                MessageTooLarge(
+                    f"message of {len(payload)} bytes exceeds the topic's limit of "
+                    f"{part.max_message_size} bytes ({part.topic})"
+                )
+            )
+            return fut
+        self._pending += 1
+        part.add(payload, properties, key, fut, time.time_ns() // 1_000_000)
+        return fut
+
+    async def send(
+        self, payload: bytes, *, properties: dict[str, str] | None = None, key: str | None = None
+    ) -> MessageId:
+        """Send one message and wait until the broker has acknowledged it."""
+        fut = await self.send_async(payload, properties=properties, key=key)
+        return await fut
+
+    async def send_many(
+        self,
+        payloads: Iterable[bytes],
+        *,
+        properties: dict[str, str] | None = None,
+        key: str | None = None,
+    ) -> list[MessageId]:
+        """Send many messages pipelined; return their ids in order once all are acknowledged.
+
+        If any fails, the first failure is raised after all have completed.
+        """
+        futs = [await self.send_async(p, properties=properties, key=key) for p in payloads]
+        if not futs:
+            return []
+        await asyncio.wait(futs)
+        ids: list[MessageId] = []
+        first: BaseException | None = None
+        for fut in futs:
+            exc = fut.exception()
+            if exc is not None:
+                first = first or exc
+            else:
+                ids.append(fut.result())
+        if first is not None:
+            raise first
+        return ids
+
+    async def flush(self) -> None:
+        """Send everything queued now and wait until all of it is acknowledged or failed."""
+        waits: list[asyncio.Future[None]] = []
+        for part in self._parts:
+            part.seal_open()
+            done = part.last_batch_done()
+            if done is not None:
+                waits.append(done)
+        if waits:
+            await asyncio.wait(waits)
+
+    async def close(self) -> None:
+        """Flush, then detach from the brokers. Later sends fail with ClientClosed."""
+        if self._closed is not None:
+            return
+        self._closed = ClientClosed(f"producer {self.producer_name} on {self.topic} is closed")
+        self._space.set()
+        try:
+            await self.flush()
+        finally:
+            if self._expiry is not None:
+                self._expiry.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._expiry
+            for part in self._parts:
+                await part.aclose(self._closed)
+            if self.on_closed is not None:
+                self.on_closed(self)
+
+    @property
+    def pending(self) -> int:
+        """Messages sent but not yet acknowledged (or failed)."""
+        return self._pending
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    # ------------------------------------------------------------------ internals
+
+    def _release(self, n: int) -> None:
+        self._pending -= n
+        if self._pending < self._max_pending:
+            self._space.set()
+
+    async def _expire_loop(self) -> None:
+        tick_s = min(1.0, max(0.05, self._opts.send_timeout_s / 10))
+        while True:
+            await asyncio.sleep(tick_s)
+            now = self._loop.time()
+            for part in self._parts:
+                part.expire(now)
+
+    async def __aenter__(self) -> Producer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

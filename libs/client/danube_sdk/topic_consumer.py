@@ -1,0 +1,206 @@
+"""The consumer of one (partition) topic: subscription, the delivery stream, reconnection.
+
+Frames from ``ReceiveBatches`` go into the consumer's shared :class:`ReceiveQueue`. When the
+stream ends (topic moved, broker gone) or a health check answers CLOSE, the supervisor backs
+off, looks the topic up again and subscribes under the same consumer name, which takes the
+old consumer over, then opens a new stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import grpc.aio
+
+from danube_common.errors import DanubeError, Unavailable
+from danube_common.pb import DanubeApi_pb2 as pb
+from danube_sdk.connection import Connections, Stubs, rpc
+from danube_sdk.options import ClientOptions, ConsumerOptions
+from danube_sdk.receive_queue import ReceiveQueue
+from danube_sdk.retry import backoff_s
+from danube_sdk.streams import call_error, health_watch, map_stream_error, race
+from danube_sdk.types import Message
+
+log = logging.getLogger(__name__)
+
+#: Upper bound asked of the broker per MessageBatch frame.
+MAX_MESSAGES_PER_FRAME = 1000
+
+
+class TopicConsumer:
+    """Receives from one topic; owned by :class:`danube_sdk.consumer.Consumer`."""
+
+    def __init__(
+        self,
+        conns: Connections,
+        *,
+        topic: str,
+        name: str,
+        subscription: str,
+        opts: ConsumerOptions,
+        client_opts: ClientOptions,
+        queue: ReceiveQueue,
+    ) -> None:
+        self.topic = topic
+        self.name = name
+        self.subscription = subscription
+        self._conns = conns
+        self._opts = opts
+        self._client_opts = client_opts
+        self._queue = queue
+        self.consumer_id = 0
+        self.broker_url: str | None = None
+        self._stubs: Stubs | None = None
+        #: True while subscribed and streaming; acks are held back while False.
+        self.attached = False
+        self._received_in_session = False
+        self._task: asyncio.Task[None] | None = None
+
+    async def subscribe(self, hint_url: str | None = None) -> None:
+        url = hint_url or await self._conns.lookup(self.topic)
+        stubs = self._conns.stubs(url)
+        resp = await rpc(
+            stubs.consumer.Subscribe(
+                pb.ConsumerRequest(
+                    request_id=self._conns.next_request_id(),
+                    topic_name=self.topic,
+                    consumer_name=self.name,
+                    subscription=self.subscription,
+                    subscription_type=pb.ConsumerRequest.SubscriptionType.Name(int(self._opts.sub_type)),
+                    key_filters=list(self._opts.key_filters),
+                ),
+                timeout=self._client_opts.rpc_timeout_s,
+            )
+        )
+        self.consumer_id = resp.consumer_id
+        self.broker_url = url
+        self._stubs = stubs
+        self.attached = True
+        log.debug("consumer %s subscribed to %s on %s (id %d)", self.name, self.topic, url, self.consumer_id)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"danube-consumer {self.topic}")
+
+    async def aclose(self, *, unsubscribe: bool) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.attached = False
+        if self._stubs is not None and self.consumer_id:
+            req = pb.CloseConsumerRequest(
+                request_id=self._conns.next_request_id(),
+                consumer_id=self.consumer_id,
+                unsubscribe=unsubscribe,
+            )
+            try:
+                await rpc(self._stubs.consumer.CloseConsumer(req, timeout=self._client_opts.rpc_timeout_s))
+            except DanubeError as exc:
+                if unsubscribe:
+                    raise
+                log.debug("CloseConsumer for %s failed: %s", self.topic, exc)
+            self._stubs = None
+
+    # ------------------------------------------------------------------ acks
+
+    async def ack_batch(self, offsets: list[int]) -> None:
+        if not self.attached or self._stubs is None:
+            raise Unavailable(f"consumer {self.name} on {self.topic} is reconnecting")
+        req = pb.AckBatchRequest(
+            request_id=self._conns.next_request_id(),
+            consumer_id=self.consumer_id,
+            topic_name=self.topic,
+            subscription_name=self.subscription,
+            topic_offsets=offsets,
+        )
+        await rpc(self._stubs.consumer.AckBatch(req, timeout=self._client_opts.rpc_timeout_s))
+
+    async def nack(self, msg: Message, delay_ms: int | None) -> None:
+        if self._stubs is None:
+            raise Unavailable(f"consumer {self.name} on {self.topic} is reconnecting")
+        req = pb.NackRequest(
+            request_id=self._conns.next_request_id(),
+            msg_id=msg.raw.msg_id,
+            subscription_name=self.subscription,
+        )
+        if delay_ms is not None:
+            req.delay_ms = delay_ms
+        await rpc(self._stubs.consumer.Nack(req, timeout=self._client_opts.rpc_timeout_s))
+
+    # ------------------------------------------------------------------ supervisor
+
+    async def _run(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                await self._session()
+                err: DanubeError = Unavailable(f"delivery stream of {self.topic} ended")
+            except DanubeError as exc:
+                err = exc
+            self.attached = False
+            if not err.retryable:
+                log.error("consumer %s on %s failed: %s", self.name, self.topic, err)
+                self._queue.fail(err)
+                return
+            if self._received_in_session:
+                attempt = 0
+            hint = err.redirect
+            log.warning("consumer %s on %s: %s; reconnecting", self.name, self.topic, err)
+            while True:
+                await asyncio.sleep(backoff_s(attempt))
+                attempt += 1
+                try:
+                    await self.subscribe(hint)
+                    break
+                except DanubeError as exc:
+                    if not exc.retryable:
+                        log.error("consumer %s on %s cannot resubscribe: %s", self.name, self.topic, exc)
+                        self._queue.fail(exc)
+                        return
+                    log.info("resubscribing %s on %s failed: %s", self.name, self.topic, exc)
+                    hint = exc.redirect
+
+    async def _session(self) -> None:
+        assert self._stubs is not None
+        stubs = self._stubs
+        self._received_in_session = False
+        frame_max = min(self._opts.receiver_queue_size, MAX_MESSAGES_PER_FRAME)
+        req = pb.ReceiveBatchRequest(
+            request_id=self._conns.next_request_id(),
+            consumer_id=self.consumer_id,
+            max_messages_per_frame=frame_max,
+        )
+        call = stubs.consumer.ReceiveBatches(req)
+        what = f"receiving from {self.topic} on {self.broker_url}"
+        try:
+            await race(
+                {"reader": self._read_loop(call, what)},
+                {
+                    "health": health_watch(
+                        stubs,
+                        client=pb.HealthCheckRequest.Consumer,
+                        client_id=self.consumer_id,
+                        interval_s=self._client_opts.health_check_interval_s,
+                        rpc_timeout_s=self._client_opts.rpc_timeout_s,
+                    )
+                },
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise map_stream_error(exc, what) from exc
+        finally:
+            call.cancel()
+
+    async def _read_loop(self, call: grpc.aio.UnaryStreamCall, what: str) -> None:
+        topic = self.topic
+        queue = self._queue
+        while True:
+            frame = await call.read()
+            if frame is grpc.aio.EOF:
+                raise await call_error(call, what)
+            assert isinstance(frame, pb.MessageBatch)
+            if frame.messages:
+                self._received_in_session = True
+                await queue.put_many([Message(m, topic) for m in frame.messages])

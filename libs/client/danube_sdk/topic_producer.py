@@ -1,0 +1,358 @@
+"""The producer of one (partition) topic: batching, the publish stream, and reconnection.
+
+Messages are appended to an *open* batch as they are sent. The batch is sealed when it
+reaches ``batching_max_messages`` or ``batching_max_bytes``, when it has been open for
+``batching_max_publish_delay_ms``, or at once when no batch is in flight (an idle producer
+does not linger); sealed batches wait in ``ready`` for the sender. The sender
+writes them on the ``PublishBatches`` stream without waiting for acks, keeping them in
+``inflight`` (ordered by ``batch_seq``) until the broker's ``PublishAck`` resolves them.
+
+When the stream fails with a retryable error (topic moved, broker gone, back-pressure) the
+supervisor backs off, looks the topic up again, re-creates the producer under the same name
+and writes every batch still in flight again, in order, before new ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Callable
+
+import grpc.aio
+
+from danube_common.errors import DanubeError, Unavailable
+from danube_common.pb import DanubeApi_pb2 as pb
+from danube_sdk.batch import Batch, error_from_detail, fail_all
+from danube_sdk.connection import Connections, Stubs, rpc
+from danube_sdk.errors import ClientClosed, ClientTimeout
+from danube_sdk.options import ClientOptions, ProducerOptions
+from danube_sdk.retry import backoff_s
+from danube_sdk.streams import call_error, health_watch, map_stream_error, race
+from danube_sdk.types import MessageId
+
+log = logging.getLogger(__name__)
+
+
+class TopicProducer:
+    """Sends to one topic; owned by :class:`danube_sdk.producer.Producer`."""
+
+    def __init__(
+        self,
+        conns: Connections,
+        *,
+        topic: str,
+        name: str,
+        opts: ProducerOptions,
+        client_opts: ClientOptions,
+        release: Callable[[int], None],
+    ) -> None:
+        self.topic = topic
+        self.name = name
+        self._conns = conns
+        self._opts = opts
+        self._client_opts = client_opts
+        self._release = release
+        self._loop = asyncio.get_running_loop()
+        self._linger_s = opts.batching_max_publish_delay_ms / 1000.0
+        self._max_messages = opts.batching_max_messages
+        self._max_bytes = opts.batching_max_bytes
+        self.producer_id = 0
+        #: Largest payload the broker accepts (0: it did not say).
+        self.max_message_size = 0
+        self.broker_url: str | None = None
+        self._stubs: Stubs | None = None
+        self.open: Batch | None = None
+        self.ready: collections.deque[Batch] = collections.deque()
+        self.inflight: dict[int, Batch] = {}
+        self._next_seq = 1
+        self._wake = asyncio.Event()
+        self._writes_allowed = asyncio.Event()
+        self._retry_error: DanubeError | None = None
+        self._refused: list[Batch] = []
+        self._acked_in_session = False
+        #: Set when the producer can no longer publish (non-retryable error, or closed).
+        self.fatal: DanubeError | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def connect(self, hint_url: str | None = None) -> None:
+        """Look the topic up (unless given a broker URL) and create the producer there."""
+        url = hint_url or await self._conns.lookup(self.topic)
+        stubs = self._conns.stubs(url)
+        timeout = self._client_opts.rpc_timeout_s
+        if self.producer_id and self.broker_url == url:
+            # Free our old registration on this broker before taking the name again.
+            with contextlib.suppress(DanubeError):
+                req = pb.CloseProducerRequest(producer_id=self.producer_id)
+                await rpc(stubs.producer.CloseProducer(req, timeout=timeout))
+        resp = await rpc(
+            stubs.producer.CreateProducer(
+                pb.ProducerRequest(
+                    request_id=self._conns.next_request_id(),
+                    producer_name=self.name,
+                    topic_name=self.topic,
+                    producer_access_mode=pb.ProducerAccessMode.Name(int(self._opts.access_mode)),
+                    dispatch_strategy=pb.DispatchStrategy.Name(int(self._opts.dispatch_strategy)),
+                ),
+                timeout=timeout,
+            )
+        )
+        self.producer_id = resp.producer_id
+        self.max_message_size = resp.max_message_size_bytes
+        self.broker_url = url
+        self._stubs = stubs
+        log.debug("producer %s attached to %s on %s (id %d)", self.name, self.topic, url, self.producer_id)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"danube-producer {self.topic}")
+
+    async def aclose(self, err: DanubeError | None = None) -> None:
+        """Stop sending; fail whatever is still pending; detach from the broker."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.fatal is None:
+            self._fail_everything(err or ClientClosed(f"producer {self.name} on {self.topic} is closed"))
+        if self._stubs is not None and self.producer_id:
+            req = pb.CloseProducerRequest(
+                request_id=self._conns.next_request_id(), producer_id=self.producer_id
+            )
+            try:
+                await rpc(self._stubs.producer.CloseProducer(req, timeout=self._client_opts.rpc_timeout_s))
+            except DanubeError as exc:
+                log.debug("CloseProducer for %s failed: %s", self.topic, exc)
+            self._stubs = None
+
+    # ------------------------------------------------------------------ hot path
+
+    def add(
+        self,
+        payload: bytes,
+        properties: dict[str, str] | None,
+        key: str | None,
+        fut: asyncio.Future[MessageId],
+        now_ms: int,
+    ) -> None:
+        """Append one message to the open batch (sealing batches as they fill)."""
+        size = len(payload)
+        b = self.open
+        if b is None:
+            b = self._open_batch()
+        elif b.bytes + size > self._max_bytes:
+            self._seal()
+            b = self._open_batch()
+        m = b.messages.add(payload=payload, publish_time=now_ms, producer_name=self.name)
+        if properties:
+            m.attributes.update(properties)
+            size += sum(len(k) + len(v) for k, v in properties.items())
+        if key is not None:
+            m.routing_key = key
+        b.futures.append(fut)
+        b.bytes += size
+        if len(b.futures) >= self._max_messages or b.bytes >= self._max_bytes:
+            self._seal()
+
+    def _open_batch(self) -> Batch:
+        now = self._loop.time()
+        timeout = self._opts.send_timeout_s
+        b = Batch(now, now + timeout if timeout > 0 else None, self._loop.create_future())
+        self.open = b
+        self._wake.set()  # the sender arms the linger timer
+        return b
+
+    def _seal(self) -> None:
+        b = self.open
+        if b is not None:
+            self.open = None
+            self.ready.append(b)
+            self._wake.set()
+
+    def seal_open(self) -> None:
+        """Make the open batch ready now (used by flush)."""
+        self._seal()
+
+    def last_batch_done(self) -> asyncio.Future[None] | None:
+        """The completion of the newest batch: every older one is finished before it."""
+        if self.open is not None:
+            return self.open.done
+        if self.ready:
+            return self.ready[-1].done
+        if self.inflight:
+            return next(reversed(self.inflight.values())).done
+        return None
+
+    def expire(self, now: float) -> None:
+        """Fail batches whose send timeout has passed (oldest first, so stop at a live one)."""
+        expired: list[Batch] = []
+        for seq, batch in list(self.inflight.items()):
+            if batch.deadline is None or batch.deadline > now:
+                break
+            del self.inflight[seq]
+            expired.append(batch)
+        while self.ready and (d := self.ready[0].deadline) is not None and d <= now:
+            expired.append(self.ready.popleft())
+        if self.open is not None and (d := self.open.deadline) is not None and d <= now:
+            expired.append(self.open)
+            self.open = None
+        if expired:
+            err = ClientTimeout(
+                f"message to {self.topic} not acknowledged within send_timeout_s={self._opts.send_timeout_s}"
+            )
+            fail_all(expired, err, self._release)
+
+    def _fail_everything(self, err: DanubeError) -> None:
+        self.fatal = err
+        batches = [*self.inflight.values(), *self._refused, *self.ready]
+        if self.open is not None:
+            batches.append(self.open)
+        self.inflight.clear()
+        self._refused.clear()
+        self.ready.clear()
+        self.open = None
+        fail_all(batches, err, self._release)
+
+    # ------------------------------------------------------------------ supervisor
+
+    async def _run(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                await self._session()
+                err: DanubeError = ClientClosed("publish session ended")
+            except DanubeError as exc:
+                err = exc
+            if not err.retryable:
+                log.error("producer %s on %s failed: %s", self.name, self.topic, err)
+                self._fail_everything(err)
+                return
+            if self._acked_in_session:
+                attempt = 0
+            hint = err.redirect
+            log.warning("producer %s on %s: %s; reconnecting", self.name, self.topic, err)
+            while True:
+                await asyncio.sleep(backoff_s(attempt))
+                attempt += 1
+                try:
+                    await self.connect(hint)
+                    break
+                except DanubeError as exc:
+                    if not exc.retryable:
+                        log.error("producer %s on %s cannot reconnect: %s", self.name, self.topic, exc)
+                        self._fail_everything(exc)
+                        return
+                    log.info("reconnecting producer %s on %s failed: %s", self.name, self.topic, exc)
+                    hint = exc.redirect
+
+    async def _session(self) -> None:
+        """Publish on one stream until it fails; raises the error that ended it."""
+        assert self._stubs is not None
+        stubs = self._stubs
+        self._acked_in_session = False
+        self._retry_error = None
+        self._writes_allowed.set()
+        if self._refused:  # batches refused with a retryable error go first, in order
+            merged = {b.seq: b for b in self._refused}
+            merged.update(self.inflight)
+            self.inflight = dict(sorted(merged.items()))
+            self._refused.clear()
+        call = stubs.producer.PublishBatches()
+        what = f"publishing to {self.topic} on {self.broker_url}"
+        try:
+            await race(
+                {"reader": self._read_loop(call, what), "writer": self._write_loop(call, what)},
+                {
+                    "health": health_watch(
+                        stubs,
+                        client=pb.HealthCheckRequest.Producer,
+                        client_id=self.producer_id,
+                        interval_s=self._client_opts.health_check_interval_s,
+                        rpc_timeout_s=self._client_opts.rpc_timeout_s,
+                    )
+                },
+            )
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
+            raise map_stream_error(exc, what) from exc
+        finally:
+            call.cancel()
+
+    async def _write_loop(self, call: grpc.aio.StreamStreamCall, what: str) -> None:
+        try:
+            for batch in list(self.inflight.values()):  # resend what was not acknowledged
+                batch.frame.producer_id = self.producer_id
+                await call.write(batch.frame)
+            while True:
+                await self._writes_allowed.wait()
+                batch = await self._next_batch()  # no await between this and `inflight`
+                seq = self._next_seq
+                self._next_seq += 1
+                batch.frame.batch_seq = seq
+                batch.frame.producer_id = self.producer_id
+                self.inflight[seq] = batch
+                await call.write(batch.frame)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            raise await call_error(call, what) from None
+
+    async def _next_batch(self) -> Batch:
+        while True:
+            if self.ready:
+                return self.ready.popleft()
+            b = self.open
+            self._wake.clear()
+            if b is None:
+                await self._wake.wait()
+                continue
+            # Linger only while earlier batches are in flight: an idle pipe sends at once,
+            # so a lone send() is not delayed, and batches grow exactly when load does.
+            delay = b.opened_at + self._linger_s - self._loop.time()
+            if delay <= 0 or not self.inflight:
+                self._seal()
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
+
+    async def _read_loop(self, call: grpc.aio.StreamStreamCall, what: str) -> None:
+        while True:
+            ack = await call.read()
+            if ack is grpc.aio.EOF:
+                raise await call_error(call, what)
+            assert isinstance(ack, pb.PublishAck)
+            batch = self.inflight.pop(ack.batch_seq, None)
+            if not self.inflight and self.open is not None:
+                self._wake.set()  # the pipe is idle: the open batch need not linger
+            if batch is not None:
+                if ack.HasField("error"):
+                    self._on_refused(batch, ack.error)
+                else:
+                    if ack.count != len(batch):
+                        log.warning(
+                            "broker acked %d messages of a %d-message batch on %s",
+                            ack.count,
+                            len(batch),
+                            self.topic,
+                        )
+                    self._acked_in_session = True
+                    self._release(len(batch))
+                    batch.resolve(self.topic, ack.first_offset, self.producer_id)
+            if self._retry_error is not None and not self.inflight:
+                raise self._retry_error  # every batch sent before the refusal is answered
+
+    def _on_refused(self, batch: Batch, detail: pb.ErrorDetail) -> None:
+        err = error_from_detail(detail)
+        if detail.retryable and not err.retryable:
+            err = Unavailable(f"{err.message} [{err.code}]")
+        if err.retryable:
+            # Stop writing, let the broker answer what is already on the wire, then retry
+            # the refused batches on a new session (after backoff).
+            self._refused.append(batch)
+            self._writes_allowed.clear()
+            if self._retry_error is None:
+                self._retry_error = err
+            return
+        self._release(len(batch))
+        batch.fail(err)

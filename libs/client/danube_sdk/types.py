@@ -1,0 +1,115 @@
+"""Value types of the SDK: option enums, message ids and received messages."""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from danube_common.pb import DanubeApi_pb2 as pb
+
+
+class SubType(enum.IntEnum):
+    """Subscription type; the values are the wire values of ``ConsumerRequest.SubscriptionType``."""
+
+    EXCLUSIVE = 0
+    SHARED = 1
+    FAILOVER = 2
+    KEY_SHARED = 3
+
+
+class DispatchStrategy(enum.IntEnum):
+    """How the broker keeps a topic: in memory (at-most-once) or in its write-ahead log."""
+
+    NON_RELIABLE = 0
+    RELIABLE = 1
+
+
+class AccessMode(enum.IntEnum):
+    """Producer access mode: many producers per topic, or one that excludes all others."""
+
+    SHARED = 0
+    EXCLUSIVE = 1
+
+
+class RoutingMode(enum.Enum):
+    """Which partition a message *without a key* goes to.
+
+    Messages with a key always go to partition ``fnv1a64(key) % partitions``.
+    """
+
+    #: Cycle through the partitions message by message.
+    ROUND_ROBIN = "round_robin"
+    #: Pick one partition at random when the producer is created and send everything there.
+    SINGLE_PARTITION = "single_partition"
+
+
+class MessageId(NamedTuple):
+    """Where a message landed: the (partition) topic and its offset there."""
+
+    topic: str
+    offset: int
+    producer_id: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.topic}@{self.offset}"
+
+
+class Message:
+    """A received message. Fields are decoded from the wire frame on first access."""
+
+    __slots__ = ("_props", "_raw", "_source")
+
+    def __init__(self, raw: pb.StreamMessage, source: str = "") -> None:
+        self._raw = raw
+        #: The partition topic this message was received on (acks are routed by it).
+        self._source = source or raw.msg_id.topic_name
+        self._props: dict[str, str] | None = None
+
+    @property
+    def payload(self) -> bytes:
+        return self._raw.payload
+
+    @property
+    def properties(self) -> dict[str, str]:
+        if self._props is None:
+            self._props = dict(self._raw.attributes)
+        return self._props
+
+    @property
+    def key(self) -> str | None:
+        """The routing key the producer set, or None."""
+        return self._raw.routing_key if self._raw.HasField("routing_key") else None
+
+    @property
+    def topic(self) -> str:
+        """The topic the message was read from (the partition, for a partitioned topic)."""
+        return self._source
+
+    @property
+    def message_id(self) -> MessageId:
+        mid = self._raw.msg_id
+        return MessageId(self._source, mid.topic_offset, mid.producer_id)
+
+    @property
+    def offset(self) -> int:
+        return self._raw.msg_id.topic_offset
+
+    @property
+    def publish_time_ms(self) -> int:
+        return self._raw.publish_time
+
+    @property
+    def producer_name(self) -> str:
+        return self._raw.producer_name
+
+    @property
+    def raw(self) -> pb.StreamMessage:
+        """The wire message as delivered (for acks and nacks, which echo its ``msg_id``)."""
+        return self._raw
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(topic={self.topic!r}, offset={self.offset}, key={self.key!r}, "
+            f"payload={self.payload[:32]!r}{'...' if len(self.payload) > 32 else ''})"
+        )

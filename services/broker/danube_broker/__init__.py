@@ -1,0 +1,1 @@
+"""Danube broker: owns topics assigned to it in etcd and serves their producers and consumers."""

@@ -1,0 +1,141 @@
+"""``danube-broker``: parse flags, load the config, run the broker until SIGINT/SIGTERM.
+
+Exit status: 0 after a requested stop, 1 when the broker failed (etcd unreachable at start,
+registration lease lost, an internal loop crashed, port in use), 2 for a bad configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from danube_broker.app import BrokerFailure, run
+from danube_broker.config import BrokerConfig
+from danube_common.config import load_config
+from danube_common.errors import ConfigError, DanubeError, MetadataUnavailable, Timeout
+from danube_common.logs import setup_logging
+
+log = logging.getLogger("danube_broker")
+
+ENV_PREFIX = "DANUBE_BROKER"
+
+EPILOG = """\
+configuration layers: defaults < --config YAML < environment < flags.
+  environment: DANUBE_BROKER_<FIELD>, nested with '__', lists with commas, e.g.
+    DANUBE_BROKER_MAX_MESSAGE_SIZE_BYTES=1048576
+    DANUBE_BROKER_SLOW_CONSUMER_POLICY=block
+    DANUBE_BROKER_ETCD__ENDPOINTS=10.0.0.1:2379,10.0.0.2:2379
+  every field, its unit and its default: services/broker/README.md
+
+examples:
+  danube-broker
+  danube-broker --broker-id b1 --listen 0.0.0.0:6651 --advertised-host broker-1.internal
+  danube-broker --listen 127.0.0.1:0 --ready-file /tmp/broker.json --etcd-endpoints 127.0.0.1:2379
+  danube-broker --config deploy/config/broker.yaml --log-level DEBUG
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="danube-broker",
+        description="Danube broker: owns the topics etcd assigns to it and serves their producers and "
+        "consumers (danube.ProducerService, ConsumerService, HealthCheck and Discovery on one port).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", metavar="FILE", help="YAML config file (fields as in the README)")
+    p.add_argument(
+        "--broker-id", metavar="ID", help="unique broker id in the cluster; default: a random short id"
+    )
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="address to serve on; default 0.0.0.0:6651; port 0 = a free port",
+    )
+    p.add_argument(
+        "--advertised-host",
+        metavar="HOST",
+        help="host clients are sent to; default: the listen host, or 127.0.0.1 for 0.0.0.0/127.0.0.1",
+    )
+    p.add_argument(
+        "--etcd-endpoints", metavar="A,B", help="comma-separated etcd host:port list; default 127.0.0.1:2379"
+    )
+    p.add_argument("--cluster", metavar="NAME", help="cluster name (root of every etcd key); default danube")
+    p.add_argument(
+        "--ready-file",
+        metavar="PATH",
+        help="once serving, write {service, broker_id, addr, url, pid} here as JSON (atomically)",
+    )
+    p.add_argument("--log-level", metavar="LEVEL", help="DEBUG, INFO (default), WARNING or ERROR")
+    return p
+
+
+def flags_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    endpoints = None
+    if args.etcd_endpoints is not None:
+        endpoints = [e.strip() for e in args.etcd_endpoints.split(",") if e.strip()]
+    return {
+        "broker_id": args.broker_id,
+        "listen_addr": args.listen,
+        "advertised_host": args.advertised_host,
+        "etcd.endpoints": endpoints,
+        "etcd.cluster": args.cluster,
+        "ready_file": args.ready_file,
+        "log_level": args.log_level,
+    }
+
+
+def load(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = None) -> BrokerConfig:
+    """Parse ``argv`` and merge every configuration layer (raises ConfigError)."""
+    args = build_parser().parse_args(argv)
+    return load_config(
+        BrokerConfig, yaml_path=args.config, env_prefix=ENV_PREFIX, flags=flags_from_args(args), env=env
+    )
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        cfg = load(argv)
+    except ConfigError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    setup_logging(cfg.log_level, service=f"broker[{cfg.broker_id}]")
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(run(cfg))
+    except KeyboardInterrupt:  # interrupted before the signal handlers were installed
+        return 0
+    except (MetadataUnavailable, Timeout) as exc:
+        log.error("%s", exc.message)
+        print(
+            f"error: {exc.message}\nhint: is etcd running at {','.join(cfg.etcd.endpoints)}? "
+            "pass --etcd-endpoints, or start a local cluster with `danube-local up`",
+            file=sys.stderr,
+        )
+        return 1
+    except BrokerFailure as exc:
+        log.error("broker failed: %s", exc)
+        return 1
+    except DanubeError as exc:
+        log.error("%s", exc.message)
+        return 1
+    except OSError as exc:  # e.g. the port is in use
+        log.error("%s", exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

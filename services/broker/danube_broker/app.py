@@ -1,0 +1,279 @@
+"""Wiring of the broker: etcd, registration, assignment watch, one gRPC server, ordered shutdown.
+
+Start-up: connect to etcd (bounded wait) -> bootstrap namespaces -> bind the port (the real
+port is needed for the registration) -> register on a lease -> list our assignments and
+follow them -> start the cluster view (Discovery) -> serve -> announce readiness.
+
+Shutdown (stop event; SIGINT/SIGTERM from the CLI): refuse new producers/consumers -> the
+server stops accepting -> the registration says ``draining`` (no new placements) -> every topic is unloaded, so client streams end with UNAVAILABLE
+(TopicNotOwned: clients look the topic up again) and health checks answer CLOSE -> the
+internal loops are cancelled -> ownership of every topic is released (fenced by epoch) ->
+in-flight RPCs get ``shutdown_grace_s`` -> the registration lease is revoked -> etcd closed.
+
+A crashed internal loop, or a lost registration lease, stops the broker the same way (minus
+the release when the lease is lost) and :func:`run` raises :class:`BrokerFailure`: the
+process exits non-zero instead of staying half alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from danube_broker.config import BrokerConfig
+from danube_broker.grpc_api import ConsumerApi, HealthApi, ProducerApi
+from danube_broker.membership import Membership
+from danube_broker.registry import BrokerRegistry
+from danube_common.cluster_view import ClusterView
+from danube_common.discovery import DiscoveryServicer
+from danube_common.errors import DanubeError
+from danube_common.grpc_util import bind, install_stop_signals, new_server
+from danube_common.keys import Keys
+from danube_common.metadata.etcd import EtcdStore
+from danube_common.metadata.lease import KeptLease
+from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
+from danube_common.resources import BrokerRecord, Resources, now_ms
+
+log = logging.getLogger(__name__)
+
+
+class BrokerFailure(RuntimeError):
+    """The broker stopped because something it depends on failed (not because it was asked to)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyInfo:
+    """Where a running broker answers (also the content of the ready file)."""
+
+    broker_id: str
+    addr: str
+    pid: int
+    #: The live domain state, for embedding and in-process tests (not part of the ready file).
+    registry: BrokerRegistry | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.addr}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "service": "broker",
+            "broker_id": self.broker_id,
+            "addr": self.addr,
+            "url": self.url,
+            "pid": self.pid,
+        }
+
+
+def write_ready_file(path: str | Path, info: ReadyInfo) -> None:
+    """Write atomically (temporary file + rename), so a reader never sees a partial file."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(info.to_json()) + "\n")
+    os.replace(tmp, target)
+
+
+def remove_ready_file(path: str | Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        Path(path).unlink()
+
+
+async def _sweep_forever(registry: BrokerRegistry, interval_s: float) -> NoReturn:
+    while True:
+        await asyncio.sleep(interval_s)
+        registry.sweep()
+
+
+async def run(
+    cfg: BrokerConfig,
+    *,
+    ready: Callable[[ReadyInfo], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve until ``stop`` is set (default: until SIGINT/SIGTERM); raise BrokerFailure on a crash."""
+    if stop is None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+    store = EtcdStore(cfg.etcd.endpoints, request_timeout_s=cfg.etcd.request_timeout_s)
+    try:
+        await store.wait_ready(cfg.etcd.connect_timeout_s)
+        resources = Resources(store, Keys(cfg.etcd.cluster))
+        for ns in cfg.bootstrap_namespaces:
+            if await resources.create_namespace(ns, exist_ok=True):
+                log.info("created bootstrap namespace %s", ns)
+        server = new_server()
+        port = bind(server, cfg.listen_addr)
+        addr = cfg.advertised_addr(port)
+        url = f"http://{addr}"
+        registry = BrokerRegistry(cfg, resources, broker_url=url)
+        await _serve(cfg, resources, server, registry, addr, ready=ready, stop=stop)
+    finally:
+        await store.aclose()
+        if cfg.ready_file:
+            remove_ready_file(cfg.ready_file)
+    log.info("broker %s stopped", cfg.broker_id)
+
+
+async def _serve(
+    cfg: BrokerConfig,
+    resources: Resources,
+    server: Any,
+    registry: BrokerRegistry,
+    addr: str,
+    *,
+    ready: Callable[[ReadyInfo], None] | None,
+    stop: asyncio.Event,
+) -> None:
+    membership = Membership(resources, registry, registration_ttl_s=cfg.registration_ttl_s)
+    view = ClusterView(resources)
+    loops: dict[asyncio.Task[Any], str] = {}
+    lease: KeptLease | None = None
+    failure: BrokerFailure | None = None
+    served = False
+    try:
+        record = BrokerRecord(cfg.broker_id, addr, registry.broker_url, "active", now_ms())
+        lease = await membership.register(record)
+        revision = await membership.load_assignments()
+        loops[asyncio.create_task(membership.follow_assignments(revision + 1), name="assignments")] = (
+            "the assignment watch"
+        )
+        loops[asyncio.create_task(_sweep_forever(registry, cfg.sweep_interval_s), name="sweep")] = (
+            "the expiry sweep"
+        )
+        await view.start()
+        for task, what in (
+            (view.task, "the cluster view watch"),
+            (lease.task, "the lease keep-alive"),
+        ):
+            if task is not None:
+                loops[task] = what
+
+        pb_grpc.add_ProducerServiceServicer_to_server(ProducerApi(registry, cfg), server)
+        pb_grpc.add_ConsumerServiceServicer_to_server(ConsumerApi(registry, cfg), server)
+        pb_grpc.add_HealthCheckServicer_to_server(HealthApi(registry), server)
+        pb_grpc.add_DiscoveryServicer_to_server(
+            DiscoveryServicer(
+                resources, view, self_broker_id=cfg.broker_id, auto_create_topics=cfg.auto_create_topics
+            ),
+            server,
+        )
+        await server.start()
+        served = True
+        info = ReadyInfo(cfg.broker_id, addr, os.getpid(), registry)
+        if cfg.ready_file:
+            write_ready_file(cfg.ready_file, info)
+        log.info(
+            "broker %s serving on %s (listen %s, cluster %s, etcd %s)",
+            cfg.broker_id,
+            info.url,
+            cfg.listen_addr,
+            cfg.etcd.cluster,
+            ",".join(cfg.etcd.endpoints),
+        )
+        if ready is not None:
+            ready(info)
+        failure = await _wait_for_stop(stop, lease, loops)
+    finally:
+        await _shutdown(cfg, server, registry, membership, view, lease, loops, served=served)
+    if failure is not None:
+        raise failure
+
+
+async def _wait_for_stop(
+    stop: asyncio.Event, lease: KeptLease, loops: dict[asyncio.Task[Any], str]
+) -> BrokerFailure | None:
+    stop_task = asyncio.create_task(stop.wait(), name="wait-stop")
+    lost_task = asyncio.create_task(lease.lost.wait(), name="wait-lease-lost")
+    try:
+        await asyncio.wait({stop_task, lost_task, *loops}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (stop_task, lost_task):
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+    if stop.is_set():
+        log.info("stop requested: shutting down")
+        return None
+    if lease.lost.is_set():
+        log.error("the registration lease was lost: this broker can no longer claim its topics; stopping")
+        return BrokerFailure(
+            "registration lease lost (etcd unreachable for a whole TTL, or the lease expired)"
+        )
+    for task, what in loops.items():
+        if task.done():
+            exc = None if task.cancelled() else task.exception()
+            log.error("%s crashed: stopping the broker", what, exc_info=exc)
+            failure = BrokerFailure(f"{what} crashed: {exc!r}")
+            failure.__cause__ = exc
+            return failure
+    return BrokerFailure("stopped for an unknown reason")  # unreachable: one of the waits finished
+
+
+async def _shutdown(
+    cfg: BrokerConfig,
+    server: Any,
+    registry: BrokerRegistry,
+    membership: Membership,
+    view: ClusterView,
+    lease: KeptLease | None,
+    loops: dict[asyncio.Task[Any], str],
+    *,
+    served: bool,
+) -> None:
+    registry.begin_shutdown()
+    server_stop = asyncio.create_task(server.stop(cfg.shutdown_grace_s), name="server-stop")
+    try:
+        await membership.mark_draining()
+    except DanubeError as exc:
+        log.warning("could not mark broker %s draining: %s", cfg.broker_id, exc)
+    held = registry.close_all("the broker is shutting down")
+    own_loops = [t for t, what in loops.items() if what in ("the assignment watch", "the expiry sweep")]
+    for task in own_loops:
+        task.cancel()
+    for task in own_loops:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    lease_ok = lease is not None and not lease.lost.is_set()
+    if lease_ok:
+        try:
+            await membership.release_all(held)
+        except DanubeError as exc:
+            log.warning("could not release topic ownership (peers take over after the lease TTL): %s", exc)
+    await server_stop
+    await view.aclose()
+    if lease is not None:
+        await lease.aclose(revoke=lease_ok)
+        if lease_ok:
+            log.info("registration of broker %s revoked", cfg.broker_id)
+    if served:
+        log.info("broker %s: all client streams ended", cfg.broker_id)
+
+
+@contextlib.asynccontextmanager
+async def running(cfg: BrokerConfig) -> AsyncIterator[ReadyInfo]:
+    """Run a broker in this event loop for the duration of the block (embedding, tests)."""
+    stop = asyncio.Event()
+    started: asyncio.Future[ReadyInfo] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(run(cfg, ready=started.set_result, stop=stop), name=f"broker-{cfg.broker_id}")
+    try:
+        waiting: set[asyncio.Future[Any]] = {started, task}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if not started.done():
+            await task  # raises the start-up error
+            raise RuntimeError("the broker exited before it was ready")
+        yield started.result()
+    except BaseException:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await task
+        raise
+    stop.set()
+    await task  # raises if the broker crashed while the block ran

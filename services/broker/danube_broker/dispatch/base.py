@@ -1,0 +1,65 @@
+"""What every subscription type's router shares: the routing result and the router interface.
+
+A router decides *which consumer gets which messages* of a published batch. It is pure
+bookkeeping over the subscription's routable consumers (in attach order: see
+:attr:`danube_broker.consumer.Consumer.routable`) and knows nothing
+of streams or delivery guarantees, so the non-reliable path (offer to bounded queues, drop or
+block on overflow) and a reliable path (track unacked offsets, redeliver) can share it.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, TypeAlias
+
+from danube_common.pb import DanubeApi_pb2 as pb
+
+#: The message type flowing through dispatch: the protobuf object as received from the producer.
+Msg: TypeAlias = pb.StreamMessage
+
+
+class SubType(enum.Enum):
+    EXCLUSIVE = "Exclusive"
+    SHARED = "Shared"
+    FAILOVER = "Failover"
+    KEY_SHARED = "KeyShared"
+
+
+class Target(Protocol):
+    """A consumer as routers see it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def free(self) -> int:
+        """Messages its queue can still take."""
+        ...
+
+    def accepts(self, key: str) -> bool:
+        """Whether its key filters (KeyShared) let ``key`` through."""
+        ...
+
+
+@dataclass(slots=True)
+class Routing:
+    #: (consumer, messages for it in publish order); a consumer appears at most once.
+    assignments: list[tuple[Target, list[Msg]]] = field(default_factory=list)
+    #: Messages that found no room now but have a consumer (only routers that look at free
+    #: space produce these; the others leave overflow to the queue that refuses them).
+    overflow: list[Msg] = field(default_factory=list)
+    #: Messages no consumer can take at all (none routable, or no key filter matches).
+    unroutable: int = 0
+
+
+class Router(abc.ABC):
+    @abc.abstractmethod
+    def set_consumers(self, consumers: Sequence[Target]) -> None:
+        """The routable consumers, in attach order (called whenever that set changes)."""
+
+    @abc.abstractmethod
+    def route(self, batch: list[Msg]) -> Routing:
+        """Split ``batch`` over the consumers; messages keep their relative order."""

@@ -1,0 +1,246 @@
+"""gRPC servicers: protobuf in, domain calls, protobuf out. No broker logic lives here.
+
+Errors are raised as DanubeError and turned into a status with trailing metadata
+(``x-danube-error-code``) by the server's ErrorInterceptor. A refused batch on
+PublishBatches is the one exception: it is answered in-band (PublishAck.error) and the
+stream goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import grpc.aio
+
+from danube_broker.config import BrokerConfig
+from danube_broker.dispatch.base import Msg, SubType
+from danube_broker.producer import Producer
+from danube_broker.registry import BrokerRegistry
+from danube_common.errors import DanubeError, InvalidArgument, MessageTooLarge
+from danube_common.grpc_util import MAX_GRPC_MESSAGE_BYTES
+from danube_common.pb import DanubeApi_pb2 as pb
+from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
+
+_SUB_TYPES = {
+    pb.ConsumerRequest.Exclusive: SubType.EXCLUSIVE,
+    pb.ConsumerRequest.Shared: SubType.SHARED,
+    pb.ConsumerRequest.Failover: SubType.FAILOVER,
+    pb.ConsumerRequest.KeyShared: SubType.KEY_SHARED,
+}
+_DISPATCH = {pb.NonReliable: "non_reliable", pb.Reliable: "reliable"}
+_ACCESS_MODES = {pb.Shared: False, pb.Exclusive: True}
+#: Messages taken from a consumer queue at a time on the one-message-per-frame stream.
+_RECEIVE_MESSAGES_CHUNK = 64
+#: A delivery frame must stay under gRPC's message limit (headroom for framing).
+_FRAME_LIMIT_BYTES = MAX_GRPC_MESSAGE_BYTES - 64 * 1024
+
+
+def error_detail(err: DanubeError) -> pb.ErrorDetail:
+    return pb.ErrorDetail(
+        code=err.code, grpc_code=err.grpc_status.value[0], message=err.message, retryable=err.retryable
+    )
+
+
+def _enum(table: Mapping[Any, Any], value: int, what: str) -> Any:
+    try:
+        return table[value]
+    except KeyError:
+        raise InvalidArgument(f"unknown {what} {value}; allowed: {sorted(table)}") from None
+
+
+class ProducerApi(pb_grpc.ProducerServiceServicer):
+    def __init__(self, registry: BrokerRegistry, cfg: BrokerConfig) -> None:
+        self._reg = registry
+        self._cfg = cfg
+
+    async def CreateProducer(
+        self, request: pb.ProducerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ProducerResponse:
+        producer = await self._reg.create_producer(
+            request.topic_name,
+            request.producer_name,
+            exclusive=_enum(_ACCESS_MODES, request.producer_access_mode, "producer access mode"),
+            dispatch_strategy=_enum(_DISPATCH, request.dispatch_strategy, "dispatch strategy"),
+        )
+        return pb.ProducerResponse(
+            request_id=request.request_id,
+            producer_id=producer.id,
+            producer_name=producer.name,
+            max_message_size_bytes=self._cfg.max_message_size_bytes,
+        )
+
+    async def SendMessage(
+        self, request: pb.StreamMessage, context: grpc.aio.ServicerContext
+    ) -> pb.MessageResponse:
+        producer = self._reg.producer(request.msg_id.producer_id, topic_hint=request.msg_id.topic_name)
+        msgs = [request]
+        nbytes = self._reg.payload_bytes(msgs)
+        await self._reg.publish(producer, msgs, nbytes)
+        return pb.MessageResponse(request_id=request.request_id)
+
+    async def PublishBatches(
+        self, request_iterator: AsyncIterator[pb.PublishBatch], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.PublishAck]:
+        requests = aiter(request_iterator)
+        batch = await anext(requests, None)
+        if batch is None:
+            return
+        producer = self._reg.producer(batch.producer_id)
+        self._reg.publish_stream_opened(producer)
+        detached = asyncio.create_task(producer.detached.wait(), name=f"producer-{producer.id}-detached")
+        reader: asyncio.Task[pb.PublishBatch | None] | None = None
+        try:
+            while batch is not None:
+                # Read the next batch while this one is published (and to notice a detach).
+                reader = asyncio.create_task(_next(requests), name=f"producer-{producer.id}-read")
+                yield await self._publish_batch(producer, batch)
+                await asyncio.wait({reader, detached}, return_when=asyncio.FIRST_COMPLETED)
+                if not producer.live:
+                    break
+                batch = reader.result()
+                reader = None
+            if not producer.live and producer.detach_error is not None:
+                raise producer.detach_error
+        finally:
+            self._reg.publish_stream_closed(producer)
+            for task in (reader, detached):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+
+    async def _publish_batch(self, producer: Producer, batch: pb.PublishBatch) -> pb.PublishAck:
+        if batch.producer_id not in (0, producer.id):
+            err: DanubeError = InvalidArgument(
+                f"this stream publishes for producer {producer.id}; open another stream for "
+                f"producer {batch.producer_id}"
+            )
+            return pb.PublishAck(batch_seq=batch.batch_seq, error=error_detail(err))
+        msgs: list[Msg] = list(batch.messages)
+        try:
+            nbytes = self._reg.payload_bytes(msgs)
+        except MessageTooLarge as exc:
+            return pb.PublishAck(batch_seq=batch.batch_seq, error=error_detail(exc))
+        first = await self._reg.publish(producer, msgs, nbytes)
+        return pb.PublishAck(batch_seq=batch.batch_seq, first_offset=first, count=len(msgs))
+
+    async def CloseProducer(
+        self, request: pb.CloseProducerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CloseProducerResponse:
+        self._reg.close_producer(request.producer_id)
+        return pb.CloseProducerResponse(request_id=request.request_id)
+
+
+async def _next(requests: AsyncIterator[pb.PublishBatch]) -> pb.PublishBatch | None:
+    return await anext(requests, None)
+
+
+class ConsumerApi(pb_grpc.ConsumerServiceServicer):
+    def __init__(self, registry: BrokerRegistry, cfg: BrokerConfig) -> None:
+        self._reg = registry
+        self._cfg = cfg
+
+    async def Subscribe(
+        self, request: pb.ConsumerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ConsumerResponse:
+        consumer = await self._reg.subscribe(
+            request.topic_name,
+            subscription=request.subscription,
+            consumer_name=request.consumer_name,
+            sub_type=_enum(_SUB_TYPES, request.subscription_type, "subscription type"),
+            key_filters=tuple(request.key_filters),
+        )
+        return pb.ConsumerResponse(
+            request_id=request.request_id, consumer_id=consumer.id, consumer_name=consumer.name
+        )
+
+    async def ReceiveMessages(
+        self, request: pb.ReceiveRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.StreamMessage]:
+        consumer = self._reg.consumer_for_stream(request.consumer_id)
+        subscription = consumer.subscription.name
+        session = consumer.open_stream()
+        try:
+            while True:
+                batch = await consumer.next_batch(session, _RECEIVE_MESSAGES_CHUNK)
+                if batch is None:
+                    return
+                for msg in batch:
+                    out = pb.StreamMessage()
+                    out.CopyFrom(msg)
+                    out.subscription_name = subscription
+                    if not out.request_id:
+                        out.request_id = request.request_id
+                    yield out
+        finally:
+            self._reg.stream_closed(consumer, session)
+
+    async def ReceiveBatches(
+        self, request: pb.ReceiveBatchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.MessageBatch]:
+        consumer = self._reg.consumer_for_stream(request.consumer_id)
+        limit = self._cfg.max_messages_per_frame
+        per_frame = min(request.max_messages_per_frame or limit, limit)
+        session = consumer.open_stream()
+        try:
+            while True:
+                batch = await consumer.next_batch(session, per_frame)
+                if batch is None:
+                    return
+                for frame in _frames(batch):
+                    yield frame
+        finally:
+            self._reg.stream_closed(consumer, session)
+
+    async def Ack(self, request: pb.AckRequest, context: grpc.aio.ServicerContext) -> pb.AckResponse:
+        sub = self._reg.subscription_for_ack(request.msg_id.topic_name, request.subscription_name)
+        sub.acks += 1
+        return pb.AckResponse(request_id=request.request_id)
+
+    async def Nack(self, request: pb.NackRequest, context: grpc.aio.ServicerContext) -> pb.NackResponse:
+        sub = self._reg.subscription_for_ack(request.msg_id.topic_name, request.subscription_name)
+        sub.nacks += 1
+        return pb.NackResponse(request_id=request.request_id)
+
+    async def AckBatch(
+        self, request: pb.AckBatchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AckResponse:
+        consumer = self._reg.consumer(request.consumer_id)
+        sub = self._reg.subscription_for_ack(
+            request.topic_name or consumer.topic_name, request.subscription_name or consumer.subscription.name
+        )
+        sub.acks += len(request.topic_offsets)
+        return pb.AckResponse(request_id=request.request_id)
+
+    async def CloseConsumer(
+        self, request: pb.CloseConsumerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CloseConsumerResponse:
+        self._reg.close_consumer(request.consumer_id, unsubscribe=request.unsubscribe)
+        return pb.CloseConsumerResponse(request_id=request.request_id)
+
+
+def _frames(batch: list[Msg]) -> list[pb.MessageBatch]:
+    """One MessageBatch, or several if one would pass gRPC's message size limit."""
+    frame = pb.MessageBatch(messages=batch)
+    if len(batch) == 1 or frame.ByteSize() <= _FRAME_LIMIT_BYTES:
+        return [frame]
+    half = len(batch) // 2
+    return _frames(batch[:half]) + _frames(batch[half:])
+
+
+class HealthApi(pb_grpc.HealthCheckServicer):
+    _KINDS = {pb.HealthCheckRequest.Producer: "producer", pb.HealthCheckRequest.Consumer: "consumer"}
+
+    def __init__(self, registry: BrokerRegistry) -> None:
+        self._reg = registry
+
+    async def HealthCheck(
+        self, request: pb.HealthCheckRequest, context: grpc.aio.ServicerContext
+    ) -> pb.HealthCheckResponse:
+        kind = _enum(self._KINDS, request.client, "health check client type")
+        ok = self._reg.health(kind, request.id)
+        status = pb.HealthCheckResponse.OK if ok else pb.HealthCheckResponse.CLOSE
+        return pb.HealthCheckResponse(status=status)

@@ -1,0 +1,156 @@
+"""Cluster membership: the broker's leased registration, and the watch on its assignments.
+
+- Registration: ``/{cluster}/brokers/{id}`` = BrokerRecord, attached to a lease kept alive by
+  :class:`KeptLease`. It is created only if absent: if a previous run with the same id left
+  its key behind (killed without revoking), we wait for that lease to expire (at most one
+  TTL) rather than take over the key from what might be a live process.
+- Assignments: ``/{cluster}/assignments/{id}/...`` listed once, then watched from the list's
+  revision + 1, so no change is missed; puts load topics, deletes unload them. The epoch of
+  an assignment is its key's mod_revision, which is the owner key's (one transaction writes both).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import NoReturn
+
+from danube_broker.registry import BrokerRegistry
+from danube_common.errors import MetadataUnavailable
+from danube_common.metadata.lease import KeptLease
+from danube_common.metadata.store import WatchCompacted
+from danube_common.resources import BrokerRecord, Ownership, Resources
+from danube_common.topic_name import TopicName
+
+log = logging.getLogger(__name__)
+
+#: How often a start-up that found a stale registration checks whether it has expired.
+_STALE_POLL_S = 0.25
+
+
+class Membership:
+    def __init__(
+        self,
+        resources: Resources,
+        registry: BrokerRegistry,
+        *,
+        registration_ttl_s: int,
+        stale_wait_s: float | None = None,
+    ) -> None:
+        self._res = resources
+        self._store = resources.store
+        self._keys = resources.keys
+        self._registry = registry
+        self._ttl_s = registration_ttl_s
+        #: How long start-up waits for a previous registration of our id to expire.
+        self._stale_wait_s = registration_ttl_s + 2.0 if stale_wait_s is None else stale_wait_s
+        self.lease: KeptLease | None = None
+        self.record: BrokerRecord | None = None
+
+    @property
+    def broker_id(self) -> str:
+        return self._registry.broker_id
+
+    async def register(self, record: BrokerRecord) -> KeptLease:
+        """Create our registration on a fresh lease; return the lease (watch ``lease.lost``)."""
+        lease = KeptLease(self._store, self._ttl_s, name=f"broker {self.broker_id} registration")
+        await lease.start()
+        try:
+            await self._create_registration(record, lease.lease_id)
+        except BaseException:
+            await lease.aclose(revoke=True)
+            raise
+        self.lease = lease
+        self.record = record
+        log.info(
+            "registered as broker %s (%s), lease %x", self.broker_id, record.advertised_url, lease.lease_id
+        )
+        return lease
+
+    async def _create_registration(self, record: BrokerRecord, lease_id: int) -> None:
+        key = self._keys.broker(self.broker_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._stale_wait_s
+        warned = False
+        while not await self._store.create(key, record.to_json(), lease=lease_id):
+            if loop.time() > deadline:
+                raise MetadataUnavailable(
+                    f"broker id {self.broker_id} is registered by another live process ({key} did not expire "
+                    f"within the {self._ttl_s}s registration TTL); give this broker another --broker-id"
+                )
+            if not warned:
+                warned = True
+                log.warning(
+                    "broker id %s is still registered (a previous run?); waiting up to %ds for its lease to expire",
+                    self.broker_id,
+                    self._ttl_s,
+                )
+            await asyncio.sleep(_STALE_POLL_S)
+
+    async def mark_draining(self) -> None:
+        """Say ``state=draining`` in our registration, so lookups place no new topics here."""
+        lease, record = self.lease, self.record
+        if lease is None or record is None or lease.lost.is_set():
+            return
+        draining = replace(record, state="draining")
+        await self._store.put(self._keys.broker(self.broker_id), draining.to_json(), lease=lease.lease_id)
+        self.record = draining
+
+    async def load_assignments(self) -> int:
+        """List our assignments and hand them to the registry; return the listing's revision."""
+        kvs, revision = await self._store.get_prefix(self._keys.broker_assignments_prefix(self.broker_id))
+        assigned: dict[str, tuple[TopicName, int]] = {}
+        for kv in kvs:
+            parsed = self._keys.parse_assignment(kv.key)
+            if parsed is not None and parsed[0] == self.broker_id:
+                assigned[str(parsed[1])] = (parsed[1], kv.mod_revision)
+        self._registry.sync_assignments(assigned, revision)
+        return revision
+
+    async def follow_assignments(self, start_revision: int) -> NoReturn:
+        """Apply assignment changes forever (re-listing after a compaction)."""
+        prefix = self._keys.broker_assignments_prefix(self.broker_id)
+        start = start_revision
+        while True:
+            try:
+                async for ev in self._store.watch_prefix(prefix, start_revision=start):
+                    start = ev.revision + 1
+                    parsed = self._keys.parse_assignment(ev.key)
+                    if parsed is None or parsed[0] != self.broker_id:
+                        continue
+                    if ev.kind == "put":
+                        self._registry.on_assigned(parsed[1], ev.revision)
+                    else:
+                        self._registry.on_unassigned(parsed[1], ev.revision)
+            except WatchCompacted:
+                log.warning(
+                    "assignment watch compacted; re-reading the assignments of broker %s", self.broker_id
+                )
+                start = await self.load_assignments() + 1
+                continue
+            raise MetadataUnavailable(f"the assignment watch on {prefix} ended unexpectedly")
+
+    async def release_all(self, held: list[Ownership]) -> None:
+        """Give up every topic we own, fenced by epoch (peers can take them over at once).
+
+        ``held`` are the loaded topics; assignments made to us but never loaded (e.g. during
+        shutdown) are found by listing our prefix.
+        """
+        released = 0
+        seen: set[str] = set()
+        for own in held:
+            seen.add(own.topic)
+            released += await self._release(own)
+        kvs, _ = await self._store.get_prefix(self._keys.broker_assignments_prefix(self.broker_id))
+        for kv in kvs:
+            parsed = self._keys.parse_assignment(kv.key)
+            if parsed is not None and str(parsed[1]) not in seen:
+                released += await self._release(Ownership(str(parsed[1]), self.broker_id, kv.mod_revision))
+        log.info("released ownership of %d topic(s)", released)
+
+    async def _release(self, own: Ownership) -> int:
+        if await self._res.release(own):
+            return 1
+        log.warning("topic %s: not released (ownership changed since epoch %d)", own.topic, own.epoch)
+        return 0

@@ -1,0 +1,421 @@
+"""The broker's domain state: the topics it owns, and every producer and consumer by id.
+
+This is where requests meet ownership. A topic is served only while this broker owns it:
+the assignment watch (:mod:`membership`) loads and unloads topics, and a request for a topic
+not loaded yet checks etcd (the watch may lag): owned here -> load; unowned -> claim it
+(``auto_create_topics``); owned elsewhere -> ``TopicNotOwned`` with the owner's URL.
+
+Ids: producer and consumer ids come from one counter seeded from the clock, so an id is never
+reused by this process nor, in practice, by the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Literal, TypeVar
+
+from danube_broker.config import BrokerConfig
+from danube_broker.consumer import Consumer, StreamSession
+from danube_broker.dispatch.base import Msg, SubType
+from danube_broker.producer import Producer
+from danube_broker.stats import TopicStats
+from danube_broker.subscription import Subscription
+from danube_broker.topic import Topic, not_owned
+from danube_common.errors import (
+    ConsumerNotFound,
+    InvalidArgument,
+    MessageTooLarge,
+    ProducerNotFound,
+    ServiceShuttingDown,
+    SubscriptionNotFound,
+    TopicNotFound,
+    TopicNotOwned,
+    Unavailable,
+)
+from danube_common.resources import Ownership, Resources, check_dispatch
+from danube_common.topic_name import TopicName
+
+log = logging.getLogger(__name__)
+
+#: How many ids of producers/consumers detached by a topic unload are remembered, so that
+#: their next call is told "look the topic up again" rather than "unknown id".
+_GONE_IDS_KEPT = 100_000
+#: How many unassignment revisions are remembered (guards a load racing an unload).
+_UNASSIGNED_KEPT = 100_000
+
+ClientKind = Literal["producer", "consumer"]
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _bounded_put(d: OrderedDict[K, V], key: K, value: V, cap: int) -> None:
+    d[key] = value
+    d.move_to_end(key)
+    while len(d) > cap:
+        d.popitem(last=False)
+
+
+class BrokerRegistry:
+    def __init__(
+        self,
+        cfg: BrokerConfig,
+        resources: Resources,
+        *,
+        broker_url: str,
+        clock: Callable[[], float] = time.monotonic,
+        id_seed: int | None = None,
+    ) -> None:
+        self._cfg = cfg
+        self._res = resources
+        self.broker_id = cfg.broker_id
+        self.broker_url = broker_url
+        self._clock = clock
+        self._next_id = id_seed if id_seed is not None else time.time_ns() // 1000
+        self.topics: dict[str, Topic] = {}
+        self.producers: dict[int, Producer] = {}
+        self.consumers: dict[int, Consumer] = {}
+        self._gone: OrderedDict[int, str] = OrderedDict()
+        self._unassigned_at: OrderedDict[str, int] = OrderedDict()
+        self.shutting_down = False
+
+    def new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    # ------------------------------------------------------------------ ownership
+    def on_assigned(self, topic: TopicName, epoch: int) -> None:
+        """The assignment watch saw ``topic`` assigned to us at ``epoch``."""
+        name = str(topic)
+        loaded = self.topics.get(name)
+        if loaded is not None:
+            loaded.epoch = max(loaded.epoch, epoch)
+            return
+        if self.shutting_down or self._unassigned_at.get(name, 0) >= epoch:
+            return
+        self._load(topic, epoch)
+
+    def on_unassigned(self, topic: TopicName, revision: int) -> None:
+        """The assignment watch saw our assignment of ``topic`` deleted at ``revision``."""
+        name = str(topic)
+        _bounded_put(self._unassigned_at, name, revision, _UNASSIGNED_KEPT)
+        loaded = self.topics.get(name)
+        if loaded is not None and loaded.epoch < revision:
+            self.unload(name, not_owned(name, "ownership moved or was released"))
+
+    def sync_assignments(self, assigned: dict[str, tuple[TopicName, int]], revision: int) -> None:
+        """A full listing of our assignments at ``revision`` (start-up, or after a compaction)."""
+        for name in [n for n in self.topics if n not in assigned]:
+            if self.topics[name].epoch < revision:
+                self.unload(name, not_owned(name, "ownership moved or was released"))
+        for topic, epoch in assigned.values():
+            self.on_assigned(topic, epoch)
+
+    def _load(self, topic: TopicName, epoch: int) -> Topic:
+        name = str(topic)
+        loaded = self.topics.get(name)
+        if loaded is not None:
+            return loaded
+        if self._unassigned_at.get(name, 0) >= epoch:
+            raise not_owned(name, "ownership was released while loading")
+        t = Topic(topic, epoch=epoch, cfg=self._cfg, broker_url=self.broker_url)
+        self.topics[name] = t
+        log.info("topic %s loaded (epoch %d)", name, epoch)
+        return t
+
+    def unload(self, name: str, error: TopicNotOwned) -> None:
+        """Stop serving ``name``: its producers' and consumers' streams end with ``error``."""
+        topic = self.topics.pop(name, None)
+        if topic is None:
+            return
+        producers, consumers = topic.close(error)
+        self._forget(producers, consumers, name)
+        log.info(
+            "topic %s unloaded (%d producer(s), %d consumer(s) told to look it up again)",
+            name,
+            len(producers),
+            len(consumers),
+        )
+
+    def _forget(self, producers: Iterable[Producer], consumers: Iterable[Consumer], topic: str) -> None:
+        for p in producers:
+            self.producers.pop(p.id, None)
+            _bounded_put(self._gone, p.id, topic, _GONE_IDS_KEPT)
+        for c in consumers:
+            self.consumers.pop(c.id, None)
+            _bounded_put(self._gone, c.id, topic, _GONE_IDS_KEPT)
+
+    async def acquire(self, topic: TopicName, *, for_producer: bool) -> Topic:
+        """The loaded topic, after making sure this broker owns it (claiming it if unowned)."""
+        self._check_accepting()
+        name = str(topic)
+        loaded = self.topics.get(name)
+        if loaded is not None:
+            return loaded
+        own = await self._res.get_owner(topic)
+        if own is None:
+            if for_producer:
+                await self._res.require_namespace(topic.namespace)
+            elif await self._res.get_topic(topic) is None:
+                raise self._topic_not_found(topic)
+            if not self._cfg.auto_create_topics:
+                raise TopicNotOwned(
+                    f"topic {name} is not assigned to any broker yet; look it up (the lookup service places it)"
+                )
+            own = await self._res.assign_if_unowned(topic, self.broker_id)
+            if own.broker_id == self.broker_id:
+                log.info("claimed unowned topic %s (epoch %d)", name, own.epoch)
+        if own.broker_id != self.broker_id:
+            raise await self._owned_elsewhere(topic, own)
+        self._check_accepting()
+        return self._load(topic, own.epoch)
+
+    async def _owned_elsewhere(self, topic: TopicName, own: Ownership) -> TopicNotOwned:
+        broker = await self._res.get_broker(own.broker_id)
+        where = f"broker {own.broker_id}" + (
+            f" at {broker.advertised_url}" if broker else " (not registered)"
+        )
+        return TopicNotOwned(
+            f"topic {topic} is owned by {where}; look it up again",
+            redirect=broker.advertised_url if broker else None,
+        )
+
+    @staticmethod
+    def _topic_not_found(topic: TopicName) -> TopicNotFound:
+        return TopicNotFound(
+            f"topic {topic} does not exist: create it by attaching a producer to it, "
+            f"or with `danube-admin topics create {topic}`"
+        )
+
+    def _check_accepting(self) -> None:
+        if self.shutting_down:
+            raise ServiceShuttingDown(f"broker {self.broker_id} is shutting down; look the topic up again")
+
+    # ------------------------------------------------------------------ producers
+    async def create_producer(
+        self, topic_name: str, producer_name: str, *, exclusive: bool, dispatch_strategy: str
+    ) -> Producer:
+        topic_id = TopicName.parse(topic_name)
+        if not producer_name:
+            raise InvalidArgument("producer_name is required (a name unique among the topic's producers)")
+        check_dispatch(dispatch_strategy)
+        topic = await self.acquire(topic_id, for_producer=True)
+        record = topic.record
+        if record is None:
+            if self._cfg.auto_create_topics:
+                record, created = await self._res.create_topic(
+                    topic_id, dispatch_strategy=dispatch_strategy, exist_ok=True
+                )
+                if created:
+                    log.info("created topic %s (%s)", topic_id, dispatch_strategy)
+            else:
+                record = await self._res.get_topic(topic_id)
+                if record is None:
+                    raise self._topic_not_found(topic_id)
+        topic.accept_record(record, dispatch_strategy)
+        producer, created = topic.attach_producer(
+            producer_name, exclusive=exclusive, new_id=self.new_id(), now=self._clock()
+        )
+        if created:
+            self.producers[producer.id] = producer
+            log.info("producer %d (%s) attached to %s", producer.id, producer_name, topic.name)
+        return producer
+
+    def producer(self, producer_id: int, *, topic_hint: str = "") -> Producer:
+        """The live producer ``producer_id`` (``topic_hint``: the topic the client thinks it is on)."""
+        p = self.producers.get(producer_id)
+        if p is not None:
+            return p
+        gone_topic = self._gone.get(producer_id)
+        if gone_topic is not None:
+            raise not_owned(gone_topic, "the topic moved")
+        if topic_hint and topic_hint not in self.topics:
+            raise not_owned(topic_hint, "not served here")
+        raise ProducerNotFound(
+            f"producer {producer_id} is not attached to this broker (closed, or idle for more than "
+            f"{self._cfg.producer_idle_timeout_s:g}s); create the producer again"
+        )
+
+    def publish_stream_opened(self, producer: Producer) -> None:
+        """A PublishBatches stream is bound to ``producer`` (it cannot expire while open)."""
+        producer.open_streams += 1
+
+    def publish_stream_closed(self, producer: Producer) -> None:
+        producer.open_streams -= 1
+        producer.touch(self._clock())
+
+    def close_producer(self, producer_id: int) -> None:
+        """Detach at once (frees an exclusive slot). Closing an unknown id is a no-op."""
+        p = self.producers.pop(producer_id, None)
+        if p is not None:
+            p.topic.detach_producer(p)
+            log.info("producer %d (%s) closed on %s", p.id, p.name, p.topic_name)
+
+    def payload_bytes(self, msgs: list[Msg]) -> int:
+        """Total payload size of ``msgs``; MessageTooLarge if any payload is over the limit."""
+        sizes = [len(m.payload) for m in msgs]
+        limit = self._cfg.max_message_size_bytes
+        if sizes and max(sizes) > limit:
+            index = next(i for i, s in enumerate(sizes) if s > limit)
+            where = f"message {index} of the batch" if len(sizes) > 1 else "the message"
+            raise MessageTooLarge(
+                f"{where} has a {sizes[index]}-byte payload; the broker accepts at most {limit} bytes "
+                "(max_message_size_bytes)"
+            )
+        return sum(sizes)
+
+    async def publish(self, producer: Producer, msgs: list[Msg], nbytes: int) -> int:
+        """Publish ``msgs`` (sizes already checked); return the first offset."""
+        if not producer.live:
+            raise producer.detach_error or ProducerNotFound(f"producer {producer.id} was closed")
+        producer.touch(self._clock())
+        return await producer.topic.publish(producer, msgs, nbytes)
+
+    # ------------------------------------------------------------------ consumers
+    async def subscribe(
+        self,
+        topic_name: str,
+        *,
+        subscription: str,
+        consumer_name: str,
+        sub_type: SubType,
+        key_filters: tuple[str, ...] = (),
+    ) -> Consumer:
+        topic_id = TopicName.parse(topic_name)
+        if not subscription:
+            raise InvalidArgument("subscription is required (the name of the subscription to join)")
+        if not consumer_name:
+            raise InvalidArgument("consumer_name is required (a name unique within the subscription)")
+        topic = await self.acquire(topic_id, for_producer=False)
+        if topic.record is None:
+            record = await self._res.get_topic(topic_id)
+            if record is None:
+                raise self._topic_not_found(topic_id)
+            topic.accept_record(record)
+        consumer = topic.subscribe(
+            subscription=subscription,
+            consumer_name=consumer_name,
+            sub_type=sub_type,
+            key_filters=key_filters,
+            new_id=self.new_id(),
+            now=self._clock(),
+        )
+        if consumer.id not in self.consumers:
+            self.consumers[consumer.id] = consumer
+            log.info(
+                "consumer %d (%s) attached to %s subscription %s (%s)",
+                consumer.id,
+                consumer_name,
+                topic.name,
+                subscription,
+                sub_type.value,
+            )
+        return consumer
+
+    def consumer(self, consumer_id: int) -> Consumer:
+        c = self.consumers.get(consumer_id)
+        if c is not None:
+            return c
+        gone_topic = self._gone.get(consumer_id)
+        if gone_topic is not None:
+            raise not_owned(gone_topic, "the topic moved")
+        raise ConsumerNotFound(
+            f"consumer {consumer_id} is not attached to this broker (closed, or disconnected for more "
+            f"than {self._cfg.consumer_reconnect_grace_s:g}s); subscribe again"
+        )
+
+    def consumer_for_stream(self, consumer_id: int) -> Consumer:
+        """Like :meth:`consumer`, but an unknown id is UNAVAILABLE: Danube clients then retry
+        and subscribe again, where NOT_FOUND would silently stop their receive loop."""
+        try:
+            return self.consumer(consumer_id)
+        except ConsumerNotFound as exc:
+            raise Unavailable(exc.message) from exc
+
+    def close_consumer(self, consumer_id: int, *, unsubscribe: bool) -> None:
+        """Detach at once; ``unsubscribe`` also deletes the subscription. Unknown ids: no-op."""
+        c = self.consumers.get(consumer_id)
+        if c is None:
+            return
+        topic = self.topics.get(c.topic_name)
+        sub = c.subscription
+        removed = list(sub.consumers.values()) if unsubscribe else [c]
+        if topic is not None:
+            topic.remove_consumer(c, self._clock(), unsubscribe=unsubscribe)
+        for r in removed:
+            self.consumers.pop(r.id, None)
+        log.info(
+            "consumer %d (%s) closed on %s%s",
+            c.id,
+            c.name,
+            c.topic_name,
+            " (unsubscribed)" if unsubscribe else "",
+        )
+
+    def stream_closed(self, consumer: Consumer, session: StreamSession) -> None:
+        """A delivery stream ended: the consumer is disconnected (failover promotes at once)."""
+        consumer.stream_closed(session, self._clock())
+
+    def subscription_for_ack(self, topic_name: str, subscription: str) -> Subscription:
+        topic = self.topics.get(topic_name)
+        if topic is None:
+            TopicName.parse(topic_name)
+            raise not_owned(topic_name, "not served here")
+        sub = topic.subscriptions.get(subscription)
+        if sub is None:
+            raise SubscriptionNotFound(f"subscription {subscription!r} does not exist on topic {topic_name}")
+        return sub
+
+    # ------------------------------------------------------------------ health and expiry
+    def health(self, kind: ClientKind, client_id: int) -> bool:
+        """True if the producer/consumer is known and live here (a health check is activity)."""
+        now = self._clock()
+        if kind == "producer":
+            p = self.producers.get(client_id)
+            if p is not None and p.live:
+                p.touch(now)
+                return True
+            return False
+        c = self.consumers.get(client_id)
+        if c is not None and not c.closed:
+            c.touch(now)
+            return True
+        return False
+
+    def sweep(self) -> None:
+        """Expire idle producers, disconnected consumers and empty subscriptions."""
+        cfg = self._cfg
+        now = self._clock()
+        for topic in list(self.topics.values()):
+            for p in list(topic.producers.values()):
+                if p.idle_expired(now, cfg.producer_idle_timeout_s):
+                    topic.detach_producer(p)
+                    self.producers.pop(p.id, None)
+                    log.info("producer %d (%s) on %s expired: idle", p.id, p.name, topic.name)
+            for sub in list(topic.subscriptions.values()):
+                for c in list(sub.consumers.values()):
+                    if c.expired(now, cfg.consumer_reconnect_grace_s):
+                        topic.remove_consumer(c, now)
+                        self.consumers.pop(c.id, None)
+                        log.info("consumer %d (%s) on %s expired: no stream", c.id, c.name, topic.name)
+                if sub.idle_expired(now, cfg.subscription_idle_timeout_s):
+                    del topic.subscriptions[sub.name]
+                    log.info("subscription %s on %s removed: no consumers", sub.name, topic.name)
+
+    # ------------------------------------------------------------------ shutdown and stats
+    def begin_shutdown(self) -> None:
+        self.shutting_down = True
+
+    def close_all(self, why: str) -> list[Ownership]:
+        """Unload every topic (streams end with TopicNotOwned); return the ownerships held."""
+        held = [Ownership(name, self.broker_id, t.epoch) for name, t in self.topics.items()]
+        for name in list(self.topics):
+            self.unload(name, not_owned(name, why))
+        return held
+
+    def stats(self) -> dict[str, TopicStats]:
+        return {name: t.stats() for name, t in self.topics.items()}

@@ -1,0 +1,1 @@
+"""The lookup service: Danube's front door (Discovery) and the admin API."""

@@ -1,0 +1,95 @@
+"""The admin API (package ``danube.admin.v1``) on the admin port: protobuf <-> Catalog only.
+
+Errors are raised as DanubeError; the server's interceptor maps them to gRPC status codes.
+"""
+
+from __future__ import annotations
+
+import grpc.aio
+
+from danube_common.pb import DanubeAdmin_pb2 as apb
+from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
+from danube_lookup.catalog import Catalog, TopicView
+
+
+def topic_info(view: TopicView) -> apb.TopicInfo:
+    return apb.TopicInfo(
+        name=view.name,
+        dispatch_strategy=view.dispatch_strategy,
+        partitions=view.partitions,
+        broker_id=view.broker_id,
+        partition_topics=[topic_info(p) for p in view.partition_topics],
+        subscriptions=list(view.subscriptions),
+        created_at_ms=view.created_at_ms,
+    )
+
+
+class BrokerAdminApi(apb_grpc.BrokerAdminServicer):
+    def __init__(self, catalog: Catalog) -> None:
+        self._catalog = catalog
+
+    async def ListBrokers(
+        self, request: apb.ListBrokersRequest, context: grpc.aio.ServicerContext
+    ) -> apb.ListBrokersResponse:
+        return apb.ListBrokersResponse(
+            brokers=[
+                apb.BrokerInfo(
+                    broker_id=b.record.broker_id,
+                    broker_addr=b.record.broker_addr,
+                    advertised_url=b.record.advertised_url,
+                    state=b.record.state,
+                    topic_count=b.topic_count,
+                    registered_at_ms=b.record.registered_at_ms,
+                )
+                for b in await self._catalog.list_brokers()
+            ]
+        )
+
+
+class NamespaceAdminApi(apb_grpc.NamespaceAdminServicer):
+    def __init__(self, catalog: Catalog) -> None:
+        self._catalog = catalog
+
+    async def ListNamespaces(
+        self, request: apb.ListNamespacesRequest, context: grpc.aio.ServicerContext
+    ) -> apb.ListNamespacesResponse:
+        return apb.ListNamespacesResponse(namespaces=await self._catalog.list_namespaces())
+
+    async def CreateNamespace(
+        self, request: apb.NamespaceRequest, context: grpc.aio.ServicerContext
+    ) -> apb.NamespaceResponse:
+        return apb.NamespaceResponse(name=await self._catalog.create_namespace(request.name))
+
+    async def DeleteNamespace(
+        self, request: apb.NamespaceRequest, context: grpc.aio.ServicerContext
+    ) -> apb.NamespaceResponse:
+        return apb.NamespaceResponse(name=await self._catalog.delete_namespace(request.name))
+
+
+class TopicAdminApi(apb_grpc.TopicAdminServicer):
+    def __init__(self, catalog: Catalog) -> None:
+        self._catalog = catalog
+
+    async def ListTopics(
+        self, request: apb.ListTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> apb.ListTopicsResponse:
+        views = await self._catalog.list_topics(request.namespace)
+        return apb.ListTopicsResponse(topics=[topic_info(v) for v in views])
+
+    async def CreateTopic(
+        self, request: apb.CreateTopicRequest, context: grpc.aio.ServicerContext
+    ) -> apb.CreateTopicResponse:
+        view = await self._catalog.create_topic(
+            request.name, partitions=request.partitions, dispatch_strategy=request.dispatch_strategy
+        )
+        return apb.CreateTopicResponse(topic=topic_info(view))
+
+    async def DeleteTopic(
+        self, request: apb.DeleteTopicRequest, context: grpc.aio.ServicerContext
+    ) -> apb.DeleteTopicResponse:
+        return apb.DeleteTopicResponse(deleted=await self._catalog.delete_topic(request.name))
+
+    async def DescribeTopic(
+        self, request: apb.DescribeTopicRequest, context: grpc.aio.ServicerContext
+    ) -> apb.TopicInfo:
+        return topic_info(await self._catalog.describe_topic(request.name))

@@ -1,0 +1,175 @@
+"""Wiring of the lookup service: etcd, the cluster view, two gRPC servers, ordered shutdown.
+
+Start-up: connect to etcd (bounded wait), create the bootstrap namespaces, load the cluster
+view and follow its watch, bind both ports, start serving, then announce readiness (callback
+and/or ready file). Shutdown (stop event, SIGINT/SIGTERM from ``__main__``): remove the ready
+file, stop both servers (in-flight RPCs get ``shutdown_grace_s``), stop the view, close etcd.
+The service keeps no state of its own, so a crash at any point loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc.aio
+
+from danube_common.cluster_view import ClusterView
+from danube_common.grpc_util import bind, install_stop_signals, new_server
+from danube_common.keys import Keys
+from danube_common.metadata.etcd import EtcdStore
+from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
+from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
+from danube_common.resources import Resources
+from danube_lookup.admin_api import BrokerAdminApi, NamespaceAdminApi, TopicAdminApi
+from danube_lookup.catalog import Catalog
+from danube_lookup.config import LookupConfig
+from danube_lookup.grpc_api import LookupDiscovery
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyInfo:
+    """Where a running lookup service answers (also the content of the ready file)."""
+
+    addr: str
+    admin_addr: str
+    pid: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.addr}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self.admin_addr}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "service": "lookup",
+            "addr": self.addr,
+            "url": self.url,
+            "admin_addr": self.admin_addr,
+            "admin_url": self.admin_url,
+            "pid": self.pid,
+        }
+
+
+def write_ready_file(path: str | Path, info: ReadyInfo) -> None:
+    """Write atomically (temporary file + rename), so a reader never sees a partial file."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(info.to_json()) + "\n")
+    os.replace(tmp, target)
+
+
+def remove_ready_file(path: str | Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        Path(path).unlink()
+
+
+async def run(
+    cfg: LookupConfig,
+    *,
+    ready: Callable[[ReadyInfo], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve until ``stop`` is set (default: until SIGINT/SIGTERM)."""
+    if stop is None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+    async with contextlib.AsyncExitStack() as stack:
+        store = EtcdStore(cfg.etcd.endpoints, request_timeout_s=cfg.etcd.request_timeout_s)
+        stack.push_async_callback(store.aclose)
+        await store.wait_ready(cfg.etcd.connect_timeout_s)
+        resources = Resources(store, Keys(cfg.etcd.cluster))
+        for ns in cfg.bootstrap_namespaces:
+            if await resources.create_namespace(ns, exist_ok=True):
+                log.info("created bootstrap namespace %s", ns)
+
+        view = ClusterView(resources)
+        await view.start()
+        stack.push_async_callback(view.aclose)
+
+        client_server = new_server()
+        pb_grpc.add_DiscoveryServicer_to_server(
+            LookupDiscovery(resources, view, auto_create_topics=cfg.auto_create_topics), client_server
+        )
+        port = bind(client_server, cfg.listen_addr)
+        catalog = Catalog(resources)
+        admin_server = new_server()
+        apb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminApi(catalog), admin_server)
+        apb_grpc.add_NamespaceAdminServicer_to_server(NamespaceAdminApi(catalog), admin_server)
+        apb_grpc.add_TopicAdminServicer_to_server(TopicAdminApi(catalog), admin_server)
+        admin_port = bind(admin_server, cfg.admin_listen_addr)
+
+        async def stop_servers(*servers: grpc.aio.Server) -> None:
+            log.info("stopping (grace %.1fs)", cfg.shutdown_grace_s)
+            await asyncio.gather(*(s.stop(cfg.shutdown_grace_s) for s in servers))
+
+        stack.push_async_callback(stop_servers, client_server, admin_server)
+        await client_server.start()
+        await admin_server.start()
+
+        info = ReadyInfo(f"{cfg.advertised_host}:{port}", f"{cfg.advertised_host}:{admin_port}", os.getpid())
+        if cfg.ready_file:
+            write_ready_file(cfg.ready_file, info)
+            stack.callback(remove_ready_file, cfg.ready_file)
+        log.info(
+            "lookup serving: discovery on %s, admin on %s (cluster %s, etcd %s)",
+            info.addr,
+            info.admin_addr,
+            cfg.etcd.cluster,
+            ",".join(cfg.etcd.endpoints),
+        )
+        if ready is not None:
+            ready(info)
+        await _wait_for_stop(stop, view.task)
+    log.info("lookup stopped")
+
+
+async def _wait_for_stop(stop: asyncio.Event, loop_task: asyncio.Task[None] | None) -> None:
+    stop_task = asyncio.create_task(stop.wait(), name="wait-stop")
+    try:
+        waiting: set[asyncio.Future[Any]] = {stop_task}
+        if loop_task is not None:
+            waiting.add(loop_task)
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if loop_task is not None and loop_task.done() and not stop.is_set():
+            exc = None if loop_task.cancelled() else loop_task.exception()
+            raise RuntimeError(f"the cluster view's watch loop ended unexpectedly: {exc!r}") from exc
+    finally:
+        stop_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stop_task
+
+
+@contextlib.asynccontextmanager
+async def running(cfg: LookupConfig) -> AsyncIterator[ReadyInfo]:
+    """Run the service in this event loop for the duration of the block (embedding, tests)."""
+    stop = asyncio.Event()
+    started: asyncio.Future[ReadyInfo] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(run(cfg, ready=started.set_result, stop=stop), name="lookup")
+    try:
+        waiting: set[asyncio.Future[Any]] = {started, task}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if not started.done():
+            await task  # raises the start-up error
+            raise RuntimeError("the lookup service exited before it was ready")
+        yield started.result()
+    except BaseException:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await task
+        raise
+    stop.set()
+    await task  # raises if the service crashed while the block ran

@@ -1,0 +1,178 @@
+"""What the admin API shows and does, on top of ``Resources``: no protobuf here.
+
+Listing rule: a partitioned topic (a parent entry with ``partitions > 0``) is shown once, with
+its partitions nested under it; partitions are never repeated at the top level. Partitions
+that producers created by name without a parent entry are ordinary topics and are listed as
+such.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from danube_common.errors import InvalidArgument, NoBrokerAvailable, TopicNotFound
+from danube_common.resources import BrokerRecord, Ownership, Resources, TopicRecord, check_dispatch
+from danube_common.topic_name import TopicName, validate_namespace
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicView:
+    name: str
+    dispatch_strategy: str
+    #: > 0 on the parent entry of a partitioned topic.
+    partitions: int = 0
+    #: Owner broker id; "" when unassigned and for a partitioned parent.
+    broker_id: str = ""
+    partition_topics: tuple[TopicView, ...] = ()
+    subscriptions: tuple[str, ...] = ()
+    created_at_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerView:
+    record: BrokerRecord
+    topic_count: int
+
+
+def _partition_index(name: str) -> int:
+    return TopicName.parse(name).partition_index or 0
+
+
+def group_topics(records: Iterable[TopicRecord], owners: Mapping[str, Ownership]) -> list[TopicView]:
+    """Topic records -> top-level views, partitions nested under their parent, sorted by name."""
+    recs = list(records)
+    parents = {r.name for r in recs if r.partitions > 0}
+    children: dict[str, list[TopicRecord]] = {}
+    top: list[TopicRecord] = []
+    for r in recs:
+        if r.partition_of and r.partition_of in parents and r.partitions == 0:
+            children.setdefault(r.partition_of, []).append(r)
+        else:
+            top.append(r)
+
+    def leaf(r: TopicRecord) -> TopicView:
+        own = owners.get(r.name)
+        return TopicView(
+            r.name, r.dispatch_strategy, 0, own.broker_id if own else "", created_at_ms=r.created_at_ms
+        )
+
+    out: list[TopicView] = []
+    for r in sorted(top, key=lambda r: r.name):
+        if r.partitions > 0:
+            parts = sorted(children.get(r.name, []), key=lambda c: _partition_index(c.name))
+            out.append(
+                TopicView(
+                    r.name,
+                    r.dispatch_strategy,
+                    r.partitions,
+                    "",
+                    tuple(leaf(c) for c in parts),
+                    created_at_ms=r.created_at_ms,
+                )
+            )
+        else:
+            out.append(leaf(r))
+    return out
+
+
+class Catalog:
+    def __init__(self, resources: Resources) -> None:
+        self._res = resources
+
+    # ------------------------------------------------------------------ brokers
+    async def list_brokers(self) -> list[BrokerView]:
+        counts = await self._res.topic_counts()
+        brokers = sorted(await self._res.list_brokers(), key=lambda b: b.broker_id)
+        return [BrokerView(b, counts.get(b.broker_id, 0)) for b in brokers]
+
+    # ------------------------------------------------------------------ namespaces
+    async def list_namespaces(self) -> list[str]:
+        return sorted(await self._res.list_namespaces())
+
+    async def create_namespace(self, name: str) -> str:
+        await self._res.create_namespace(name)
+        log.info("created namespace %s", name)
+        return name
+
+    async def delete_namespace(self, name: str) -> str:
+        await self._res.delete_namespace(name)
+        log.info("deleted namespace %s", name)
+        return name
+
+    # ------------------------------------------------------------------ topics
+    async def list_topics(self, namespace: str = "") -> list[TopicView]:
+        if namespace:
+            validate_namespace(namespace)
+            await self._res.require_namespace(namespace)
+        records = await self._res.list_topics(namespace or None)
+        owners, _ = await self._res.list_owners()
+        return group_topics(records, owners)
+
+    async def create_topic(self, name: str, *, partitions: int = 0, dispatch_strategy: str = "") -> TopicView:
+        topic = TopicName.parse(name)
+        dispatch = check_dispatch(dispatch_strategy or "non_reliable")
+        if partitions < 0:
+            raise InvalidArgument(f"partitions must be 0 (a plain topic) or more, got {partitions}")
+        if partitions == 0:
+            await self._res.create_topic(topic, dispatch_strategy=dispatch)
+            placed = [topic]
+        else:
+            await self._res.create_partitioned_topic(topic, partitions, dispatch_strategy=dispatch)
+            placed = [topic.partition(i) for i in range(partitions)]
+        log.info("created topic %s (partitions=%d, dispatch=%s)", topic, partitions, dispatch)
+        for t in placed:  # one at a time: each placement sees the previous one's count
+            try:
+                await self._res.place_new_topic(t)
+            except NoBrokerAvailable:
+                log.warning("topic %s left unassigned: no active broker; the first lookup places it", t)
+        return await self.describe_topic(name)
+
+    async def delete_topic(self, name: str) -> list[str]:
+        topic = TopicName.parse(name)
+        rec = await self._res.get_topic(topic)
+        parent = await self._res.get_topic(topic.base) if rec is not None and rec.partition_of else None
+        if parent is not None and parent.partitions > 0:
+            raise InvalidArgument(
+                f"{topic} is a partition of {topic.base}; delete the partitioned topic {topic.base} instead"
+            )
+        deleted = await self._res.delete_topic(topic)
+        log.info("deleted topic(s) %s", ", ".join(deleted))
+        return deleted
+
+    async def describe_topic(self, name: str) -> TopicView:
+        topic = TopicName.parse(name)
+        rec = await self._res.get_topic(topic)
+        if rec is None:
+            raise TopicNotFound(f"topic {topic} does not exist; see `danube-admin topics list`")
+        if rec.partitions == 0:
+            return await self._leaf(topic, rec)
+        parts: list[TopicView] = []
+        for i in range(rec.partitions):
+            part = topic.partition(i)
+            part_rec = await self._res.get_topic(part)
+            if part_rec is not None:
+                parts.append(await self._leaf(part, part_rec))
+        subs = sorted({s for p in parts for s in p.subscriptions})
+        return TopicView(
+            rec.name, rec.dispatch_strategy, rec.partitions, "", tuple(parts), tuple(subs), rec.created_at_ms
+        )
+
+    async def _leaf(self, topic: TopicName, rec: TopicRecord) -> TopicView:
+        own = await self._res.get_owner(topic)
+        return TopicView(
+            rec.name,
+            rec.dispatch_strategy,
+            0,
+            own.broker_id if own else "",
+            subscriptions=tuple(await self.subscriptions(topic)),
+            created_at_ms=rec.created_at_ms,
+        )
+
+    async def subscriptions(self, topic: TopicName) -> list[str]:
+        prefix = self._res.keys.subscriptions_prefix(topic)
+        kvs, _ = await self._res.store.get_prefix(prefix)
+        return [kv.key[len(prefix) :] for kv in kvs if "/" not in kv.key[len(prefix) :]]

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The project's test command (CI runs exactly this): set up, then every check and the tests.
+#
+#   ./test.sh                         # everything
+#   ./test.sh -m unit                 # extra arguments go to pytest
+#   ./test.sh tests/contract -x
+#
+# Every check runs even when an earlier one fails; the summary at the end lists them all and
+# the exit status is non-zero if any failed.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+bash scripts/setup.sh || {
+  echo "test.sh: set-up failed; nothing was tested" >&2
+  exit 1
+}
+
+BIN=.venv/bin
+results=()
+failed=0
+
+step() {
+  local name=$1
+  shift
+  printf '\n==> %s\n' "$name"
+  local start=$SECONDS rc=0
+  "$@" || rc=$?
+  local took=$((SECONDS - start))
+  if [ "$rc" -eq 0 ]; then
+    results+=("  ok    $name (${took}s)")
+  else
+    results+=("  FAIL  $name (exit $rc, ${took}s)")
+    failed=1
+  fi
+}
+
+# mypy sees each top-level package from the folder that holds it (services are separate roots).
+mypy_check() {
+  local roots=() paths=(libs services deploy)
+  local d
+  for d in libs/* services/* deploy spark; do
+    [ -d "$d" ] && roots+=("$d")
+  done
+  if [ -n "$(find spark -name '*.py' -print -quit 2>/dev/null)" ]; then
+    paths+=(spark)
+  fi
+  local IFS=:
+  MYPYPATH="${roots[*]}" "$BIN/mypy" --explicit-package-bases "${paths[@]}"
+}
+
+run_pytest() {
+  local rc=0
+  "$BIN/pytest" -q -p no:cacheprovider --timeout=120 "$@" || rc=$?
+  if [ "$rc" -eq 5 ]; then
+    echo "test.sh: pytest collected no tests (exit 5): check the paths, -k or -m arguments" >&2
+  fi
+  return "$rc"
+}
+
+step "protobuf code is up to date (scripts/gen_protos.py --check)" "$BIN/python" scripts/gen_protos.py --check
+step "lint (ruff check .)" "$BIN/ruff" check .
+step "format (ruff format --check .)" "$BIN/ruff" format --check .
+step "types (mypy libs services deploy)" mypy_check
+step "import contract (scripts/check_imports.py)" "$BIN/python" scripts/check_imports.py
+step "tests (pytest)" run_pytest "$@"
+
+printf '\n==> summary\n'
+printf '%s\n' "${results[@]}"
+if [ "$failed" -ne 0 ]; then
+  echo "test.sh: FAILED"
+  exit 1
+fi
+echo "test.sh: all checks passed"

@@ -1,0 +1,169 @@
+"""Drives the unmodified PyPI ``danube-client==0.5.0`` against our cluster.
+
+Runs ONLY under the separate venv ``.venv-danube-client`` (its top-level package is also
+named ``danube`` and its generated protobufs clash with ours), started as a subprocess by
+tests/e2e/test_interop_danube_client.py. Prints one JSON object per line on stdout:
+
+    {"event": "ready"}                       consumer stream open (after the warm-up)
+    {"event": "sent", "i": N, "request_id": R}
+    {"event": "received", "payload": "...", "offset": O, "topic": T, "attributes": {...}}
+    {"event": "done", ...summary...}
+    {"event": "error", "type": "...", "message": "..."}   (exit code 1)
+
+Modes:
+  roundtrip  create a producer, subscribe, warm up until a probe arrives (new subscriptions
+             start at the live tail), send --count messages, receive and ack them all.
+  produce    create a producer and send --count messages.
+  consume    subscribe, print "ready" once the stream delivered the first message (the test
+             sends probes until then), then receive --count non-probe messages and ack them.
+Every await is bounded by a timeout: the client sets no deadlines of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+from danube import DanubeClientBuilder, DispatchStrategy, SubType
+
+SUB_TYPES = {
+    "exclusive": SubType.EXCLUSIVE,
+    "shared": SubType.SHARED,
+    "failover": SubType.FAILOVER,
+    "key-shared": SubType.KEY_SHARED,
+}
+
+
+def emit(**obj: object) -> None:
+    print(json.dumps(obj), flush=True)
+
+
+async def make_producer(client, args):  # type: ignore[no-untyped-def]
+    b = client.new_producer().with_topic(args.topic).with_name(args.producer_name)
+    if args.reliable:
+        b = b.with_dispatch_strategy(DispatchStrategy.RELIABLE)
+    if args.partitions:
+        b = b.with_partitions(args.partitions)
+    producer = b.build()
+    await asyncio.wait_for(producer.create(), args.timeout_s)
+    return producer
+
+
+async def make_consumer(client, args):  # type: ignore[no-untyped-def]
+    consumer = (
+        client.new_consumer()
+        .with_topic(args.topic)
+        .with_consumer_name(args.consumer_name)
+        .with_subscription(args.subscription)
+        .with_subscription_type(SUB_TYPES[args.sub_type])
+        .build()
+    )
+    await asyncio.wait_for(consumer.subscribe(), args.timeout_s)
+    queue = await asyncio.wait_for(consumer.receive(), args.timeout_s)
+    return consumer, queue
+
+
+def describe(msg) -> dict:  # type: ignore[no-untyped-def]
+    return {
+        "payload": msg.payload.decode(errors="replace"),
+        "offset": msg.msg_id.topic_offset,
+        "topic": msg.msg_id.topic_name,
+        "producer_id": msg.msg_id.producer_id,
+        "attributes": dict(msg.attributes),
+        "subscription": msg.subscription_name,
+    }
+
+
+async def receive_real(queue, consumer, count: int, timeout_s: float) -> list:  # type: ignore[no-untyped-def]
+    got = []
+    while len(got) < count:
+        msg = await asyncio.wait_for(queue.get(), timeout_s)
+        await asyncio.wait_for(consumer.ack(msg), timeout_s)
+        if msg.attributes.get("probe") == "1":
+            continue
+        emit(event="received", **describe(msg))
+        got.append(msg)
+    return got
+
+
+async def run(args: argparse.Namespace) -> None:
+    client = await DanubeClientBuilder().service_url(args.service_url).build()
+    if args.mode == "produce":
+        producer = await make_producer(client, args)
+        for i in range(args.count):
+            rid = await asyncio.wait_for(
+                producer.send(f"{args.prefix}{i}".encode(), {"i": str(i)}), args.timeout_s
+            )
+            emit(event="sent", i=i, request_id=rid)
+        await producer.close()
+        emit(event="done", sent=args.count)
+        return
+
+    if args.mode == "consume":
+        consumer, queue = await make_consumer(client, args)
+        # The test publishes probes until we report one: only then is the stream attached.
+        first = await asyncio.wait_for(queue.get(), args.timeout_s)
+        await consumer.ack(first)
+        emit(event="ready")
+        pending_first = [] if first.attributes.get("probe") == "1" else [first]
+        for m in pending_first:
+            emit(event="received", **describe(m))
+        got = await receive_real(queue, consumer, args.count - len(pending_first), args.timeout_s)
+        await consumer.close()
+        emit(event="done", received=len(got) + len(pending_first))
+        return
+
+    # roundtrip
+    producer = await make_producer(client, args)
+    consumer, queue = await make_consumer(client, args)
+    probes = 0
+    while True:  # warm-up: the subscription starts at the live tail once the stream is attached
+        await asyncio.wait_for(producer.send(b"probe", {"probe": "1"}), args.timeout_s)
+        probes += 1
+        try:
+            msg = await asyncio.wait_for(queue.get(), 0.2)
+        except TimeoutError:
+            if probes * 0.2 > args.timeout_s:
+                raise
+            continue
+        await consumer.ack(msg)
+        break
+    emit(event="ready", probes=probes)
+    for i in range(args.count):
+        rid = await asyncio.wait_for(
+            producer.send(f"{args.prefix}{i}".encode(), {"i": str(i)}), args.timeout_s
+        )
+        emit(event="sent", i=i, request_id=rid)
+    got = await receive_real(queue, consumer, args.count, args.timeout_s)
+    await producer.close()
+    await consumer.close()
+    emit(event="done", sent=args.count, received=len(got))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("mode", choices=["roundtrip", "produce", "consume"])
+    p.add_argument("--service-url", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--count", type=int, default=10)
+    p.add_argument("--prefix", default="m")
+    p.add_argument("--producer-name", default="interop-producer")
+    p.add_argument("--consumer-name", default="interop-consumer")
+    p.add_argument("--subscription", default="interop-sub")
+    p.add_argument("--sub-type", choices=sorted(SUB_TYPES), default="exclusive")
+    p.add_argument("--partitions", type=int, default=0)
+    p.add_argument("--reliable", action="store_true")
+    p.add_argument("--timeout-s", type=float, default=20.0)
+    args = p.parse_args()
+    try:
+        asyncio.run(run(args))
+    except Exception as exc:  # report every failure as data for the test
+        emit(event="error", type=type(exc).__name__, message=str(exc))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""The real `danube-admin` console script against an in-process lookup service and real etcd."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from danube_common.config import EtcdConfig
+from danube_common.etcd_server import EtcdProcess, free_port
+from danube_common.keys import Keys
+from danube_common.metadata.etcd import EtcdStore
+from danube_common.resources import BrokerRecord
+from danube_lookup.app import running
+from danube_lookup.config import LookupConfig
+
+pytestmark = pytest.mark.integration
+
+ADMIN = Path(sys.executable).parent / "danube-admin"
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+@pytest.fixture
+async def admin_url(etcd_server: EtcdProcess, cluster_name: str) -> AsyncIterator[str]:
+    cfg = LookupConfig(
+        listen_addr="127.0.0.1:0",
+        admin_listen_addr="127.0.0.1:0",
+        etcd=EtcdConfig(endpoints=[etcd_server.endpoint], cluster=cluster_name),
+    )
+    async with running(cfg) as info:
+        yield info.admin_url
+
+
+async def cli(*args: str, url: str | None = None) -> Result:
+    """Run danube-admin without blocking the event loop that serves the in-process lookup."""
+    env = {k: v for k, v in os.environ.items() if k != "DANUBE_ADMIN_URL"}
+    argv = [str(ADMIN), *(("--admin-url", url) if url else ()), *args]
+    proc = await asyncio.create_subprocess_exec(
+        *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+    assert proc.returncode is not None
+    return Result(proc.returncode, out.decode(), err.decode())
+
+
+async def test_namespaces(admin_url: str) -> None:
+    r = await cli("namespaces", "create", "analytics", url=admin_url)
+    assert (r.code, r.out.strip()) == (0, "created namespace analytics"), r.err
+    r = await cli("namespaces", "list", url=admin_url)
+    assert r.code == 0 and r.out.split() == ["NAMESPACE", "analytics", "default"]
+    r = await cli("namespaces", "list", "--output", "json", url=admin_url)
+    assert r.json() == [{"name": "analytics"}, {"name": "default"}]
+    r = await cli("namespaces", "create", "analytics", url=admin_url)
+    assert r.code == 1 and "error: namespace 'analytics' already exists" in r.err
+    r = await cli("-o", "json", "namespaces", "delete", "analytics", url=admin_url)
+    assert r.code == 0 and r.json() == {"name": "analytics", "deleted": True}
+    r = await cli("namespaces", "delete", "analytics", url=admin_url)
+    assert r.code == 1 and "does not exist" in r.err and "hint: list namespaces" in r.err
+
+
+async def test_topics_with_partitions(admin_url: str, etcd_store: EtcdStore, keys: Keys) -> None:
+    for b in ("b1", "b2"):
+        lease = await etcd_store.grant_lease(30)
+        rec = BrokerRecord(b, f"127.0.0.1:{free_port()}", f"http://{b}:1", "active", 1)
+        await etcd_store.put(keys.broker(b), rec.to_json(), lease=lease)
+
+    r = await cli(
+        "topics",
+        "create",
+        "/default/orders",
+        "--partitions",
+        "3",
+        "--dispatch-strategy",
+        "reliable",
+        url=admin_url,
+    )
+    assert r.code == 0, r.err
+    assert r.out.startswith("created topic /default/orders with 3 partitions")
+    r = await cli("topics", "create", "/default/plain", url=admin_url)
+    assert r.code == 0, r.err
+
+    r = await cli("topics", "list", url=admin_url)
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert lines[0].split() == ["TOPIC", "DISPATCH", "PARTITIONS", "BROKER"]
+    assert lines[1].split()[:3] == ["/default/orders", "reliable", "3"]
+    assert [ln.split()[0] for ln in lines[2:5]] == [f"/default/orders-part-{i}" for i in range(3)]
+    assert lines[5].split()[0] == "/default/plain"
+
+    r = await cli("topics", "list", "--namespace", "default", "-o", "json", url=admin_url)
+    topics = r.json()
+    assert [t["name"] for t in topics] == ["/default/orders", "/default/plain"]
+    parts = topics[0]["partition_topics"]
+    assert topics[0]["partitions"] == 3 and len(parts) == 3
+    assert {p["broker_id"] for p in parts} == {"b1", "b2"}  # spread over both brokers
+
+    r = await cli("topics", "describe", "/default/orders", url=admin_url)
+    assert r.code == 0 and "dispatch_strategy  reliable" in r.out and "/default/orders-part-2" in r.out
+    r = await cli("--output", "json", "topics", "describe", "/default/orders", url=admin_url)
+    assert r.json()["name"] == "/default/orders" and r.json()["subscriptions"] == []
+
+    r = await cli("brokers", "list", "-o", "json", url=admin_url)
+    assert sorted((b["broker_id"], b["topic_count"]) for b in r.json()) == [("b1", 2), ("b2", 2)]
+    r = await cli("brokers", "list", url=admin_url)
+    assert r.code == 0 and r.out.splitlines()[0].split()[:2] == ["BROKER_ID", "ADDR"]
+
+    r = await cli("topics", "delete", "/default/orders", url=admin_url)
+    assert r.code == 0 and "/default/orders-part-0" in r.out
+    r = await cli("-o", "json", "topics", "delete", "/default/plain", url=admin_url)
+    assert r.json() == {"deleted": ["/default/plain"]}
+    r = await cli("topics", "list", url=admin_url)
+    assert r.out.strip() == "(none)"
+    r = await cli("topics", "describe", "/default/orders", url=admin_url)
+    assert r.code == 1 and "error: topic /default/orders does not exist" in r.err
+
+
+async def test_bad_topic_name(admin_url: str) -> None:
+    r = await cli("topics", "create", "orders", url=admin_url)
+    assert r.code == 1
+    assert r.err.startswith("error: invalid topic name 'orders': topic names look like /namespace/topic")
+    assert "Traceback" not in r.err and "[INVALID_TOPIC_NAME]" not in r.err
+
+
+async def test_non_empty_namespace(admin_url: str) -> None:
+    await cli("namespaces", "create", "busy", url=admin_url)
+    await cli("topics", "create", "/busy/t", url=admin_url)
+    r = await cli("namespaces", "delete", "busy", url=admin_url)
+    assert r.code == 1 and "still has 1 topic(s)" in r.err
+    assert "hint: list its topics with `danube-admin topics list --namespace busy`" in r.err
+
+
+async def test_unreachable_admin_url() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    r = await cli("namespaces", "list", url=url)
+    assert r.code == 1
+    assert f"error: cannot reach the admin API at {url}" in r.err
+    assert f"hint: is the lookup service running at {url}? start a cluster with `danube-local up`" in r.err
+    assert "Traceback" not in r.err
+
+
+async def test_usage_error_exits_2() -> None:
+    r = await cli("topics", "create")
+    assert r.code == 2 and "usage:" in r.err

@@ -1,0 +1,76 @@
+"""Configuration layers, validation and the CLI contract."""
+
+from __future__ import annotations
+
+import pytest
+
+from danube_broker.__main__ import build_parser, load, main
+from danube_broker.config import BrokerConfig
+from danube_common.errors import ConfigError
+
+pytestmark = pytest.mark.unit
+
+
+def test_defaults() -> None:
+    cfg = load([], env={})
+    assert cfg.listen_addr == "0.0.0.0:6651"
+    assert cfg.etcd.cluster == "danube" and cfg.etcd.endpoints == ["127.0.0.1:2379"]
+    assert cfg.registration_ttl_s == 10 and cfg.auto_create_topics
+    assert cfg.producer_idle_timeout_s == 30 and cfg.consumer_queue_messages == 1000
+    assert cfg.slow_consumer_policy == "drop" and cfg.max_messages_per_frame == 500
+    assert cfg.consumer_reconnect_grace_s == 10 and cfg.subscription_idle_timeout_s == 60
+    assert len(cfg.broker_id) == 8 and load([], env={}).broker_id != cfg.broker_id
+
+
+def test_flags_override_env_override_yaml(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    yml = tmp_path / "broker.yaml"
+    yml.write_text("broker_id: from-yaml\nconsumer_queue_messages: 7\nmax_message_size_bytes: 11\n")
+    env = {"DANUBE_BROKER_CONSUMER_QUEUE_MESSAGES": "8", "DANUBE_BROKER_ETCD__ENDPOINTS": "a:1,b:2"}
+    cfg = load(
+        ["--config", str(yml), "--broker-id", "b9", "--listen", "127.0.0.1:0", "--cluster", "c1",
+         "--ready-file", "/tmp/r.json", "--log-level", "debug"],
+        env=env,
+    )  # fmt: skip
+    assert cfg.broker_id == "b9" and cfg.consumer_queue_messages == 8 and cfg.max_message_size_bytes == 11
+    assert cfg.etcd.endpoints == ["a:1", "b:2"] and cfg.etcd.cluster == "c1"
+    assert cfg.listen_addr == "127.0.0.1:0" and cfg.ready_file == "/tmp/r.json" and cfg.log_level == "DEBUG"
+    assert load(["--etcd-endpoints", "x:1, y:2"], env=env).etcd.endpoints == ["x:1", "y:2"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("listen_addr", "nowhere", "HOST:PORT"),
+        ("broker_id", "a/b", "broker id"),
+        ("slow_consumer_policy", "panic", "slow_consumer_policy"),
+        ("max_message_size_bytes", 10**9, "gRPC frame limit"),
+        ("registration_ttl_s", 1, "at least 2"),
+        ("log_level", "LOUD", "log level"),
+    ],
+)
+def test_bad_values_name_the_field(field: str, value: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load([], env={f"DANUBE_BROKER_{field.upper()}": str(value)})
+
+
+def test_advertised_address() -> None:
+    assert BrokerConfig().advertised_addr(7000) == "127.0.0.1:7000"
+    assert BrokerConfig(listen_addr="127.0.0.1:0").advertised_addr(7001) == "127.0.0.1:7001"
+    assert BrokerConfig(listen_addr="10.1.2.3:6651").advertised_addr(6651) == "10.1.2.3:6651"
+    assert BrokerConfig(advertised_host="broker-1.internal").advertised_addr(6651) == "broker-1.internal:6651"
+
+
+def test_help_lists_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--config", "--broker-id", "--listen", "--advertised-host", "--etcd-endpoints", "--cluster",
+                 "--ready-file", "--log-level", "DANUBE_BROKER_"):  # fmt: skip
+        assert flag in out
+
+
+def test_bad_config_exits_2(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DANUBE_BROKER_CONSUMER_QUEUE_MESSAGES", "0")
+    assert main([]) == 2
+    assert "consumer_queue_messages" in capsys.readouterr().err

@@ -1,0 +1,218 @@
+"""Placement choice, the Resolver, and the fenced take-over of a dead owner's topic."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from danube_common.cluster_view import ClusterView
+from danube_common.errors import NamespaceNotFound, NoBrokerAvailable, TopicNotFound
+from danube_common.keys import Keys
+from danube_common.metadata.memory import MemoryStore
+from danube_common.pb import DanubeApi_pb2 as pb
+from danube_common.placement import Resolver, take_over_dead_owner
+from danube_common.resources import BrokerRecord, Ownership, Resources, pick_broker
+from danube_common.topic_name import TopicName
+from danube_lookup.grpc_api import LookupDiscovery
+from tests.support import wait_until
+
+pytestmark = pytest.mark.unit
+
+CTX: Any = None  # servicers raise DanubeError; they never touch the context
+
+
+def rec(broker_id: str, state: str = "active") -> BrokerRecord:
+    return BrokerRecord(broker_id, f"10.0.0.{broker_id}:6650", f"http://10.0.0.{broker_id}:6650", state)
+
+
+@pytest.mark.parametrize(
+    ("brokers", "counts", "exclude", "expected"),
+    [
+        ([], {}, (), None),
+        ([rec("1", "draining"), rec("2", "drained")], {}, (), None),
+        ([rec("1"), rec("2")], {"1": 3, "2": 1}, (), "2"),
+        ([rec("2"), rec("1")], {}, (), "1"),  # tie: smallest id
+        ([rec("1"), rec("2"), rec("3", "draining")], {"1": 5, "2": 5, "3": 0}, (), "1"),
+        ([rec("1"), rec("2")], {"1": 0, "2": 9}, ("1",), "2"),
+        ([rec("1")], {}, ("1",), None),
+    ],
+)
+def test_pick_broker(
+    brokers: list[BrokerRecord], counts: dict[str, int], exclude: tuple[str, ...], expected: str | None
+) -> None:
+    got = pick_broker(brokers, counts, exclude=exclude)
+    assert (got.broker_id if got else None) == expected
+
+
+@pytest.fixture
+async def res(memory_store: MemoryStore) -> Resources:
+    r = Resources(memory_store, Keys("c"))
+    await r.create_namespace("default")
+    return r
+
+
+@pytest.fixture
+async def view(res: Resources) -> AsyncIterator[ClusterView]:
+    v = ClusterView(res)
+    await v.start()
+    yield v
+    await v.aclose()
+
+
+async def register(res: Resources, broker_id: str, *, state: str = "active") -> int:
+    lease = await res.store.grant_lease(30)
+    await res.store.put(res.keys.broker(broker_id), rec(broker_id, state).to_json(), lease=lease)
+    return lease
+
+
+T = TopicName("default", "t")
+
+
+async def test_new_topic_goes_to_least_loaded_broker_and_stays(res: Resources, view: ClusterView) -> None:
+    await register(res, "1")
+    await register(res, "2")
+    await res.assign_if_unowned(TopicName("default", "busy"), "1")
+    resolver = Resolver(res, view)
+    assert await resolver.resolve(T) == ("2", "http://10.0.0.2:6650")
+    own = await res.get_owner(T)
+    assert own is not None and own.broker_id == "2"
+    for _ in range(5):
+        assert await resolver.resolve(T) == ("2", "http://10.0.0.2:6650")
+    assert (await res.get_owner(T)) == own  # no re-placement: same epoch
+
+
+async def test_resolve_uses_the_cache_once_it_has_caught_up(
+    res: Resources, view: ClusterView, memory_store: MemoryStore
+) -> None:
+    await register(res, "1")
+    resolver = Resolver(res, view)
+    await resolver.resolve(T)
+    await wait_until(lambda: str(T) in view.owners and "1" in view.brokers, what="view to catch up")
+    memory_store.unavailable = True  # any etcd read would now fail
+    try:
+        assert await resolver.resolve(T) == ("1", "http://10.0.0.1:6650")
+    finally:
+        memory_store.unavailable = False
+
+
+async def test_dead_owner_is_replaced_with_a_fenced_move(
+    res: Resources, view: ClusterView, memory_store: MemoryStore
+) -> None:
+    lease1 = await register(res, "1")
+    resolver = Resolver(res, view)
+    assert (await resolver.resolve(T))[0] == "1"
+    before = await res.get_owner(T)
+    assert before is not None
+    await register(res, "2")
+    memory_store.expire_lease(lease1)
+
+    assert await resolver.resolve(T) == ("2", "http://10.0.0.2:6650")
+    after = await res.get_owner(T)
+    assert after is not None and after.broker_id == "2" and after.epoch > before.epoch
+    keys = res.keys
+    assert await memory_store.get(keys.assignment("1", T)) is None
+    assign = await memory_store.get(keys.assignment("2", T))
+    assert assign is not None and assign.mod_revision == after.epoch
+    assert await resolver.resolve(T) == ("2", "http://10.0.0.2:6650")
+
+
+async def test_take_over_is_fenced_on_the_epoch(res: Resources, memory_store: MemoryStore) -> None:
+    lease1 = await register(res, "1")
+    await register(res, "2")
+    await register(res, "3")
+    first = await res.assign_if_unowned(T, "1")
+    memory_store.expire_lease(lease1)
+    moved = await take_over_dead_owner(res, T, first)  # one lookup wins the race...
+    assert moved.broker_id == "2" and moved.epoch > first.epoch
+    # ...a second one, still holding the epoch it read before, must not move the topic again.
+    again = await take_over_dead_owner(res, T, Ownership(str(T), "1", first.epoch))
+    assert again == moved  # the stale writer reads the winner's ownership, writes nothing
+    assert (await res.get_owner(T)) == moved
+    counts = await res.topic_counts()
+    assert sum(counts.values()) == 1
+
+
+async def test_take_over_refused_when_the_owner_came_back(res: Resources, memory_store: MemoryStore) -> None:
+    lease1 = await register(res, "1")
+    await register(res, "2")
+    own = await res.assign_if_unowned(T, "1")
+    memory_store.expire_lease(lease1)
+    await register(res, "1")  # the broker re-registered before our transaction
+    result = await take_over_dead_owner(res, T, own)
+    assert result == own
+    assert await memory_store.get(res.keys.assignment("1", T)) is not None
+    assert await memory_store.get(res.keys.assignment("2", T)) is None
+
+
+async def test_concurrent_lookups_agree_on_one_new_owner(
+    res: Resources, view: ClusterView, memory_store: MemoryStore
+) -> None:
+    lease1 = await register(res, "1")
+    resolver = Resolver(res, view)
+    await resolver.resolve(T)
+    await register(res, "2")
+    await register(res, "3")
+    memory_store.expire_lease(lease1)
+    answers = await asyncio.gather(*(Resolver(res, view).resolve(T) for _ in range(8)))
+    assert len(set(answers)) == 1
+    owner = await res.get_owner(T)
+    assert owner is not None and answers[0][0] == owner.broker_id
+    assert sum((await res.topic_counts()).values()) == 1
+
+
+async def test_no_broker_left_is_a_retryable_error(
+    res: Resources, view: ClusterView, memory_store: MemoryStore
+) -> None:
+    resolver = Resolver(res, view)
+    with pytest.raises(NoBrokerAvailable):
+        await resolver.resolve(T)
+    lease1 = await register(res, "1")
+    await resolver.resolve(T)
+    memory_store.expire_lease(lease1)
+    with pytest.raises(NoBrokerAvailable) as info:
+        await resolver.resolve(T)
+    assert info.value.retryable
+    owner = await res.get_owner(T)
+    assert owner is not None and owner.broker_id == "1"  # left alone until a broker appears
+
+
+async def test_draining_brokers_get_no_new_topics(res: Resources, view: ClusterView) -> None:
+    await register(res, "1", state="draining")
+    await register(res, "2")
+    assert (await Resolver(res, view).resolve(T))[0] == "2"
+
+
+async def test_unknown_namespace_and_auto_create_off(res: Resources, view: ClusterView) -> None:
+    await register(res, "1")
+    with pytest.raises(NamespaceNotFound):
+        await Resolver(res, view).resolve(TopicName("nope", "t"))
+    with pytest.raises(TopicNotFound):
+        await Resolver(res, view, auto_create_topics=False).resolve(T)
+    await res.create_topic(T)  # created (e.g. by the admin API) while no broker was up: placed now
+    assert (await Resolver(res, view, auto_create_topics=False).resolve(T))[0] == "1"
+
+
+async def test_discovery_servicer(res: Resources, view: ClusterView) -> None:
+    await register(res, "1")
+    await res.create_topic(T)
+    await res.create_partitioned_topic(TopicName("default", "p"), 3)
+    for i in (1, 0):  # partitions created by name (as the Danube producer does), no parent entry
+        await res.create_topic(TopicName("default", f"q-part-{i}"))
+    servicer = LookupDiscovery(res, view)
+
+    async def partitions(topic: str) -> list[str]:
+        resp = await servicer.TopicPartitions(pb.TopicLookupRequest(request_id=3, topic=topic), CTX)
+        assert resp.request_id == 3
+        return list(resp.partitions)
+
+    assert await partitions("/default/t") == ["/default/t"]
+    assert await partitions("/default/p") == [f"/default/p-part-{i}" for i in range(3)]
+    assert await partitions("/default/q") == ["/default/q-part-0", "/default/q-part-1"]
+    assert await partitions("/default/unknown") == []
+
+    resp = await servicer.TopicLookup(pb.TopicLookupRequest(request_id=9, topic="/default/p-part-2"), CTX)
+    assert (resp.request_id, resp.response_type) == (9, pb.TopicLookupResponse.Redirect)
+    assert resp.connect_url == resp.broker_url == "http://10.0.0.1:6650" and not resp.proxy

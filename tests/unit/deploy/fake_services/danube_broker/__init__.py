@@ -1,0 +1,1 @@
+"""Fake danube_broker for launcher tests (see ../fake_service.py)."""

@@ -1,0 +1,5 @@
+import sys
+
+from fake_service import main
+
+sys.exit(main("broker"))

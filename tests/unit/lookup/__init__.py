@@ -1,0 +1,1 @@
+"""Unit tests of the lookup service and the danube-admin CLI."""

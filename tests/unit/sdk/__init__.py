@@ -1,0 +1,1 @@
+"""SDK and danube-cli tests against an in-process fake broker."""
