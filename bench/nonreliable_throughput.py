@@ -151,7 +151,6 @@ def main() -> None:
         tempfile.TemporaryDirectory() as tmp,
         LocalCluster(brokers=1, workdir=Path(tmp), log_level="WARNING") as c,
     ):
-        c.start(timeout_s=60)
         print("== danube SDK, non-reliable, 1 producer -> 1 consumer ...", flush=True)
         ours, received = asyncio.run(danube_rate(c.service_url, args.messages, args.size, args.batch))
 

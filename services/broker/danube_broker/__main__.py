@@ -7,19 +7,16 @@ registration lease lost, an internal loop crashed, port in use), 2 for a bad con
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from danube_broker.app import BrokerFailure, run
 from danube_broker.config import BrokerConfig
 from danube_common.config import load_config
-from danube_common.errors import ConfigError, DanubeError, MetadataUnavailable, Timeout
+from danube_common.errors import ConfigError
 from danube_common.logs import setup_logging
-
-log = logging.getLogger("danube_broker")
+from danube_common.service import add_common_flags, common_flags, run_main
 
 ENV_PREFIX = "DANUBE_BROKER"
 
@@ -47,7 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--config", metavar="FILE", help="YAML config file (fields as in the README)")
     p.add_argument(
         "--broker-id", metavar="ID", help="unique broker id in the cluster; default: a random short id"
     )
@@ -61,31 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST",
         help="host clients are sent to; default: the listen host, or 127.0.0.1 for 0.0.0.0/127.0.0.1",
     )
-    p.add_argument(
-        "--etcd-endpoints", metavar="A,B", help="comma-separated etcd host:port list; default 127.0.0.1:2379"
-    )
-    p.add_argument("--cluster", metavar="NAME", help="cluster name (root of every etcd key); default danube")
-    p.add_argument(
-        "--ready-file",
-        metavar="PATH",
-        help="once serving, write {service, broker_id, addr, url, pid} here as JSON (atomically)",
-    )
-    p.add_argument("--log-level", metavar="LEVEL", help="DEBUG, INFO (default), WARNING or ERROR")
+    add_common_flags(p, ready_fields="service, broker_id, addr, url, pid")
     return p
 
 
 def flags_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    endpoints = None
-    if args.etcd_endpoints is not None:
-        endpoints = [e.strip() for e in args.etcd_endpoints.split(",") if e.strip()]
     return {
+        **common_flags(args),
         "broker_id": args.broker_id,
         "listen_addr": args.listen,
         "advertised_host": args.advertised_host,
-        "etcd.endpoints": endpoints,
-        "etcd.cluster": args.cluster,
-        "ready_file": args.ready_file,
-        "log_level": args.log_level,
     }
 
 
@@ -97,14 +78,6 @@ def load(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = N
     )
 
 
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load(argv)
@@ -112,29 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
     setup_logging(cfg.log_level, service=f"broker[{cfg.broker_id}]")
-    try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(run(cfg))
-    except KeyboardInterrupt:  # interrupted before the signal handlers were installed
-        return 0
-    except (MetadataUnavailable, Timeout) as exc:
-        log.error("%s", exc.message)
-        print(
-            f"error: {exc.message}\nhint: is etcd running at {','.join(cfg.etcd.endpoints)}? "
-            "pass --etcd-endpoints, or start a local cluster with `danube-local up`",
-            file=sys.stderr,
-        )
-        return 1
-    except BrokerFailure as exc:
-        log.error("broker failed: %s", exc)
-        return 1
-    except DanubeError as exc:
-        log.error("%s", exc.message)
-        return 1
-    except OSError as exc:  # e.g. the port is in use
-        log.error("%s", exc)
-        return 1
-    return 0
+    return run_main(lambda: run(cfg), etcd_endpoints=cfg.etcd.endpoints, fatal=(BrokerFailure,))
 
 
 if __name__ == "__main__":

@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, NoReturn
 
 from danube_broker.config import BrokerConfig
@@ -40,6 +38,7 @@ from danube_common.metadata.etcd import EtcdStore
 from danube_common.metadata.lease import KeptLease
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.resources import BrokerRecord, Resources, now_ms
+from danube_common.service import remove_ready_file, write_ready_file
 
 log = logging.getLogger(__name__)
 
@@ -70,20 +69,6 @@ class ReadyInfo:
             "url": self.url,
             "pid": self.pid,
         }
-
-
-def write_ready_file(path: str | Path, info: ReadyInfo) -> None:
-    """Write atomically (temporary file + rename), so a reader never sees a partial file."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(info.to_json()) + "\n")
-    os.replace(tmp, target)
-
-
-def remove_ready_file(path: str | Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        Path(path).unlink()
 
 
 async def _sweep_forever(registry: BrokerRegistry, interval_s: float) -> NoReturn:
@@ -169,7 +154,7 @@ async def _serve(
         served = True
         info = ReadyInfo(cfg.broker_id, addr, os.getpid(), registry)
         if cfg.ready_file:
-            write_ready_file(cfg.ready_file, info)
+            write_ready_file(cfg.ready_file, info.to_json())
         log.info(
             "broker %s serving on %s (listen %s, cluster %s, etcd %s)",
             cfg.broker_id,

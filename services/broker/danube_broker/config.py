@@ -12,10 +12,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from danube_common.config import EtcdConfig, Frozen
-from danube_common.errors import InvalidNamespaceName
 from danube_common.grpc_util import MAX_GRPC_MESSAGE_BYTES
-from danube_common.topic_name import validate_namespace
+from danube_common.service import ServiceConfig, split_host_port
 
 _BROKER_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 #: Room left in a gRPC frame for everything that is not payload.
@@ -29,18 +27,10 @@ def new_broker_id() -> str:
     return secrets.token_hex(4)
 
 
-def split_host_port(addr: str) -> tuple[str, int]:
-    """``host:port`` (``[v6]:port`` too) -> (host, port); ValueError with what is allowed."""
-    host, sep, port_s = addr.rpartition(":")
-    if not sep or not host or not port_s.isdigit() or not 0 <= int(port_s) <= 65535:
-        raise ValueError(f"{addr!r} is not HOST:PORT (port 0-65535; 0 picks a free port)")
-    return host.removeprefix("[").removesuffix("]"), int(port_s)
-
-
 SlowConsumerPolicy = Literal["drop", "block"]
 
 
-class BrokerConfig(Frozen):
+class BrokerConfig(ServiceConfig):
     # ---- identity and addresses
     #: Unique id of this broker in the cluster (letters, digits, '_', '-', '.'); random if unset.
     broker_id: str = Field(default_factory=new_broker_id)
@@ -51,11 +41,8 @@ class BrokerConfig(Frozen):
     advertised_host: str | None = None
 
     # ---- cluster membership
-    etcd: EtcdConfig = Field(default_factory=EtcdConfig)
     #: TTL of the lease holding /{cluster}/brokers/{id}; a dead broker's topics move after this.
     registration_ttl_s: int = 10
-    #: Namespaces created (if missing) at every start.
-    bootstrap_namespaces: list[str] = Field(default_factory=lambda: ["default"])
     #: Claim unowned topics (and create topic metadata) when a producer or consumer arrives.
     auto_create_topics: bool = True
 
@@ -83,9 +70,6 @@ class BrokerConfig(Frozen):
     # ---- process
     #: Seconds in-flight RPCs get to finish at shutdown before they are cancelled.
     shutdown_grace_s: float = Field(default=5.0, ge=0)
-    #: Once serving, a JSON file describing the broker is written here (atomically).
-    ready_file: str | None = None
-    log_level: str = "INFO"
 
     @field_validator("broker_id")
     @classmethod
@@ -114,24 +98,6 @@ class BrokerConfig(Frozen):
         if v > limit:
             raise ValueError(f"max_message_size_bytes must be at most {limit} (gRPC frame limit), got {v}")
         return v
-
-    @field_validator("bootstrap_namespaces")
-    @classmethod
-    def _namespaces(cls, v: list[str]) -> list[str]:
-        for ns in v:
-            try:
-                validate_namespace(ns)
-            except InvalidNamespaceName as exc:
-                raise ValueError(exc.message) from exc
-        return v
-
-    @field_validator("log_level")
-    @classmethod
-    def _level(cls, v: str) -> str:
-        level = v.upper()
-        if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-            raise ValueError(f"unknown log level {v!r}: use DEBUG, INFO, WARNING, ERROR or CRITICAL")
-        return level
 
     # ---- derived values
     def advertised_addr(self, port: int) -> str:

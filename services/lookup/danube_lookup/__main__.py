@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from danube_common.config import load_config
-from danube_common.errors import ConfigError, DanubeError, MetadataUnavailable, Timeout
+from danube_common.errors import ConfigError
 from danube_common.logs import setup_logging
+from danube_common.service import add_common_flags, common_flags, run_main
 from danube_lookup.app import run
 from danube_lookup.config import LookupConfig
-
-log = logging.getLogger("danube_lookup")
 
 ENV_PREFIX = "DANUBE_LOOKUP"
 
@@ -42,7 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--config", metavar="FILE", help="YAML config file")
     p.add_argument(
         "--listen",
         metavar="HOST:PORT",
@@ -52,29 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--advertised-host", metavar="HOST", help="host written to the ready file; default 127.0.0.1"
     )
-    p.add_argument(
-        "--etcd-endpoints", metavar="A,B", help="comma-separated etcd host:port list; default 127.0.0.1:2379"
-    )
-    p.add_argument("--cluster", metavar="NAME", help="cluster name (root of every etcd key); default danube")
-    p.add_argument(
-        "--ready-file", metavar="PATH", help="once serving, write the bound addresses here as JSON"
-    )
-    p.add_argument("--log-level", metavar="LEVEL", help="DEBUG, INFO (default), WARNING or ERROR")
+    add_common_flags(p, ready_fields="service, addr, url, admin_addr, admin_url, pid")
     return p
 
 
 def flags_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    endpoints = None
-    if args.etcd_endpoints is not None:
-        endpoints = [e.strip() for e in args.etcd_endpoints.split(",") if e.strip()]
     return {
+        **common_flags(args),
         "listen_addr": args.listen,
         "admin_listen_addr": args.admin_listen,
         "advertised_host": args.advertised_host,
-        "etcd.endpoints": endpoints,
-        "etcd.cluster": args.cluster,
-        "ready_file": args.ready_file,
-        "log_level": args.log_level,
     }
 
 
@@ -86,14 +69,6 @@ def load(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = N
     )
 
 
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load(argv)
@@ -101,25 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
     setup_logging(cfg.log_level, service="lookup")
-    try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(run(cfg))
-    except KeyboardInterrupt:  # interrupted before the signal handlers were installed
-        return 0
-    except (MetadataUnavailable, Timeout) as exc:
-        print(
-            f"error: {exc.message}\nhint: is etcd running at {','.join(cfg.etcd.endpoints)}? "
-            "pass --etcd-endpoints, or start a local cluster with `danube-local up`",
-            file=sys.stderr,
-        )
-        return 1
-    except DanubeError as exc:
-        log.error("%s", exc.message)
-        return 1
-    except OSError as exc:  # e.g. a port already in use
-        log.error("%s", exc)
-        return 1
-    return 0
+    return run_main(lambda: run(cfg), etcd_endpoints=cfg.etcd.endpoints)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc.aio
@@ -28,6 +26,7 @@ from danube_common.metadata.etcd import EtcdStore
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.resources import Resources
+from danube_common.service import remove_ready_file, write_ready_file
 from danube_lookup.admin_api import BrokerAdminApi, NamespaceAdminApi, TopicAdminApi
 from danube_lookup.catalog import Catalog
 from danube_lookup.config import LookupConfig
@@ -61,20 +60,6 @@ class ReadyInfo:
             "admin_url": self.admin_url,
             "pid": self.pid,
         }
-
-
-def write_ready_file(path: str | Path, info: ReadyInfo) -> None:
-    """Write atomically (temporary file + rename), so a reader never sees a partial file."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(info.to_json()) + "\n")
-    os.replace(tmp, target)
-
-
-def remove_ready_file(path: str | Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        Path(path).unlink()
 
 
 async def run(
@@ -122,7 +107,7 @@ async def run(
 
         info = ReadyInfo(f"{cfg.advertised_host}:{port}", f"{cfg.advertised_host}:{admin_port}", os.getpid())
         if cfg.ready_file:
-            write_ready_file(cfg.ready_file, info)
+            write_ready_file(cfg.ready_file, info.to_json())
             stack.callback(remove_ready_file, cfg.ready_file)
         log.info(
             "lookup serving: discovery on %s, admin on %s (cluster %s, etcd %s)",

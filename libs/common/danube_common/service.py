@@ -1,0 +1,154 @@
+"""What every service process shares: base config, common flags, the ready file, ``main()``.
+
+A service's ``__main__`` adds its own flags next to :func:`add_common_flags`, maps them with
+:func:`common_flags`, and hands its ``run(cfg)`` coroutine to :func:`run_main`, which owns the
+event loop (uvloop when installed), exit codes and the error messages a person can act on:
+
+    0  stopped on request (SIGINT/SIGTERM)
+    1  failed: etcd unreachable, a port in use, a fatal internal error
+    2  bad configuration or flags
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from danube_common.config import EtcdConfig, Frozen
+from danube_common.errors import DanubeError, InvalidNamespaceName, MetadataUnavailable, Timeout
+from danube_common.topic_name import validate_namespace
+
+log = logging.getLogger(__name__)
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def split_host_port(addr: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too) -> (host, port); ValueError with what is allowed."""
+    host, sep, port_s = addr.rpartition(":")
+    if not sep or not host or not port_s.isdigit() or not 0 <= int(port_s) <= 65535:
+        raise ValueError(f"{addr!r} is not HOST:PORT (port 0-65535; 0 picks a free port)")
+    return host.removeprefix("[").removesuffix("]"), int(port_s)
+
+
+class ServiceConfig(Frozen):
+    """Fields every service process has."""
+
+    etcd: EtcdConfig = Field(default_factory=EtcdConfig)
+    #: Namespaces created (if missing) at every start.
+    bootstrap_namespaces: list[str] = Field(default_factory=lambda: ["default"])
+    #: Once serving, a JSON file with the bound addresses is written here (atomically).
+    ready_file: str | None = None
+    log_level: str = "INFO"
+
+    @field_validator("bootstrap_namespaces")
+    @classmethod
+    def _namespaces(cls, v: list[str]) -> list[str]:
+        for ns in v:
+            try:
+                validate_namespace(ns)
+            except InvalidNamespaceName as exc:
+                raise ValueError(exc.message) from exc
+        return v
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, v: str) -> str:
+        level = v.upper()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"unknown log level {v!r}: use {', '.join(LOG_LEVELS)}")
+        return level
+
+
+def add_common_flags(p: argparse.ArgumentParser, *, ready_fields: str) -> None:
+    p.add_argument("--config", metavar="FILE", help="YAML config file")
+    p.add_argument(
+        "--etcd-endpoints", metavar="A,B", help="comma-separated etcd host:port list; default 127.0.0.1:2379"
+    )
+    p.add_argument("--cluster", metavar="NAME", help="cluster name (root of every etcd key); default danube")
+    p.add_argument(
+        "--ready-file",
+        metavar="PATH",
+        help=f"once serving, write {{{ready_fields}}} here as JSON (atomically)",
+    )
+    p.add_argument("--log-level", metavar="LEVEL", help="DEBUG, INFO (default), WARNING or ERROR")
+
+
+def common_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The dotted config paths of the flags :func:`add_common_flags` defines (None = not given)."""
+    endpoints = None
+    if args.etcd_endpoints is not None:
+        endpoints = [e.strip() for e in args.etcd_endpoints.split(",") if e.strip()]
+    return {
+        "etcd.endpoints": endpoints,
+        "etcd.cluster": args.cluster,
+        "ready_file": args.ready_file,
+        "log_level": args.log_level,
+    }
+
+
+def write_ready_file(path: str | Path, info: Mapping[str, Any]) -> None:
+    """Write atomically (temporary file + rename), so a reader never sees a partial file."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(dict(info)) + "\n")
+    os.replace(tmp, target)
+
+
+def remove_ready_file(path: str | Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        Path(path).unlink()
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def run_main(
+    main: Callable[[], Coroutine[Any, Any, None]],
+    *,
+    etcd_endpoints: list[str],
+    fatal: tuple[type[BaseException], ...] = (),
+) -> int:
+    """Run a service's main coroutine; map how it ended to an exit code and a clear message.
+
+    ``fatal`` lists the service's own failure exceptions (logged, exit 1).
+    """
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(main())
+    except KeyboardInterrupt:  # interrupted before the signal handlers were installed
+        return 0
+    except (MetadataUnavailable, Timeout) as exc:
+        log.error("%s", exc.message)
+        print(
+            f"error: {exc.message}\nhint: is etcd running at {','.join(etcd_endpoints)}? "
+            "pass --etcd-endpoints, or start a local cluster with `danube-local up`",
+            file=sys.stderr,
+        )
+        return 1
+    except DanubeError as exc:
+        log.error("%s", exc.message)
+        return 1
+    except OSError as exc:  # e.g. the port is in use
+        log.error("%s", exc)
+        return 1
+    except fatal as exc:
+        log.error("%s", exc)
+        return 1
+    return 0
