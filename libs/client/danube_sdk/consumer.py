@@ -99,6 +99,9 @@ class Consumer:
 
         Raises ClientClosed once the consumer is closed, or the error that stopped it.
         """
+        msg = self._queue.get_nowait()  # fast path: no timer when a message is buffered
+        if msg is not None:
+            return msg
         if timeout_s is None:
             return await self._queue.get()
         try:
@@ -106,6 +109,14 @@ class Consumer:
                 return await self._queue.get()
         except TimeoutError:
             raise ClientTimeout(f"no message received on {self.topic} within {timeout_s} s") from None
+
+    async def receive_many(self, max_messages: int = 1000, timeout_s: float | None = None) -> list[Message]:
+        """Between 1 and ``max_messages`` messages: whatever is buffered, waiting (up to
+        ``timeout_s``) only when nothing is. The cheap way to consume at high rates."""
+        if max_messages < 1:
+            raise InvalidArgument(f"max_messages must be at least 1, got {max_messages}")
+        first = await self.receive(timeout_s)
+        return [first, *self._queue.take(max_messages - 1)]
 
     def __aiter__(self) -> Consumer:
         return self

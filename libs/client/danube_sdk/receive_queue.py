@@ -36,6 +36,25 @@ class ReceiveQueue:
         if self._items:
             self._not_empty.set()
 
+    def get_nowait(self) -> Message | None:
+        """The next buffered message, or None when none is buffered (never waits)."""
+        items = self._items
+        if not items:
+            return None
+        msg = items.popleft()
+        if len(items) < self._capacity:
+            self._not_full.set()
+        return msg
+
+    def take(self, max_messages: int) -> list[Message]:
+        """Up to ``max_messages`` buffered messages (never waits)."""
+        items = self._items
+        n = min(max_messages, len(items))
+        out = [items.popleft() for _ in range(n)]
+        if n and len(items) < self._capacity:
+            self._not_full.set()
+        return out
+
     async def get(self) -> Message:
         items = self._items
         while not items:

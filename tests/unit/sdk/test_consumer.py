@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from danube_common.errors import Timeout, TopicNotFound
+from danube_common.errors import InvalidArgument, Timeout, TopicNotFound
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_sdk import ClientClosed, DanubeClient, MessageId
 from tests.support import wait_until
@@ -101,3 +101,23 @@ async def test_slow_consumer_bounds_its_buffer(client: DanubeClient, cluster: Fa
     assert len(consumer._queue) <= 20  # not the 200 the broker has
     got = [await consumer.receive(timeout_s=5) for _ in range(200)]
     assert [m.offset for m in got] == list(range(200))
+
+
+async def test_receive_many_returns_what_is_buffered_in_order(
+    client: DanubeClient, cluster: FakeCluster
+) -> None:
+    cluster.create_topic(T)
+    consumer = await client.subscribe(T, subscription="s")
+    producer = await client.create_producer(T)
+    await producer.send_many([b"%d" % i for i in range(10)])
+    got: list[bytes] = []
+    while len(got) < 10:
+        batch = await consumer.receive_many(4, timeout_s=5)
+        assert 1 <= len(batch) <= 4
+        got += [m.payload for m in batch]
+    assert got == [b"%d" % i for i in range(10)]
+    with pytest.raises(Timeout):
+        await consumer.receive_many(4, timeout_s=0.05)
+    with pytest.raises(InvalidArgument) as err:
+        await consumer.receive_many(0)
+    assert "at least 1" in str(err.value)
