@@ -210,7 +210,9 @@ def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
         broker_config=args.broker_config,
         progress=lambda m: say(f"  {m}"),
     )
-    previous_int = signal.getsignal(signal.SIGINT)
+    # Installed explicitly: a parent that ignores SIGINT (a background job of a script) would
+    # otherwise leave Python without its KeyboardInterrupt handler, and Ctrl-C would do nothing.
+    previous_int = signal.signal(signal.SIGINT, _raise_interrupt)
     previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         say(f"danube-local: starting cluster {args.cluster!r} in {_rel(cluster.workdir)}")

@@ -135,13 +135,22 @@ def test_stop_restart_and_add_brokers(fake_cluster: LocalCluster) -> None:
     assert not any(alive(p) for p in pids)
 
 
-def _cli(tmp_path: Path, *args: str, env_extra: dict[str, str]) -> tuple[subprocess.Popen[bytes], Path]:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _cli(
+    tmp_path: Path, *args: str, env_extra: dict[str, str], sigint_ignored: bool = False
+) -> tuple[subprocess.Popen[bytes], Path]:
     out = tmp_path / "cli.out"
     env = {**os.environ, **env_extra}
     argv = [sys.executable, "-m", "danube_local", "up", "--workdir", str(tmp_path / "wd"),
             "--lookup-port", "0", "--admin-port", "0", *args]  # fmt: skip
     with open(out, "wb") as f:
-        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        proc = subprocess.Popen(
+            argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            preexec_fn=_ignore_sigint if sigint_ignored else None,
+        )  # fmt: skip
     return proc, out
 
 
@@ -150,9 +159,14 @@ def _pids_in(output: str) -> list[int]:
     return list(dict.fromkeys(int(m) for m in re.findall(r"\(pid (\d+)\)", output)))
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_cli_up_runs_until_signalled(tmp_path: Path, sig: int) -> None:
-    proc, out = _cli(tmp_path, "--brokers", "2", env_extra=fake_env())
+@pytest.mark.parametrize(
+    ("sig", "sigint_ignored"),
+    [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGINT, True)],
+    # A background job of a shell script starts with SIGINT ignored; Ctrl-C must still stop it.
+    ids=["ctrl-c", "sigterm", "ctrl-c-as-background-job"],
+)
+def test_cli_up_runs_until_signalled(tmp_path: Path, sig: int, sigint_ignored: bool) -> None:
+    proc, out = _cli(tmp_path, "--brokers", "2", env_extra=fake_env(), sigint_ignored=sigint_ignored)
     try:
         wait_until_sync(lambda: b"Press Ctrl-C" in out.read_bytes() or proc.poll() is not None, timeout_s=30)
         text = out.read_text()
