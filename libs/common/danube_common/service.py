@@ -18,9 +18,9 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from pydantic import Field, field_validator
 
@@ -29,6 +29,8 @@ from danube_common.errors import DanubeError, InvalidNamespaceName, MetadataUnav
 from danube_common.topic_name import validate_namespace
 
 log = logging.getLogger(__name__)
+
+R_co = TypeVar("R_co", covariant=True)
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -109,6 +111,40 @@ def write_ready_file(path: str | Path, info: Mapping[str, Any]) -> None:
 def remove_ready_file(path: str | Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         Path(path).unlink()
+
+
+class ServiceRun(Protocol[R_co]):
+    """A service's ``run(cfg, *, ready, stop)``: serve until ``stop``, call ``ready`` once serving."""
+
+    def __call__(
+        self, cfg: Any, *, ready: Callable[[Any], None] | None = ..., stop: asyncio.Event | None = ...
+    ) -> Coroutine[Any, Any, None]: ...
+
+
+@contextlib.asynccontextmanager
+async def running(run: ServiceRun[R_co], cfg: Any, *, name: str) -> AsyncIterator[Any]:
+    """Run a service in this event loop for the duration of the block (embedding, tests).
+
+    Yields what the service passed to ``ready``; raises the start-up error if it never got
+    ready, and re-raises a crash that happened while the block ran.
+    """
+    stop = asyncio.Event()
+    started: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(run(cfg, ready=started.set_result, stop=stop), name=name)
+    try:
+        waiting: set[asyncio.Future[Any]] = {started, task}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if not started.done():
+            await task  # raises the start-up error
+            raise RuntimeError(f"{name} exited before it was ready")
+        yield started.result()
+    except BaseException:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await task
+        raise
+    stop.set()
+    await task  # raises if the service crashed while the block ran
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -39,6 +39,7 @@ from danube_common.metadata.lease import KeptLease
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.resources import BrokerRecord, Resources, now_ms
 from danube_common.service import remove_ready_file, write_ready_file
+from danube_common.service import running as service_running
 
 log = logging.getLogger(__name__)
 
@@ -244,21 +245,6 @@ async def _shutdown(
 
 @contextlib.asynccontextmanager
 async def running(cfg: BrokerConfig) -> AsyncIterator[ReadyInfo]:
-    """Run a broker in this event loop for the duration of the block (embedding, tests)."""
-    stop = asyncio.Event()
-    started: asyncio.Future[ReadyInfo] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(run(cfg, ready=started.set_result, stop=stop), name=f"broker-{cfg.broker_id}")
-    try:
-        waiting: set[asyncio.Future[Any]] = {started, task}
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        if not started.done():
-            await task  # raises the start-up error
-            raise RuntimeError("the broker exited before it was ready")
-        yield started.result()
-    except BaseException:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await task
-        raise
-    stop.set()
-    await task  # raises if the broker crashed while the block ran
+    """Run the service in this event loop for the duration of the block (embedding, tests)."""
+    async with service_running(run, cfg, name=f"broker-{cfg.broker_id}") as info:
+        yield info

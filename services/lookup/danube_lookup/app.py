@@ -27,6 +27,7 @@ from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.resources import Resources
 from danube_common.service import remove_ready_file, write_ready_file
+from danube_common.service import running as service_running
 from danube_lookup.admin_api import BrokerAdminApi, NamespaceAdminApi, TopicAdminApi
 from danube_lookup.catalog import Catalog
 from danube_lookup.config import LookupConfig
@@ -141,20 +142,5 @@ async def _wait_for_stop(stop: asyncio.Event, loop_task: asyncio.Task[None] | No
 @contextlib.asynccontextmanager
 async def running(cfg: LookupConfig) -> AsyncIterator[ReadyInfo]:
     """Run the service in this event loop for the duration of the block (embedding, tests)."""
-    stop = asyncio.Event()
-    started: asyncio.Future[ReadyInfo] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(run(cfg, ready=started.set_result, stop=stop), name="lookup")
-    try:
-        waiting: set[asyncio.Future[Any]] = {started, task}
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        if not started.done():
-            await task  # raises the start-up error
-            raise RuntimeError("the lookup service exited before it was ready")
-        yield started.result()
-    except BaseException:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await task
-        raise
-    stop.set()
-    await task  # raises if the service crashed while the block ran
+    async with service_running(run, cfg, name="lookup") as info:
+        yield info
