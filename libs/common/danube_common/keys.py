@@ -13,6 +13,8 @@ Layout (values are JSON unless noted)::
     /{cluster}/namespaces/{ns}                             namespace policies
     /{cluster}/topics/{ns}/{topic}                         topic metadata
     /{cluster}/topics/{ns}/{topic}/subscriptions/{sub}     subscription metadata
+    /{cluster}/topics/{ns}/{topic}/subscriptions/{sub}/cursor   acked cursor (reliable)
+    /{cluster}/topics/{ns}/{topic}/subscriptions/{sub}/policy   failure policy (reliable)
     /{cluster}/storage/{ns}/{topic}/segments/{start:020d}  segment descriptors
     /{cluster}/schemas/{subject}/...                       schema registry
     /{cluster}/auth/...                                    roles and bindings
@@ -126,6 +128,14 @@ class Keys:
 
     def subscription(self, topic: TopicName, sub: str) -> str:
         return f"{self.topic(topic)}/subscriptions/{sub}"
+
+    def subscription_cursor(self, topic: TopicName, sub: str) -> str:
+        """``{"cursor": N}``: every offset <= N is acknowledged (written by the owning broker)."""
+        return f"{self.topic(topic)}/subscriptions/{sub}/cursor"
+
+    def subscription_policy(self, topic: TopicName, sub: str) -> str:
+        """The subscription's failure policy (written by admins, read by the owning broker)."""
+        return f"{self.topic(topic)}/subscriptions/{sub}/policy"
 
     # ---- storage, schemas, auth, counters
     def segments_prefix(self, topic: TopicName) -> str:

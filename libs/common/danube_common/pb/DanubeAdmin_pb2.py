@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11\x44\x61nubeAdmin.proto\x12\x0f\x64\x61nube.admin.v1\"\x14\n\x12ListBrokersRequest\"\x8a\x01\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_addr\x18\x02 \x01(\t\x12\x16\n\x0e\x61\x64vertised_url\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x13\n\x0btopic_count\x18\x05 \x01(\r\x12\x18\n\x10registered_at_ms\x18\x06 \x01(\x04\"C\n\x13ListBrokersResponse\x12,\n\x07\x62rokers\x18\x01 \x03(\x0b\x32\x1b.danube.admin.v1.BrokerInfo\"\x17\n\x15ListNamespacesRequest\",\n\x16ListNamespacesResponse\x12\x12\n\nnamespaces\x18\x01 \x03(\t\" \n\x10NamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"!\n\x11NamespaceResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\"&\n\x11ListTopicsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"\xbf\x01\n\tTopicInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x11\x64ispatch_strategy\x18\x02 \x01(\t\x12\x12\n\npartitions\x18\x03 \x01(\r\x12\x11\n\tbroker_id\x18\x04 \x01(\t\x12\x34\n\x10partition_topics\x18\x05 \x03(\x0b\x32\x1a.danube.admin.v1.TopicInfo\x12\x15\n\rsubscriptions\x18\x06 \x03(\t\x12\x15\n\rcreated_at_ms\x18\x07 \x01(\x04\"@\n\x12ListTopicsResponse\x12*\n\x06topics\x18\x01 \x03(\x0b\x32\x1a.danube.admin.v1.TopicInfo\"Q\n\x12\x43reateTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x19\n\x11\x64ispatch_strategy\x18\x03 \x01(\t\"@\n\x13\x43reateTopicResponse\x12)\n\x05topic\x18\x01 \x01(\x0b\x32\x1a.danube.admin.v1.TopicInfo\"\"\n\x12\x44\x65leteTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"&\n\x13\x44\x65leteTopicResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x03(\t\"$\n\x14\x44\x65scribeTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t2g\n\x0b\x42rokerAdmin\x12X\n\x0bListBrokers\x12#.danube.admin.v1.ListBrokersRequest\x1a$.danube.admin.v1.ListBrokersResponse2\xa7\x02\n\x0eNamespaceAdmin\x12\x61\n\x0eListNamespaces\x12&.danube.admin.v1.ListNamespacesRequest\x1a\'.danube.admin.v1.ListNamespacesResponse\x12X\n\x0f\x43reateNamespace\x12!.danube.admin.v1.NamespaceRequest\x1a\".danube.admin.v1.NamespaceResponse\x12X\n\x0f\x44\x65leteNamespace\x12!.danube.admin.v1.NamespaceRequest\x1a\".danube.admin.v1.NamespaceResponse2\xeb\x02\n\nTopicAdmin\x12U\n\nListTopics\x12\".danube.admin.v1.ListTopicsRequest\x1a#.danube.admin.v1.ListTopicsResponse\x12X\n\x0b\x43reateTopic\x12#.danube.admin.v1.CreateTopicRequest\x1a$.danube.admin.v1.CreateTopicResponse\x12X\n\x0b\x44\x65leteTopic\x12#.danube.admin.v1.DeleteTopicRequest\x1a$.danube.admin.v1.DeleteTopicResponse\x12R\n\rDescribeTopic\x12%.danube.admin.v1.DescribeTopicRequest\x1a\x1a.danube.admin.v1.TopicInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11\x44\x61nubeAdmin.proto\x12\x0f\x64\x61nube.admin.v1\"\x14\n\x12ListBrokersRequest\"\x8a\x01\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_addr\x18\x02 \x01(\t\x12\x16\n\x0e\x61\x64vertised_url\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x13\n\x0btopic_count\x18\x05 \x01(\r\x12\x18\n\x10registered_at_ms\x18\x06 \x01(\x04\"C\n\x13ListBrokersResponse\x12,\n\x07\x62rokers\x18\x01 \x03(\x0b\x32\x1b.danube.admin.v1.BrokerInfo\"\x17\n\x15ListNamespacesRequest\",\n\x16ListNamespacesResponse\x12\x12\n\nnamespaces\x18\x01 \x03(\t\" \n\x10NamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"!\n\x11NamespaceResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\"&\n\x11ListTopicsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"\x8b\x02\n\tTopicInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x11\x64ispatch_strategy\x18\x02 \x01(\t\x12\x12\n\npartitions\x18\x03 \x01(\r\x12\x11\n\tbroker_id\x18\x04 \x01(\t\x12\x34\n\x10partition_topics\x18\x05 \x03(\x0b\x32\x1a.danube.admin.v1.TopicInfo\x12\x15\n\rsubscriptions\x18\x06 \x03(\t\x12\x15\n\rcreated_at_ms\x18\x07 \x01(\x04\x12\x12\n\ndurability\x18\x08 \x01(\t\x12\x18\n\x10retention_time_s\x18\t \x01(\x04\x12\x1c\n\x14retention_size_bytes\x18\n \x01(\x04\"@\n\x12ListTopicsResponse\x12*\n\x06topics\x18\x01 \x03(\x0b\x32\x1a.danube.admin.v1.TopicInfo\"\x9d\x01\n\x12\x43reateTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x19\n\x11\x64ispatch_strategy\x18\x03 \x01(\t\x12\x12\n\ndurability\x18\x04 \x01(\t\x12\x18\n\x10retention_time_s\x18\x05 \x01(\x04\x12\x1c\n\x14retention_size_bytes\x18\x06 \x01(\x04\"@\n\x13\x43reateTopicResponse\x12)\n\x05topic\x18\x01 \x01(\x0b\x32\x1a.danube.admin.v1.TopicInfo\"\"\n\x12\x44\x65leteTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"&\n\x13\x44\x65leteTopicResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x03(\t\"$\n\x14\x44\x65scribeTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"!\n\x11TopicStatsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x90\x02\n\x11SubscriptionStats\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x11\n\tconsumers\x18\x03 \x01(\r\x12\x0f\n\x07\x62\x61\x63klog\x18\x04 \x01(\x04\x12\x0e\n\x06\x63ursor\x18\x05 \x01(\x04\x12\x12\n\nhas_cursor\x18\x06 \x01(\x08\x12\x19\n\x11unacked_in_flight\x18\x07 \x01(\x04\x12\x17\n\x0f\x64\x65livered_total\x18\x08 \x01(\x04\x12\x19\n\x11redelivered_total\x18\t \x01(\x04\x12\x1b\n\x13\x64\x65\x61\x64_lettered_total\x18\n \x01(\x04\x12\x15\n\rdropped_total\x18\x0b \x01(\x04\x12\x14\n\x0cmsg_rate_out\x18\x0c \x01(\x01\"\xd9\x02\n\nTopicStats\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tbroker_id\x18\x02 \x01(\t\x12\x19\n\x11\x64ispatch_strategy\x18\x03 \x01(\t\x12\x12\n\ndurability\x18\x04 \x01(\t\x12\x14\n\x0c\x66irst_offset\x18\x05 \x01(\x04\x12\x13\n\x0bnext_offset\x18\x06 \x01(\x04\x12\x11\n\twal_bytes\x18\x07 \x01(\x04\x12\x14\n\x0cwal_segments\x18\x08 \x01(\r\x12\x15\n\rmsgs_in_total\x18\t \x01(\x04\x12\x16\n\x0e\x62ytes_in_total\x18\n \x01(\x04\x12\x13\n\x0bmsg_rate_in\x18\x0b \x01(\x01\x12\x15\n\rbytes_rate_in\x18\x0c \x01(\x01\x12\x11\n\tproducers\x18\r \x01(\r\x12\x39\n\rsubscriptions\x18\x0e \x03(\x0b\x32\".danube.admin.v1.SubscriptionStats\"\x14\n\x12\x42rokerStatsRequest\"\x87\x01\n\x0b\x42rokerStats\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x0e\n\x06topics\x18\x02 \x01(\r\x12\x11\n\twal_bytes\x18\x03 \x01(\x04\x12\x13\n\x0bmsg_rate_in\x18\x04 \x01(\x01\x12\x14\n\x0cmsg_rate_out\x18\x05 \x01(\x01\x12\x17\n\x0f\x64isk_free_bytes\x18\x06 \x01(\x04\"\xbf\x01\n\x12SubscriptionPolicy\x12\x18\n\x10max_redeliveries\x18\x01 \x01(\r\x12\x16\n\x0e\x61\x63k_timeout_ms\x18\x02 \x01(\x04\x12\"\n\x1aredelivery_backoff_base_ms\x18\x03 \x01(\x04\x12!\n\x19redelivery_backoff_max_ms\x18\x04 \x01(\x04\x12\x15\n\rpoison_policy\x18\x05 \x01(\t\x12\x19\n\x11\x64\x65\x61\x64_letter_topic\x18\x06 \x01(\t\"x\n\x1cSetSubscriptionPolicyRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x33\n\x06policy\x18\x03 \x01(\x0b\x32#.danube.admin.v1.SubscriptionPolicy\"C\n\x1cGetSubscriptionPolicyRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\"v\n\x1aSubscriptionPolicyResponse\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x33\n\x06policy\x18\x03 \x01(\x0b\x32#.danube.admin.v1.SubscriptionPolicy2g\n\x0b\x42rokerAdmin\x12X\n\x0bListBrokers\x12#.danube.admin.v1.ListBrokersRequest\x1a$.danube.admin.v1.ListBrokersResponse2\xa7\x02\n\x0eNamespaceAdmin\x12\x61\n\x0eListNamespaces\x12&.danube.admin.v1.ListNamespacesRequest\x1a\'.danube.admin.v1.ListNamespacesResponse\x12X\n\x0f\x43reateNamespace\x12!.danube.admin.v1.NamespaceRequest\x1a\".danube.admin.v1.NamespaceResponse\x12X\n\x0f\x44\x65leteNamespace\x12!.danube.admin.v1.NamespaceRequest\x1a\".danube.admin.v1.NamespaceResponse2\xa7\x05\n\nTopicAdmin\x12U\n\nListTopics\x12\".danube.admin.v1.ListTopicsRequest\x1a#.danube.admin.v1.ListTopicsResponse\x12X\n\x0b\x43reateTopic\x12#.danube.admin.v1.CreateTopicRequest\x1a$.danube.admin.v1.CreateTopicResponse\x12X\n\x0b\x44\x65leteTopic\x12#.danube.admin.v1.DeleteTopicRequest\x1a$.danube.admin.v1.DeleteTopicResponse\x12R\n\rDescribeTopic\x12%.danube.admin.v1.DescribeTopicRequest\x1a\x1a.danube.admin.v1.TopicInfo\x12P\n\rGetTopicStats\x12\".danube.admin.v1.TopicStatsRequest\x1a\x1b.danube.admin.v1.TopicStats\x12s\n\x15SetSubscriptionPolicy\x12-.danube.admin.v1.SetSubscriptionPolicyRequest\x1a+.danube.admin.v1.SubscriptionPolicyResponse\x12s\n\x15GetSubscriptionPolicy\x12-.danube.admin.v1.GetSubscriptionPolicyRequest\x1a+.danube.admin.v1.SubscriptionPolicyResponse2\xbb\x01\n\x12\x42rokerStatsService\x12P\n\rGetTopicStats\x12\".danube.admin.v1.TopicStatsRequest\x1a\x1b.danube.admin.v1.TopicStats\x12S\n\x0eGetBrokerStats\x12#.danube.admin.v1.BrokerStatsRequest\x1a\x1c.danube.admin.v1.BrokerStatsb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,23 +48,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTTOPICSREQUEST']._serialized_start=410
   _globals['_LISTTOPICSREQUEST']._serialized_end=448
   _globals['_TOPICINFO']._serialized_start=451
-  _globals['_TOPICINFO']._serialized_end=642
-  _globals['_LISTTOPICSRESPONSE']._serialized_start=644
-  _globals['_LISTTOPICSRESPONSE']._serialized_end=708
-  _globals['_CREATETOPICREQUEST']._serialized_start=710
-  _globals['_CREATETOPICREQUEST']._serialized_end=791
-  _globals['_CREATETOPICRESPONSE']._serialized_start=793
-  _globals['_CREATETOPICRESPONSE']._serialized_end=857
-  _globals['_DELETETOPICREQUEST']._serialized_start=859
-  _globals['_DELETETOPICREQUEST']._serialized_end=893
-  _globals['_DELETETOPICRESPONSE']._serialized_start=895
-  _globals['_DELETETOPICRESPONSE']._serialized_end=933
-  _globals['_DESCRIBETOPICREQUEST']._serialized_start=935
-  _globals['_DESCRIBETOPICREQUEST']._serialized_end=971
-  _globals['_BROKERADMIN']._serialized_start=973
-  _globals['_BROKERADMIN']._serialized_end=1076
-  _globals['_NAMESPACEADMIN']._serialized_start=1079
-  _globals['_NAMESPACEADMIN']._serialized_end=1374
-  _globals['_TOPICADMIN']._serialized_start=1377
-  _globals['_TOPICADMIN']._serialized_end=1740
+  _globals['_TOPICINFO']._serialized_end=718
+  _globals['_LISTTOPICSRESPONSE']._serialized_start=720
+  _globals['_LISTTOPICSRESPONSE']._serialized_end=784
+  _globals['_CREATETOPICREQUEST']._serialized_start=787
+  _globals['_CREATETOPICREQUEST']._serialized_end=944
+  _globals['_CREATETOPICRESPONSE']._serialized_start=946
+  _globals['_CREATETOPICRESPONSE']._serialized_end=1010
+  _globals['_DELETETOPICREQUEST']._serialized_start=1012
+  _globals['_DELETETOPICREQUEST']._serialized_end=1046
+  _globals['_DELETETOPICRESPONSE']._serialized_start=1048
+  _globals['_DELETETOPICRESPONSE']._serialized_end=1086
+  _globals['_DESCRIBETOPICREQUEST']._serialized_start=1088
+  _globals['_DESCRIBETOPICREQUEST']._serialized_end=1124
+  _globals['_TOPICSTATSREQUEST']._serialized_start=1126
+  _globals['_TOPICSTATSREQUEST']._serialized_end=1159
+  _globals['_SUBSCRIPTIONSTATS']._serialized_start=1162
+  _globals['_SUBSCRIPTIONSTATS']._serialized_end=1434
+  _globals['_TOPICSTATS']._serialized_start=1437
+  _globals['_TOPICSTATS']._serialized_end=1782
+  _globals['_BROKERSTATSREQUEST']._serialized_start=1784
+  _globals['_BROKERSTATSREQUEST']._serialized_end=1804
+  _globals['_BROKERSTATS']._serialized_start=1807
+  _globals['_BROKERSTATS']._serialized_end=1942
+  _globals['_SUBSCRIPTIONPOLICY']._serialized_start=1945
+  _globals['_SUBSCRIPTIONPOLICY']._serialized_end=2136
+  _globals['_SETSUBSCRIPTIONPOLICYREQUEST']._serialized_start=2138
+  _globals['_SETSUBSCRIPTIONPOLICYREQUEST']._serialized_end=2258
+  _globals['_GETSUBSCRIPTIONPOLICYREQUEST']._serialized_start=2260
+  _globals['_GETSUBSCRIPTIONPOLICYREQUEST']._serialized_end=2327
+  _globals['_SUBSCRIPTIONPOLICYRESPONSE']._serialized_start=2329
+  _globals['_SUBSCRIPTIONPOLICYRESPONSE']._serialized_end=2447
+  _globals['_BROKERADMIN']._serialized_start=2449
+  _globals['_BROKERADMIN']._serialized_end=2552
+  _globals['_NAMESPACEADMIN']._serialized_start=2555
+  _globals['_NAMESPACEADMIN']._serialized_end=2850
+  _globals['_TOPICADMIN']._serialized_start=2853
+  _globals['_TOPICADMIN']._serialized_end=3532
+  _globals['_BROKERSTATSSERVICE']._serialized_start=3535
+  _globals['_BROKERSTATSSERVICE']._serialized_end=3722
 # @@protoc_insertion_point(module_scope)

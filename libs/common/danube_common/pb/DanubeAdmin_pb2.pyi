@@ -61,7 +61,7 @@ class ListTopicsRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ...) -> None: ...
 
 class TopicInfo(_message.Message):
-    __slots__ = ("name", "dispatch_strategy", "partitions", "broker_id", "partition_topics", "subscriptions", "created_at_ms")
+    __slots__ = ("name", "dispatch_strategy", "partitions", "broker_id", "partition_topics", "subscriptions", "created_at_ms", "durability", "retention_time_s", "retention_size_bytes")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_STRATEGY_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +69,9 @@ class TopicInfo(_message.Message):
     PARTITION_TOPICS_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    DURABILITY_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     name: str
     dispatch_strategy: str
     partitions: int
@@ -76,7 +79,10 @@ class TopicInfo(_message.Message):
     partition_topics: _containers.RepeatedCompositeFieldContainer[TopicInfo]
     subscriptions: _containers.RepeatedScalarFieldContainer[str]
     created_at_ms: int
-    def __init__(self, name: _Optional[str] = ..., dispatch_strategy: _Optional[str] = ..., partitions: _Optional[int] = ..., broker_id: _Optional[str] = ..., partition_topics: _Optional[_Iterable[_Union[TopicInfo, _Mapping]]] = ..., subscriptions: _Optional[_Iterable[str]] = ..., created_at_ms: _Optional[int] = ...) -> None: ...
+    durability: str
+    retention_time_s: int
+    retention_size_bytes: int
+    def __init__(self, name: _Optional[str] = ..., dispatch_strategy: _Optional[str] = ..., partitions: _Optional[int] = ..., broker_id: _Optional[str] = ..., partition_topics: _Optional[_Iterable[_Union[TopicInfo, _Mapping]]] = ..., subscriptions: _Optional[_Iterable[str]] = ..., created_at_ms: _Optional[int] = ..., durability: _Optional[str] = ..., retention_time_s: _Optional[int] = ..., retention_size_bytes: _Optional[int] = ...) -> None: ...
 
 class ListTopicsResponse(_message.Message):
     __slots__ = ("topics",)
@@ -85,14 +91,20 @@ class ListTopicsResponse(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[_Union[TopicInfo, _Mapping]]] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "partitions", "dispatch_strategy")
+    __slots__ = ("name", "partitions", "dispatch_strategy", "durability", "retention_time_s", "retention_size_bytes")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    DURABILITY_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: int
     dispatch_strategy: str
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., dispatch_strategy: _Optional[str] = ...) -> None: ...
+    durability: str
+    retention_time_s: int
+    retention_size_bytes: int
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., dispatch_strategy: _Optional[str] = ..., durability: _Optional[str] = ..., retention_time_s: _Optional[int] = ..., retention_size_bytes: _Optional[int] = ...) -> None: ...
 
 class CreateTopicResponse(_message.Message):
     __slots__ = ("topic",)
@@ -117,3 +129,133 @@ class DescribeTopicRequest(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class TopicStatsRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class SubscriptionStats(_message.Message):
+    __slots__ = ("name", "type", "consumers", "backlog", "cursor", "has_cursor", "unacked_in_flight", "delivered_total", "redelivered_total", "dead_lettered_total", "dropped_total", "msg_rate_out")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    HAS_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    UNACKED_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MSG_RATE_OUT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    type: str
+    consumers: int
+    backlog: int
+    cursor: int
+    has_cursor: bool
+    unacked_in_flight: int
+    delivered_total: int
+    redelivered_total: int
+    dead_lettered_total: int
+    dropped_total: int
+    msg_rate_out: float
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., consumers: _Optional[int] = ..., backlog: _Optional[int] = ..., cursor: _Optional[int] = ..., has_cursor: _Optional[bool] = ..., unacked_in_flight: _Optional[int] = ..., delivered_total: _Optional[int] = ..., redelivered_total: _Optional[int] = ..., dead_lettered_total: _Optional[int] = ..., dropped_total: _Optional[int] = ..., msg_rate_out: _Optional[float] = ...) -> None: ...
+
+class TopicStats(_message.Message):
+    __slots__ = ("name", "broker_id", "dispatch_strategy", "durability", "first_offset", "next_offset", "wal_bytes", "wal_segments", "msgs_in_total", "bytes_in_total", "msg_rate_in", "bytes_rate_in", "producers", "subscriptions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    DURABILITY_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WAL_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    MSGS_IN_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BYTES_IN_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MSG_RATE_IN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_RATE_IN_FIELD_NUMBER: _ClassVar[int]
+    PRODUCERS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    broker_id: str
+    dispatch_strategy: str
+    durability: str
+    first_offset: int
+    next_offset: int
+    wal_bytes: int
+    wal_segments: int
+    msgs_in_total: int
+    bytes_in_total: int
+    msg_rate_in: float
+    bytes_rate_in: float
+    producers: int
+    subscriptions: _containers.RepeatedCompositeFieldContainer[SubscriptionStats]
+    def __init__(self, name: _Optional[str] = ..., broker_id: _Optional[str] = ..., dispatch_strategy: _Optional[str] = ..., durability: _Optional[str] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., wal_segments: _Optional[int] = ..., msgs_in_total: _Optional[int] = ..., bytes_in_total: _Optional[int] = ..., msg_rate_in: _Optional[float] = ..., bytes_rate_in: _Optional[float] = ..., producers: _Optional[int] = ..., subscriptions: _Optional[_Iterable[_Union[SubscriptionStats, _Mapping]]] = ...) -> None: ...
+
+class BrokerStatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BrokerStats(_message.Message):
+    __slots__ = ("broker_id", "topics", "wal_bytes", "msg_rate_in", "msg_rate_out", "disk_free_bytes")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    WAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MSG_RATE_IN_FIELD_NUMBER: _ClassVar[int]
+    MSG_RATE_OUT_FIELD_NUMBER: _ClassVar[int]
+    DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    broker_id: str
+    topics: int
+    wal_bytes: int
+    msg_rate_in: float
+    msg_rate_out: float
+    disk_free_bytes: int
+    def __init__(self, broker_id: _Optional[str] = ..., topics: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., msg_rate_in: _Optional[float] = ..., msg_rate_out: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ...) -> None: ...
+
+class SubscriptionPolicy(_message.Message):
+    __slots__ = ("max_redeliveries", "ack_timeout_ms", "redelivery_backoff_base_ms", "redelivery_backoff_max_ms", "poison_policy", "dead_letter_topic")
+    MAX_REDELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    ACK_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERY_BACKOFF_BASE_MS_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERY_BACKOFF_MAX_MS_FIELD_NUMBER: _ClassVar[int]
+    POISON_POLICY_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    max_redeliveries: int
+    ack_timeout_ms: int
+    redelivery_backoff_base_ms: int
+    redelivery_backoff_max_ms: int
+    poison_policy: str
+    dead_letter_topic: str
+    def __init__(self, max_redeliveries: _Optional[int] = ..., ack_timeout_ms: _Optional[int] = ..., redelivery_backoff_base_ms: _Optional[int] = ..., redelivery_backoff_max_ms: _Optional[int] = ..., poison_policy: _Optional[str] = ..., dead_letter_topic: _Optional[str] = ...) -> None: ...
+
+class SetSubscriptionPolicyRequest(_message.Message):
+    __slots__ = ("topic", "subscription", "policy")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    policy: SubscriptionPolicy
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., policy: _Optional[_Union[SubscriptionPolicy, _Mapping]] = ...) -> None: ...
+
+class GetSubscriptionPolicyRequest(_message.Message):
+    __slots__ = ("topic", "subscription")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
+
+class SubscriptionPolicyResponse(_message.Message):
+    __slots__ = ("topic", "subscription", "policy")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    policy: SubscriptionPolicy
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., policy: _Optional[_Union[SubscriptionPolicy, _Mapping]] = ...) -> None: ...

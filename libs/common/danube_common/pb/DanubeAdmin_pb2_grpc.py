@@ -285,6 +285,21 @@ class TopicAdminStub:
                 request_serializer=DanubeAdmin__pb2.DescribeTopicRequest.SerializeToString,
                 response_deserializer=DanubeAdmin__pb2.TopicInfo.FromString,
                 _registered_method=True)
+        self.GetTopicStats = channel.unary_unary(
+                '/danube.admin.v1.TopicAdmin/GetTopicStats',
+                request_serializer=DanubeAdmin__pb2.TopicStatsRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.TopicStats.FromString,
+                _registered_method=True)
+        self.SetSubscriptionPolicy = channel.unary_unary(
+                '/danube.admin.v1.TopicAdmin/SetSubscriptionPolicy',
+                request_serializer=DanubeAdmin__pb2.SetSubscriptionPolicyRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.SubscriptionPolicyResponse.FromString,
+                _registered_method=True)
+        self.GetSubscriptionPolicy = channel.unary_unary(
+                '/danube.admin.v1.TopicAdmin/GetSubscriptionPolicy',
+                request_serializer=DanubeAdmin__pb2.GetSubscriptionPolicyRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.SubscriptionPolicyResponse.FromString,
+                _registered_method=True)
 
 
 class TopicAdminServicer:
@@ -316,6 +331,27 @@ class TopicAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTopicStats(self, request, context):
+        """Live figures from the owning broker (forwarded by the lookup service).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetSubscriptionPolicy(self, request, context):
+        """Failure handling of one subscription (reliable topics); stored in etcd, applied by the
+        owning broker at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSubscriptionPolicy(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TopicAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -338,6 +374,21 @@ def add_TopicAdminServicer_to_server(servicer, server):
                     servicer.DescribeTopic,
                     request_deserializer=DanubeAdmin__pb2.DescribeTopicRequest.FromString,
                     response_serializer=DanubeAdmin__pb2.TopicInfo.SerializeToString,
+            ),
+            'GetTopicStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTopicStats,
+                    request_deserializer=DanubeAdmin__pb2.TopicStatsRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.TopicStats.SerializeToString,
+            ),
+            'SetSubscriptionPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetSubscriptionPolicy,
+                    request_deserializer=DanubeAdmin__pb2.SetSubscriptionPolicyRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.SubscriptionPolicyResponse.SerializeToString,
+            ),
+            'GetSubscriptionPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSubscriptionPolicy,
+                    request_deserializer=DanubeAdmin__pb2.GetSubscriptionPolicyRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.SubscriptionPolicyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -448,6 +499,205 @@ class TopicAdmin:
             '/danube.admin.v1.TopicAdmin/DescribeTopic',
             DanubeAdmin__pb2.DescribeTopicRequest.SerializeToString,
             DanubeAdmin__pb2.TopicInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTopicStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.TopicAdmin/GetTopicStats',
+            DanubeAdmin__pb2.TopicStatsRequest.SerializeToString,
+            DanubeAdmin__pb2.TopicStats.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetSubscriptionPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.TopicAdmin/SetSubscriptionPolicy',
+            DanubeAdmin__pb2.SetSubscriptionPolicyRequest.SerializeToString,
+            DanubeAdmin__pb2.SubscriptionPolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSubscriptionPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.TopicAdmin/GetSubscriptionPolicy',
+            DanubeAdmin__pb2.GetSubscriptionPolicyRequest.SerializeToString,
+            DanubeAdmin__pb2.SubscriptionPolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class BrokerStatsServiceStub:
+    """Served by every broker on its client port: the figures only the owner has.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.GetTopicStats = channel.unary_unary(
+                '/danube.admin.v1.BrokerStatsService/GetTopicStats',
+                request_serializer=DanubeAdmin__pb2.TopicStatsRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.TopicStats.FromString,
+                _registered_method=True)
+        self.GetBrokerStats = channel.unary_unary(
+                '/danube.admin.v1.BrokerStatsService/GetBrokerStats',
+                request_serializer=DanubeAdmin__pb2.BrokerStatsRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.BrokerStats.FromString,
+                _registered_method=True)
+
+
+class BrokerStatsServiceServicer:
+    """Served by every broker on its client port: the figures only the owner has.
+    """
+
+    def GetTopicStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetBrokerStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_BrokerStatsServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'GetTopicStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTopicStats,
+                    request_deserializer=DanubeAdmin__pb2.TopicStatsRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.TopicStats.SerializeToString,
+            ),
+            'GetBrokerStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBrokerStats,
+                    request_deserializer=DanubeAdmin__pb2.BrokerStatsRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.BrokerStats.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'danube.admin.v1.BrokerStatsService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('danube.admin.v1.BrokerStatsService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class BrokerStatsService:
+    """Served by every broker on its client port: the figures only the owner has.
+    """
+
+    @staticmethod
+    def GetTopicStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.BrokerStatsService/GetTopicStats',
+            DanubeAdmin__pb2.TopicStatsRequest.SerializeToString,
+            DanubeAdmin__pb2.TopicStats.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBrokerStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.BrokerStatsService/GetBrokerStats',
+            DanubeAdmin__pb2.BrokerStatsRequest.SerializeToString,
+            DanubeAdmin__pb2.BrokerStats.FromString,
             options,
             channel_credentials,
             insecure,

@@ -50,16 +50,18 @@ class SchemaReference(_message.Message):
     def __init__(self, subject: _Optional[str] = ..., use_latest: _Optional[bool] = ..., pinned_version: _Optional[int] = ..., min_version: _Optional[int] = ...) -> None: ...
 
 class ProducerResponse(_message.Message):
-    __slots__ = ("request_id", "producer_id", "producer_name", "max_message_size_bytes")
+    __slots__ = ("request_id", "producer_id", "producer_name", "max_message_size_bytes", "last_sequence_id")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     producer_id: int
     producer_name: str
     max_message_size_bytes: int
-    def __init__(self, request_id: _Optional[int] = ..., producer_id: _Optional[int] = ..., producer_name: _Optional[str] = ..., max_message_size_bytes: _Optional[int] = ...) -> None: ...
+    last_sequence_id: int
+    def __init__(self, request_id: _Optional[int] = ..., producer_id: _Optional[int] = ..., producer_name: _Optional[str] = ..., max_message_size_bytes: _Optional[int] = ..., last_sequence_id: _Optional[int] = ...) -> None: ...
 
 class MessageResponse(_message.Message):
     __slots__ = ("request_id",)
@@ -68,7 +70,13 @@ class MessageResponse(_message.Message):
     def __init__(self, request_id: _Optional[int] = ...) -> None: ...
 
 class ConsumerRequest(_message.Message):
-    __slots__ = ("request_id", "topic_name", "consumer_name", "subscription", "subscription_type", "key_filters")
+    __slots__ = ("request_id", "topic_name", "consumer_name", "subscription", "subscription_type", "key_filters", "initial_position", "max_unacked_messages")
+    class InitialPosition(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        Latest: _ClassVar[ConsumerRequest.InitialPosition]
+        Earliest: _ClassVar[ConsumerRequest.InitialPosition]
+    Latest: ConsumerRequest.InitialPosition
+    Earliest: ConsumerRequest.InitialPosition
     class SubscriptionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         Exclusive: _ClassVar[ConsumerRequest.SubscriptionType]
@@ -85,13 +93,17 @@ class ConsumerRequest(_message.Message):
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_TYPE_FIELD_NUMBER: _ClassVar[int]
     KEY_FILTERS_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
+    MAX_UNACKED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     topic_name: str
     consumer_name: str
     subscription: str
     subscription_type: ConsumerRequest.SubscriptionType
     key_filters: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, request_id: _Optional[int] = ..., topic_name: _Optional[str] = ..., consumer_name: _Optional[str] = ..., subscription: _Optional[str] = ..., subscription_type: _Optional[_Union[ConsumerRequest.SubscriptionType, str]] = ..., key_filters: _Optional[_Iterable[str]] = ...) -> None: ...
+    initial_position: ConsumerRequest.InitialPosition
+    max_unacked_messages: int
+    def __init__(self, request_id: _Optional[int] = ..., topic_name: _Optional[str] = ..., consumer_name: _Optional[str] = ..., subscription: _Optional[str] = ..., subscription_type: _Optional[_Union[ConsumerRequest.SubscriptionType, str]] = ..., key_filters: _Optional[_Iterable[str]] = ..., initial_position: _Optional[_Union[ConsumerRequest.InitialPosition, str]] = ..., max_unacked_messages: _Optional[int] = ...) -> None: ...
 
 class ConsumerResponse(_message.Message):
     __slots__ = ("request_id", "consumer_id", "consumer_name")
@@ -112,7 +124,7 @@ class ReceiveRequest(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., consumer_id: _Optional[int] = ...) -> None: ...
 
 class StreamMessage(_message.Message):
-    __slots__ = ("request_id", "msg_id", "payload", "publish_time", "producer_name", "subscription_name", "attributes", "schema_id", "schema_version", "routing_key")
+    __slots__ = ("request_id", "msg_id", "payload", "publish_time", "producer_name", "subscription_name", "attributes", "schema_id", "schema_version", "routing_key", "sequence_id", "redelivery_count")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +142,8 @@ class StreamMessage(_message.Message):
     SCHEMA_ID_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     ROUTING_KEY_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     msg_id: MsgID
     payload: bytes
@@ -140,7 +154,9 @@ class StreamMessage(_message.Message):
     schema_id: int
     schema_version: int
     routing_key: str
-    def __init__(self, request_id: _Optional[int] = ..., msg_id: _Optional[_Union[MsgID, _Mapping]] = ..., payload: _Optional[bytes] = ..., publish_time: _Optional[int] = ..., producer_name: _Optional[str] = ..., subscription_name: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ..., schema_id: _Optional[int] = ..., schema_version: _Optional[int] = ..., routing_key: _Optional[str] = ...) -> None: ...
+    sequence_id: int
+    redelivery_count: int
+    def __init__(self, request_id: _Optional[int] = ..., msg_id: _Optional[_Union[MsgID, _Mapping]] = ..., payload: _Optional[bytes] = ..., publish_time: _Optional[int] = ..., producer_name: _Optional[str] = ..., subscription_name: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ..., schema_id: _Optional[int] = ..., schema_version: _Optional[int] = ..., routing_key: _Optional[str] = ..., sequence_id: _Optional[int] = ..., redelivery_count: _Optional[int] = ...) -> None: ...
 
 class MsgID(_message.Message):
     __slots__ = ("producer_id", "topic_name", "broker_addr", "topic_offset")
@@ -267,16 +283,20 @@ class PublishBatch(_message.Message):
     def __init__(self, producer_id: _Optional[int] = ..., batch_seq: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[StreamMessage, _Mapping]]] = ...) -> None: ...
 
 class PublishAck(_message.Message):
-    __slots__ = ("batch_seq", "first_offset", "count", "error")
+    __slots__ = ("batch_seq", "first_offset", "count", "error", "offsets", "duplicates")
     BATCH_SEQ_FIELD_NUMBER: _ClassVar[int]
     FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
     batch_seq: int
     first_offset: int
     count: int
     error: ErrorDetail
-    def __init__(self, batch_seq: _Optional[int] = ..., first_offset: _Optional[int] = ..., count: _Optional[int] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    duplicates: int
+    def __init__(self, batch_seq: _Optional[int] = ..., first_offset: _Optional[int] = ..., count: _Optional[int] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., offsets: _Optional[_Iterable[int]] = ..., duplicates: _Optional[int] = ...) -> None: ...
 
 class ErrorDetail(_message.Message):
     __slots__ = ("code", "grpc_code", "message", "retryable")
@@ -321,18 +341,20 @@ class MessageBatch(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[StreamMessage, _Mapping]]] = ...) -> None: ...
 
 class AckBatchRequest(_message.Message):
-    __slots__ = ("request_id", "consumer_id", "topic_name", "subscription_name", "topic_offsets")
+    __slots__ = ("request_id", "consumer_id", "topic_name", "subscription_name", "topic_offsets", "cumulative")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_NAME_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_NAME_FIELD_NUMBER: _ClassVar[int]
     TOPIC_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    CUMULATIVE_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     consumer_id: int
     topic_name: str
     subscription_name: str
     topic_offsets: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[int] = ..., consumer_id: _Optional[int] = ..., topic_name: _Optional[str] = ..., subscription_name: _Optional[str] = ..., topic_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+    cumulative: bool
+    def __init__(self, request_id: _Optional[int] = ..., consumer_id: _Optional[int] = ..., topic_name: _Optional[str] = ..., subscription_name: _Optional[str] = ..., topic_offsets: _Optional[_Iterable[int]] = ..., cumulative: _Optional[bool] = ...) -> None: ...
 
 class CloseConsumerRequest(_message.Message):
     __slots__ = ("request_id", "consumer_id", "unsubscribe")
@@ -349,3 +371,23 @@ class CloseConsumerResponse(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     def __init__(self, request_id: _Optional[int] = ...) -> None: ...
+
+class SeekRequest(_message.Message):
+    __slots__ = ("request_id", "consumer_id", "offset", "publish_time_ms")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    consumer_id: int
+    offset: int
+    publish_time_ms: int
+    def __init__(self, request_id: _Optional[int] = ..., consumer_id: _Optional[int] = ..., offset: _Optional[int] = ..., publish_time_ms: _Optional[int] = ...) -> None: ...
+
+class SeekResponse(_message.Message):
+    __slots__ = ("request_id", "offset")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    offset: int
+    def __init__(self, request_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...

@@ -277,6 +277,11 @@ class ConsumerServiceStub:
                 request_serializer=DanubeApi__pb2.CloseConsumerRequest.SerializeToString,
                 response_deserializer=DanubeApi__pb2.CloseConsumerResponse.FromString,
                 _registered_method=True)
+        self.Seek = channel.unary_unary(
+                '/danube.ConsumerService/Seek',
+                request_serializer=DanubeApi__pb2.SeekRequest.SerializeToString,
+                response_deserializer=DanubeApi__pb2.SeekResponse.FromString,
+                _registered_method=True)
 
 
 class ConsumerServiceServicer:
@@ -327,6 +332,15 @@ class ConsumerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Seek(self, request, context):
+        """EXTENSION: move the subscription's cursor (reliable topics): to an offset, or to the first
+        message published at or after a time. Unacked messages before the new position are dropped
+        from redelivery; the consumers' streams continue from the new position.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConsumerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -364,6 +378,11 @@ def add_ConsumerServiceServicer_to_server(servicer, server):
                     servicer.CloseConsumer,
                     request_deserializer=DanubeApi__pb2.CloseConsumerRequest.FromString,
                     response_serializer=DanubeApi__pb2.CloseConsumerResponse.SerializeToString,
+            ),
+            'Seek': grpc.unary_unary_rpc_method_handler(
+                    servicer.Seek,
+                    request_deserializer=DanubeApi__pb2.SeekRequest.FromString,
+                    response_serializer=DanubeApi__pb2.SeekResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -555,6 +574,33 @@ class ConsumerService:
             '/danube.ConsumerService/CloseConsumer',
             DanubeApi__pb2.CloseConsumerRequest.SerializeToString,
             DanubeApi__pb2.CloseConsumerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Seek(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.ConsumerService/Seek',
+            DanubeApi__pb2.SeekRequest.SerializeToString,
+            DanubeApi__pb2.SeekResponse.FromString,
             options,
             channel_credentials,
             insecure,
