@@ -354,6 +354,8 @@ class LocalCluster:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self.child_env(),
+                # Services resolve relative paths (a broker's default data_dir) in the workdir.
+                cwd=self.workdir,
                 start_new_session=True,
             )
 

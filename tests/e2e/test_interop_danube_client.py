@@ -118,3 +118,23 @@ def test_danube_client_partitioned_topic(cluster: LocalCluster) -> None:
     got = received(events)
     assert sorted(e["payload"] for e in got) == sorted(f"m{i}" for i in range(12))
     assert {e["topic"] for e in got} == {f"{topic}-part-{i}" for i in range(3)}
+
+
+def test_danube_client_reliable_topic_with_acks(cluster: LocalCluster) -> None:
+    topic = f"/default/{unique('interop-reliable')}"
+    events = run_driver(cluster, "roundtrip", "--topic", topic, "--count", "30", "--reliable")
+    got = received(events)
+    assert [e["payload"] for e in got] == [f"m{i}" for i in range(30)]
+    offsets = [e["offset"] for e in got]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 30
+
+
+def test_danube_client_nack_redelivers_same_offset(cluster: LocalCluster) -> None:
+    topic = f"/default/{unique('interop-nack')}"
+    events = run_driver(cluster, "roundtrip", "--topic", topic, "--count", "10", "--reliable", "--nack-first")
+    nacked = [e for e in events if e["event"] == "nacked"]
+    got = received(events)
+    assert sorted(e["payload"] for e in got) == sorted(f"m{i}" for i in range(10))
+    assert sorted(e["offset"] for e in nacked) == sorted(e["offset"] for e in got), (
+        "each nacked message comes back at the same offset"
+    )

@@ -20,6 +20,7 @@ from danube_common.metadata.etcd import EtcdStore
 from danube_common.resources import BrokerRecord
 from danube_lookup.app import running
 from danube_lookup.config import LookupConfig
+from tests.unit.lookup.fake_stats import register, stats_broker
 
 pytestmark = pytest.mark.integration
 
@@ -98,8 +99,9 @@ async def test_topics_with_partitions(admin_url: str, etcd_store: EtcdStore, key
     r = await cli("topics", "list", url=admin_url)
     assert r.code == 0, r.err
     lines = r.out.splitlines()
-    assert lines[0].split() == ["TOPIC", "DISPATCH", "PARTITIONS", "BROKER"]
+    assert lines[0].split() == ["TOPIC", "DISPATCH", "PARTITIONS", "BROKER", "DURABILITY"]
     assert lines[1].split()[:3] == ["/default/orders", "reliable", "3"]
+    assert lines[1].split()[-1] == "fsync"  # the default durability of a reliable topic
     assert [ln.split()[0] for ln in lines[2:5]] == [f"/default/orders-part-{i}" for i in range(3)]
     assert lines[5].split()[0] == "/default/plain"
 
@@ -157,3 +159,97 @@ async def test_unreachable_admin_url() -> None:
 async def test_usage_error_exits_2() -> None:
     r = await cli("topics", "create")
     assert r.code == 2 and "usage:" in r.err
+
+
+# ---------------------------------------------------------------------------- reliable topics
+
+
+async def test_reliable_topic_create_describe_and_refusal(admin_url: str) -> None:
+    r = await cli(
+        *("topics", "create", "/default/ledger", "--dispatch-strategy", "reliable"),
+        *("--durability", "cloud", "--retention-time-s", "86400", "--retention-size-bytes", "1048576"),
+        url=admin_url,
+    )
+    assert r.code == 0, r.err
+    r = await cli("topics", "describe", "/default/ledger", url=admin_url)
+    assert r.code == 0, r.err
+    assert "durability         cloud" in r.out
+    assert "retention          up to 86400 s / 1048576 bytes" in r.out
+    r = await cli("-o", "json", "topics", "describe", "/default/ledger", url=admin_url)
+    doc = r.json()
+    assert (doc["durability"], doc["retention_time_s"], doc["retention_size_bytes"]) == (
+        "cloud",
+        86400,
+        1048576,
+    )
+
+    r = await cli("topics", "create", "/default/fast", "--durability", "fsync", url=admin_url)
+    assert r.code == 1 and "reliable topics only" in r.err and "Traceback" not in r.err
+
+
+async def test_subscription_policy_commands(admin_url: str) -> None:
+    r = await cli("topics", "create", "/default/jobs", "--dispatch-strategy", "reliable", url=admin_url)
+    assert r.code == 0, r.err
+    r = await cli("subscriptions", "get-policy", "/default/jobs", "-s", "workers", url=admin_url)
+    assert (r.code, r.out.strip()) == (0, "subscription workers on /default/jobs: defaults (broker config)")
+
+    r = await cli(
+        *("subscriptions", "set-policy", "/default/jobs", "-s", "workers", "--max-redeliveries", "4"),
+        *("--ack-timeout-ms", "20000", "--backoff-base-ms", "100", "--backoff-max-ms", "5000"),
+        *("--poison-policy", "dead_letter", "--dead-letter-topic", "/default/jobs-dlq"),
+        url=admin_url,
+    )
+    assert r.code == 0, r.err
+    assert r.out.startswith("set the policy of subscription workers on /default/jobs")
+    r = await cli(
+        "-o", "json", "subscriptions", "get-policy", "/default/jobs", "-s", "workers", url=admin_url
+    )
+    assert r.json() == {
+        "topic": "/default/jobs",
+        "subscription": "workers",
+        "policy": {
+            "max_redeliveries": 4,
+            "ack_timeout_ms": 20000,
+            "redelivery_backoff_base_ms": 100,
+            "redelivery_backoff_max_ms": 5000,
+            "poison_policy": "dead_letter",
+            "dead_letter_topic": "/default/jobs-dlq",
+        },
+    }
+
+    r = await cli(
+        "subscriptions",
+        "set-policy",
+        "/default/jobs",
+        "-s",
+        "workers",
+        "--poison-policy",
+        "dead_letter",
+        url=admin_url,
+    )
+    assert r.code == 1 and "error: poison_policy dead_letter needs a dead_letter_topic" in r.err
+    r = await cli("subscriptions", "get-policy", "/default/nope", "-s", "w", url=admin_url)
+    assert r.code == 1 and "does not exist" in r.err and "hint: list topics" in r.err
+
+
+async def test_topic_stats_command(admin_url: str, etcd_store: EtcdStore, keys: Keys) -> None:
+    async with stats_broker("b1") as b1:
+        await register(etcd_store, keys, "b1", b1.addr)
+        r = await cli(
+            "topics", "create", "/default/metered", "--dispatch-strategy", "reliable", url=admin_url
+        )
+        assert r.code == 0, r.err
+        b1.sample("/default/metered")
+        r = await cli("topics", "stats", "/default/metered", url=admin_url)
+        assert r.code == 0, r.err
+        assert "broker             b1" in r.out and "offsets kept       10 .. 109" in r.out
+        rows = {ln.split()[0]: ln.split() for ln in r.out.splitlines() if ln.startswith(("billing", "fresh"))}
+        assert rows["billing"] == ["billing", "exclusive", "1", "7", "102", "3", "105", "4", "1", "9.5/s"]
+        r = await cli("-o", "json", "topics", "stats", "/default/metered", url=admin_url)
+        assert r.json()["subscriptions"][0]["dead_lettered_total"] == 1
+
+    r = await cli("topics", "stats", "/default/metered", url=admin_url)  # the broker is gone now
+    assert r.code == 1 and "error: broker b1 (owner of /default/metered)" in r.err and "unreachable" in r.err
+    assert "hint: see which brokers are registered" in r.err
+    r = await cli("topics", "stats", "/default/ghost", url=admin_url)
+    assert r.code == 1 and "error: topic /default/ghost does not exist" in r.err

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +38,8 @@ class Broker:
     channel: grpc.aio.Channel
     stop: asyncio.Event
     task: asyncio.Task[None]
+    #: A temporary data_dir made for this broker, removed at shutdown.
+    scratch_dir: str | None = None
 
     @property
     def registry(self) -> BrokerRegistry:
@@ -60,11 +64,19 @@ class Broker:
 
     async def shutdown(self) -> None:
         self.stop.set()
-        await asyncio.wait_for(self.task, 30)
+        try:
+            await asyncio.wait_for(self.task, 30)
+        finally:
+            if self.scratch_dir is not None:
+                shutil.rmtree(self.scratch_dir, ignore_errors=True)
 
 
 async def start_broker(etcd: EtcdProcess, cluster: str, **overrides: Any) -> Broker:
+    """Start a broker in this event loop (reliable topics' logs under a fresh temporary
+    directory unless ``data_dir`` is given)."""
+    scratch = None if "data_dir" in overrides else tempfile.mkdtemp(prefix="danube-test-wal-")
     fields: dict[str, Any] = {
+        "data_dir": scratch,
         "broker_id": unique("b"),
         "listen_addr": "127.0.0.1:0",
         "etcd": {"endpoints": [etcd.endpoint], "cluster": cluster},
@@ -80,7 +92,7 @@ async def start_broker(etcd: EtcdProcess, cluster: str, **overrides: Any) -> Bro
     if task.done():
         task.result()
     info = ready.result()
-    return Broker(info, cfg, grpc.aio.insecure_channel(info.addr), stop, task)
+    return Broker(info, cfg, grpc.aio.insecure_channel(info.addr), stop, task, scratch)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ Every test checks that no process it caused is left running.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -191,6 +192,11 @@ def test_cli_up_runs_until_signalled(tmp_path: Path, sig: int, sigint_ignored: b
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        # The launcher's children run in their own sessions: if it failed to stop them, do it
+        # here so a failing run leaves nothing behind.
+        for pid in _pids_in(out.read_text()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_cli_exit_after_demo_fails_without_sdk(tmp_path: Path) -> None:

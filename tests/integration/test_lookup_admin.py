@@ -10,7 +10,7 @@ import grpc.aio
 import pytest
 
 from danube_common.config import EtcdConfig
-from danube_common.errors import MD_ERROR_CODE, NamespaceNotEmpty, error_from_rpc
+from danube_common.errors import MD_ERROR_CODE, NamespaceNotEmpty, NotFound, error_from_rpc
 from danube_common.etcd_server import EtcdProcess
 from danube_common.keys import Keys
 from danube_common.metadata.etcd import EtcdStore
@@ -20,6 +20,8 @@ from danube_common.resources import BrokerRecord, Resources
 from danube_common.topic_name import TopicName
 from danube_lookup.app import running
 from danube_lookup.config import LookupConfig
+from tests.unit.lookup.fake_stats import register as register_stats
+from tests.unit.lookup.fake_stats import stats_broker
 
 pytestmark = pytest.mark.integration
 
@@ -144,3 +146,99 @@ async def test_describe_and_delete_unknown_topic(admin: Admin) -> None:
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await call
         assert info.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+# ---------------------------------------------------------------------------- reliable topics
+
+
+async def test_reliable_topic_options_are_stored_and_shown(
+    admin: Admin, etcd_resources: Resources, keys: Keys
+) -> None:
+    req = apb.CreateTopicRequest(
+        name="/default/ledger",
+        partitions=2,
+        dispatch_strategy="reliable",
+        durability="none",
+        retention_time_s=600,
+    )
+    created = (await admin.topics.CreateTopic(req, timeout=5)).topic
+    assert (created.durability, created.retention_time_s) == ("none", 600)
+    for name in ("/default/ledger", "/default/ledger-part-0", "/default/ledger-part-1"):
+        rec = await etcd_resources.get_topic(TopicName.parse(name))
+        assert rec is not None
+        assert rec.policies == {"durability": "none", "retention_time_s": 600, "retention_size_bytes": 0}
+    listed = (await admin.topics.ListTopics(apb.ListTopicsRequest(), timeout=5)).topics
+    assert [(t.name, t.durability) for t in listed] == [("/default/ledger", "none")]
+    assert [p.retention_time_s for p in listed[0].partition_topics] == [600, 600]
+
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await admin.topics.CreateTopic(
+            apb.CreateTopicRequest(name="/default/fast", durability="fsync"), timeout=5
+        )
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "reliable topics only" in (info.value.details() or "")
+
+
+async def test_subscription_policy_round_trip(admin: Admin, etcd_store: EtcdStore, keys: Keys) -> None:
+    await admin.topics.CreateTopic(
+        apb.CreateTopicRequest(name="/default/jobs", dispatch_strategy="reliable"), timeout=5
+    )
+    empty = await admin.topics.GetSubscriptionPolicy(
+        apb.GetSubscriptionPolicyRequest(topic="/default/jobs", subscription="workers"), timeout=5
+    )
+    assert not empty.HasField("policy")
+    policy = apb.SubscriptionPolicy(
+        max_redeliveries=3,
+        ack_timeout_ms=5000,
+        poison_policy="dead_letter",
+        dead_letter_topic="/default/jobs-dlq",
+    )
+    await admin.topics.SetSubscriptionPolicy(
+        apb.SetSubscriptionPolicyRequest(topic="/default/jobs", subscription="workers", policy=policy),
+        timeout=5,
+    )
+    kv = await etcd_store.get(keys.subscription_policy(TopicName("default", "jobs"), "workers"))
+    assert kv is not None and kv.json()["dead_letter_topic"] == "/default/jobs-dlq"
+    got = await admin.topics.GetSubscriptionPolicy(
+        apb.GetSubscriptionPolicyRequest(topic="/default/jobs", subscription="workers"), timeout=5
+    )
+    assert got.policy == policy
+
+    bad = apb.SubscriptionPolicy(poison_policy="dead_letter")
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await admin.topics.SetSubscriptionPolicy(
+            apb.SetSubscriptionPolicyRequest(topic="/default/jobs", subscription="workers", policy=bad),
+            timeout=5,
+        )
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "needs a dead_letter_topic" in (info.value.details() or "")
+
+
+async def test_topic_stats_are_forwarded_to_the_owning_broker(
+    admin: Admin, etcd_store: EtcdStore, etcd_resources: Resources, keys: Keys
+) -> None:
+    async with stats_broker("b1") as b1:
+        await register_stats(etcd_store, keys, "b1", b1.addr)
+        await admin.topics.CreateTopic(
+            apb.CreateTopicRequest(name="/default/metered", dispatch_strategy="reliable"), timeout=5
+        )
+        expected = b1.sample("/default/metered")
+        got = await admin.topics.GetTopicStats(apb.TopicStatsRequest(name="/default/metered"), timeout=5)
+        assert got == expected and [r.name for r in b1.requests] == ["/default/metered"]
+
+    # The broker is gone but still registered: UNAVAILABLE naming it.
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await admin.topics.GetTopicStats(apb.TopicStatsRequest(name="/default/metered"), timeout=5)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "broker b1 (owner of /default/metered)" in (info.value.details() or "")
+
+    # Created while no broker can take it: nobody owns it yet.
+    await etcd_store.delete(keys.broker("b1"))
+    await admin.topics.CreateTopic(
+        apb.CreateTopicRequest(name="/default/orphan", dispatch_strategy="reliable"), timeout=5
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await admin.topics.GetTopicStats(apb.TopicStatsRequest(name="/default/orphan"), timeout=5)
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "not assigned to a broker yet" in (info.value.details() or "")
+    assert isinstance(error_from_rpc(info.value), NotFound)

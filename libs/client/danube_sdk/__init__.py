@@ -16,7 +16,15 @@ from danube_sdk.consumer import Consumer
 from danube_sdk.errors import ClientClosed, ClientTimeout
 from danube_sdk.producer import Producer
 from danube_sdk.routing import fnv1a64
-from danube_sdk.types import AccessMode, DispatchStrategy, Message, MessageId, RoutingMode, SubType
+from danube_sdk.types import (
+    AccessMode,
+    DispatchStrategy,
+    InitialPosition,
+    Message,
+    MessageId,
+    RoutingMode,
+    SubType,
+)
 
 __all__ = [
     "AccessMode",
@@ -26,6 +34,7 @@ __all__ = [
     "DanubeClient",
     "DanubeError",
     "DispatchStrategy",
+    "InitialPosition",
     "Message",
     "MessageId",
     "Producer",

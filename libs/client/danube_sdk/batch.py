@@ -9,7 +9,7 @@ the producer's pending count.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import grpc
 
@@ -41,11 +41,26 @@ class Batch:
     def __len__(self) -> int:
         return len(self.futures)
 
-    def resolve(self, topic: str, first_offset: int, producer_id: int) -> None:
-        for i, fut in enumerate(self.futures):
-            if not fut.done():
-                fut.set_result(MessageId(topic, first_offset + i, producer_id))
+    def resolve(self, topic: str, first_offset: int, producer_id: int, offsets: Sequence[int] = ()) -> None:
+        """Resolve every message: with ``offsets[i]`` when the ack lists offsets (some messages
+        were duplicates stored earlier), else with ``first_offset + i``."""
+        if offsets:
+            for fut, offset in zip(self.futures, offsets, strict=True):
+                if not fut.done():
+                    fut.set_result(MessageId(topic, offset, producer_id))
+        else:
+            for i, fut in enumerate(self.futures):
+                if not fut.done():
+                    fut.set_result(MessageId(topic, first_offset + i, producer_id))
         self._finish()
+
+    def renumber(self, first_sequence: int) -> int:
+        """Give the messages fresh sequence ids from ``first_sequence``; return the next free
+        one. Only for batches the broker has not stored (never sent, or refused)."""
+        for m in self.messages:
+            m.sequence_id = first_sequence
+            first_sequence += 1
+        return first_sequence
 
     def fail(self, err: BaseException) -> None:
         for fut in self.futures:

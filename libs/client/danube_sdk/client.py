@@ -14,7 +14,7 @@ from danube_sdk.errors import ClientClosed
 from danube_sdk.options import ClientOptions, ConsumerOptions, ProducerOptions
 from danube_sdk.producer import Producer
 from danube_sdk.retry import retry_until
-from danube_sdk.types import AccessMode, DispatchStrategy, RoutingMode, SubType
+from danube_sdk.types import AccessMode, DispatchStrategy, InitialPosition, RoutingMode, SubType
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +59,15 @@ class DanubeClient:
         max_pending_messages: int = 20_000,
         send_timeout_s: float = 30.0,
         routing_mode: RoutingMode = RoutingMode.ROUND_ROBIN,
+        enable_idempotence: bool = True,
     ) -> Producer:
         """Attach a producer to ``topic`` (every partition of it, if partitioned).
 
         A topic that does not exist yet is created by the broker as a plain topic. The
-        producer of partition ``n`` is named ``{producer_name}-{n}``.
+        producer of partition ``n`` is named ``{producer_name}-{n}``. With
+        ``enable_idempotence`` every message carries a sequence id, so a reliable topic's
+        broker drops the copies a reconnect resends (give a stable ``producer_name`` to keep
+        that across restarts of your process).
         """
         self._check_open()
         TopicName.parse(topic)
@@ -76,6 +80,7 @@ class DanubeClient:
             max_pending_messages=max_pending_messages,
             send_timeout_s=send_timeout_s,
             routing_mode=RoutingMode(routing_mode),
+            enable_idempotence=bool(enable_idempotence),
         )
         partitions = await self.topic_partitions(topic) or [topic]
         producer = Producer(
@@ -102,12 +107,16 @@ class DanubeClient:
         receiver_queue_size: int = 1000,
         ack_batch_size: int = 1000,
         ack_flush_interval_ms: float = 5.0,
+        initial_position: InitialPosition = InitialPosition.LATEST,
+        max_unacked_messages: int = 0,
     ) -> Consumer:
         """Subscribe to an existing ``topic`` (all its partitions) as ``subscription``.
 
         Raises TopicNotFound if the topic does not exist: produce to it first, or create it
         with ``danube-admin topics create``. Subscribing again with the same consumer name
-        takes the previous consumer over.
+        takes the previous consumer over. ``initial_position`` says where a *new*
+        subscription of a reliable topic starts (an existing one resumes from its cursor);
+        ``max_unacked_messages`` bounds what the broker delivers before acks (0: its default).
         """
         self._check_open()
         TopicName.parse(topic)
@@ -119,6 +128,8 @@ class DanubeClient:
             receiver_queue_size=receiver_queue_size,
             ack_batch_size=ack_batch_size,
             ack_flush_interval_ms=ack_flush_interval_ms,
+            initial_position=InitialPosition(initial_position),
+            max_unacked_messages=max_unacked_messages,
         )
         partitions = await self.topic_partitions(topic)
         if not partitions:

@@ -16,7 +16,7 @@ from danube_sdk.receive_queue import ReceiveQueue
 from danube_sdk.retry import backoff_s, retry_until
 from danube_sdk.streams import first_error
 from danube_sdk.topic_consumer import TopicConsumer
-from danube_sdk.types import Message
+from danube_sdk.types import Message, MessageId, SubType
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +143,83 @@ class Consumer:
             self._ack_full.set()
             if n >= self._opts.ack_batch_size * _MAX_BUFFERED_ACK_BATCHES:
                 await self.flush_acks()
+
+    async def ack_cumulative(self, msg: Message) -> None:
+        """Acknowledge ``msg`` and every earlier message of its partition, at once (not buffered).
+
+        Exclusive and failover subscriptions only (the broker refuses it on shared ones). While
+        the partition is reconnecting this waits, up to ``operation_timeout_s``.
+        """
+        if self._closed is not None:
+            raise self._closed
+        part = self._part_of(msg.topic)
+        if self._opts.sub_type not in (SubType.EXCLUSIVE, SubType.FAILOVER):
+            raise InvalidArgument(
+                f"cumulative acks need an exclusive or failover subscription; {self.subscription!r} "
+                f"is {self._opts.sub_type.name.lower()}: use ack() for each message"
+            )
+        await retry_until(
+            lambda: part.ack_batch([msg.offset], cumulative=True),
+            timeout_s=self._client_opts.operation_timeout_s,
+            what=f"cumulative ack on {part.topic}",
+        )
+
+    async def seek(
+        self,
+        offset: int | None = None,
+        *,
+        publish_time_ms: int | None = None,
+        message_id: MessageId | None = None,
+    ) -> dict[str, int]:
+        """Move the subscription (reliable topics); give exactly one target:
+
+        - ``offset``: that offset of a non-partitioned topic;
+        - ``message_id``: ``message_id.offset`` of the partition ``message_id.topic`` (offsets
+          are per partition, so this is how to seek one partition of a partitioned topic);
+        - ``publish_time_ms``: every partition, to its first message published at or after it.
+
+        Returns ``{partition topic: offset it continues from}``. Messages buffered for the
+        moved partitions are dropped; a few the broker sent before it processed the seek may
+        still arrive. While a partition is reconnecting this waits, up to ``operation_timeout_s``.
+        """
+        if self._closed is not None:
+            raise self._closed
+        given = sum(x is not None for x in (offset, publish_time_ms, message_id))
+        if given != 1:
+            raise InvalidArgument("seek needs exactly one of offset, message_id or publish_time_ms")
+        if offset is not None:
+            if len(self._parts) > 1:
+                raise InvalidArgument(
+                    f"{self.topic} has {len(self._parts)} partitions and offsets are per partition: "
+                    "use seek(message_id=MessageId(partition_topic, offset)) or seek(publish_time_ms=...)"
+                )
+            targets = {next(iter(self._parts)): offset}
+        elif message_id is not None:
+            self._part_of(message_id.topic)
+            targets = {message_id.topic: message_id.offset}
+        else:
+            targets = {}
+        for value in (*targets.values(), publish_time_ms):
+            if value is not None and value < 0:
+                raise InvalidArgument(f"seek target must be >= 0, got {value}")
+
+        async def one(topic: str) -> tuple[str, int]:
+            part = self._parts[topic]
+            resumed = await retry_until(
+                lambda: part.seek(offset=targets.get(topic), publish_time_ms=publish_time_ms),
+                timeout_s=self._client_opts.operation_timeout_s,
+                what=f"seek on {topic}",
+            )
+            return topic, resumed
+
+        topics = list(targets) if targets else list(self._parts)
+        return dict(await asyncio.gather(*(one(t) for t in topics)))
+
+    def _part_of(self, topic: str) -> TopicConsumer:
+        part = self._parts.get(topic)
+        if part is None:
+            raise InvalidArgument(f"{topic} is not a partition of this consumer's topic {self.topic}")
+        return part
 
     async def nack(self, msg: Message, *, delay_ms: int | None = None) -> None:
         """Ask for redelivery of one message (after ``delay_ms``, or the subscription's policy)."""

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from danube_common.errors import InvalidArgument
-from danube_sdk.types import AccessMode, DispatchStrategy, RoutingMode, SubType
+from danube_sdk.types import AccessMode, DispatchStrategy, InitialPosition, RoutingMode, SubType
+
+_UINT32_MAX = 2**32 - 1
 
 
 def _require(ok: bool, what: str) -> None:
@@ -39,6 +41,8 @@ class ProducerOptions:
     #: A message not acknowledged this long after ``send`` fails with Timeout (0: never).
     send_timeout_s: float = 30.0
     routing_mode: RoutingMode = RoutingMode.ROUND_ROBIN
+    #: Number every message (``StreamMessage.sequence_id``) so the broker drops resent copies.
+    enable_idempotence: bool = True
 
     def __post_init__(self) -> None:
         _require(self.batching_max_messages >= 1, "batching_max_messages must be >= 1")
@@ -58,8 +62,16 @@ class ConsumerOptions:
     ack_batch_size: int = 1000
     #: ... or this long after the first buffered ack, whichever comes first.
     ack_flush_interval_ms: float = 5.0
+    #: Where a new subscription starts (reliable topics).
+    initial_position: InitialPosition = InitialPosition.LATEST
+    #: Delivered-but-unacked messages the broker lets this consumer hold (0: broker default).
+    max_unacked_messages: int = 0
 
     def __post_init__(self) -> None:
         _require(self.receiver_queue_size >= 1, "receiver_queue_size must be >= 1")
+        _require(
+            0 <= self.max_unacked_messages <= _UINT32_MAX,
+            f"max_unacked_messages must be between 0 (broker default) and {_UINT32_MAX}",
+        )
         _require(self.ack_batch_size >= 1, "ack_batch_size must be >= 1")
         _require(self.ack_flush_interval_ms >= 0, "ack_flush_interval_ms must be >= 0")

@@ -160,9 +160,7 @@ class Producer:
         waits: list[asyncio.Future[None]] = []
         for part in self._parts:
             part.seal_open()
-            done = part.last_batch_done()
-            if done is not None:
-                waits.append(done)
+            waits += part.unfinished()
         if waits:
             await asyncio.wait(waits)
 

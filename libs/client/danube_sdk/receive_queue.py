@@ -75,6 +75,16 @@ class ReceiveQueue:
         self._not_empty.set()
         self._not_full.set()
 
+    def purge(self, topic: str) -> int:
+        """Drop the buffered messages of one (partition) topic; return how many (used by seek)."""
+        kept = [m for m in self._items if m.topic != topic]
+        dropped = len(self._items) - len(kept)
+        if dropped:
+            self._items = collections.deque(kept)
+            if len(self._items) < self._capacity:
+                self._not_full.set()
+        return dropped
+
     def clear(self) -> None:
         self._items.clear()
         self._not_full.set()

@@ -70,6 +70,10 @@ class TopicConsumer:
                     subscription=self.subscription,
                     subscription_type=pb.ConsumerRequest.SubscriptionType.Name(int(self._opts.sub_type)),
                     key_filters=list(self._opts.key_filters),
+                    initial_position=pb.ConsumerRequest.InitialPosition.Name(
+                        int(self._opts.initial_position)
+                    ),
+                    max_unacked_messages=self._opts.max_unacked_messages,
                 ),
                 timeout=self._client_opts.rpc_timeout_s,
             )
@@ -106,7 +110,8 @@ class TopicConsumer:
 
     # ------------------------------------------------------------------ acks
 
-    async def ack_batch(self, offsets: list[int]) -> None:
+    async def ack_batch(self, offsets: list[int], *, cumulative: bool = False) -> None:
+        """One AckBatch; ``cumulative``: everything up to and including ``offsets[0]``."""
         if not self.attached or self._stubs is None:
             raise Unavailable(f"consumer {self.name} on {self.topic} is reconnecting")
         req = pb.AckBatchRequest(
@@ -115,8 +120,27 @@ class TopicConsumer:
             topic_name=self.topic,
             subscription_name=self.subscription,
             topic_offsets=offsets,
+            cumulative=cumulative,
         )
         await rpc(self._stubs.consumer.AckBatch(req, timeout=self._client_opts.rpc_timeout_s))
+
+    async def seek(self, *, offset: int | None = None, publish_time_ms: int | None = None) -> int:
+        """Move the subscription's cursor; return the offset it continues from.
+
+        Messages of this topic buffered client-side are dropped first (they are from the old
+        position). Frames the broker sent before it processed the seek may still arrive.
+        """
+        if not self.attached or self._stubs is None:
+            raise Unavailable(f"consumer {self.name} on {self.topic} is reconnecting")
+        req = pb.SeekRequest(request_id=self._conns.next_request_id(), consumer_id=self.consumer_id)
+        if offset is not None:
+            req.offset = offset
+        elif publish_time_ms is not None:
+            req.publish_time_ms = publish_time_ms
+        dropped = self._queue.purge(self.topic)
+        resp = await rpc(self._stubs.consumer.Seek(req, timeout=self._client_opts.rpc_timeout_s))
+        log.debug("seek on %s: continuing from %d (dropped %d buffered)", self.topic, resp.offset, dropped)
+        return int(resp.offset)
 
     async def nack(self, msg: Message, delay_ms: int | None) -> None:
         if self._stubs is None:

@@ -10,6 +10,13 @@ writes them on the ``PublishBatches`` stream without waiting for acks, keeping t
 When the stream fails with a retryable error (topic moved, broker gone, back-pressure) the
 supervisor backs off, looks the topic up again, re-creates the producer under the same name
 and writes every batch still in flight again, in order, before new ones.
+
+Idempotence (``enable_idempotence``): every message carries a ``sequence_id``, strictly
+increasing per producer and starting above the broker's ``last_sequence_id`` for this
+producer name. A batch that may have been stored (sent, no answer) is resent with the same
+ids, so the broker drops the copies it already has and answers with their first offsets. A
+batch the broker refused was not stored: it is retried with fresh ids after everything
+already on the wire, so the ids on the wire always increase.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import grpc.aio
 
@@ -72,6 +79,9 @@ class TopicProducer:
         self._retry_error: DanubeError | None = None
         self._refused: list[Batch] = []
         self._acked_in_session = False
+        self._idempotent = opts.enable_idempotence
+        #: The sequence id of the next message (idempotent producers).
+        self._next_sequence = 1
         #: Set when the producer can no longer publish (non-retryable error, or closed).
         self.fatal: DanubeError | None = None
         self._task: asyncio.Task[None] | None = None
@@ -102,6 +112,18 @@ class TopicProducer:
         )
         self.producer_id = resp.producer_id
         self.max_message_size = resp.max_message_size_bytes
+        if self._idempotent and resp.last_sequence_id >= self._next_sequence:
+            if self._next_sequence > 1:
+                log.warning(
+                    "broker has sequence id %d for producer %s on %s, above ours (%d): does another "
+                    "producer use this name? continuing above it",
+                    resp.last_sequence_id,
+                    self.name,
+                    self.topic,
+                    self._next_sequence - 1,
+                )
+            self._next_sequence = resp.last_sequence_id + 1
+            self._renumber_unsent()
         self.broker_url = url
         self._stubs = stubs
         log.debug("producer %s attached to %s on %s (id %d)", self.name, self.topic, url, self.producer_id)
@@ -146,7 +168,13 @@ class TopicProducer:
         elif b.bytes + size > self._max_bytes:
             self._seal()
             b = self._open_batch()
-        m = b.messages.add(payload=payload, publish_time=now_ms, producer_name=self.name)
+        if self._idempotent:
+            m = b.messages.add(
+                payload=payload, publish_time=now_ms, producer_name=self.name, sequence_id=self._next_sequence
+            )
+            self._next_sequence += 1
+        else:
+            m = b.messages.add(payload=payload, publish_time=now_ms, producer_name=self.name)
         if properties:
             m.attributes.update(properties)
             size += sum(len(k) + len(v) for k, v in properties.items())
@@ -176,15 +204,33 @@ class TopicProducer:
         """Make the open batch ready now (used by flush)."""
         self._seal()
 
-    def last_batch_done(self) -> asyncio.Future[None] | None:
-        """The completion of the newest batch: every older one is finished before it."""
+    def unfinished(self) -> list[asyncio.Future[None]]:
+        """The completions of every batch not finished yet (flush waits for them)."""
+        batches = [*self.inflight.values(), *self._refused, *self.ready]
         if self.open is not None:
-            return self.open.done
-        if self.ready:
-            return self.ready[-1].done
-        if self.inflight:
-            return next(reversed(self.inflight.values())).done
-        return None
+            batches.append(self.open)
+        return [b.done for b in batches]
+
+    def _renumber_unsent(self) -> None:
+        """Fresh sequence ids, in order, for every batch not on the wire (ready, then open)."""
+        if not self._idempotent:
+            return
+        seq = self._next_sequence
+        for b in self.ready:
+            seq = b.renumber(seq)
+        if self.open is not None:
+            seq = self.open.renumber(seq)
+        self._next_sequence = seq
+
+    def _requeue_refused(self) -> None:
+        """Batches refused with a retryable error go back to the front of ``ready``, in order,
+        with fresh sequence ids (they were not stored, and batches behind them may have been)."""
+        if not self._refused:
+            return
+        refused = sorted(self._refused, key=lambda b: b.seq)
+        self._refused.clear()
+        self.ready.extendleft(reversed(refused))
+        self._renumber_unsent()
 
     def expire(self, now: float) -> None:
         """Fail batches whose send timeout has passed (oldest first, so stop at a live one)."""
@@ -193,6 +239,9 @@ class TopicProducer:
             if batch.deadline is None or batch.deadline > now:
                 break
             del self.inflight[seq]
+            expired.append(batch)
+        for batch in [b for b in self._refused if b.deadline is not None and b.deadline <= now]:
+            self._refused.remove(batch)
             expired.append(batch)
         while self.ready and (d := self.ready[0].deadline) is not None and d <= now:
             expired.append(self.ready.popleft())
@@ -226,6 +275,7 @@ class TopicProducer:
                 err: DanubeError = ClientClosed("publish session ended")
             except DanubeError as exc:
                 err = exc
+            self._requeue_refused()
             if not err.retryable:
                 log.error("producer %s on %s failed: %s", self.name, self.topic, err)
                 self._fail_everything(err)
@@ -255,11 +305,7 @@ class TopicProducer:
         self._acked_in_session = False
         self._retry_error = None
         self._writes_allowed.set()
-        if self._refused:  # batches refused with a retryable error go first, in order
-            merged = {b.seq: b for b in self._refused}
-            merged.update(self.inflight)
-            self.inflight = dict(sorted(merged.items()))
-            self._refused.clear()
+        self._requeue_refused()
         call = stubs.producer.PublishBatches()
         what = f"publishing to {self.topic} on {self.broker_url}"
         try:
@@ -338,7 +384,18 @@ class TopicProducer:
                         )
                     self._acked_in_session = True
                     self._release(len(batch))
-                    batch.resolve(self.topic, ack.first_offset, self.producer_id)
+                    offsets: Sequence[int] = ack.offsets
+                    if offsets and len(offsets) != len(batch):
+                        log.warning(
+                            "broker listed %d offsets for a %d-message batch on %s; using first_offset",
+                            len(offsets),
+                            len(batch),
+                            self.topic,
+                        )
+                        offsets = ()
+                    if ack.duplicates:
+                        log.debug("broker dropped %d duplicates on %s", ack.duplicates, self.topic)
+                    batch.resolve(self.topic, ack.first_offset, self.producer_id, offsets)
             if self._retry_error is not None and not self.inflight:
                 raise self._retry_error  # every batch sent before the refusal is answered
 
@@ -346,7 +403,9 @@ class TopicProducer:
         err = error_from_detail(detail)
         if detail.retryable and not err.retryable:
             err = Unavailable(f"{err.message} [{err.code}]")
-        if err.retryable:
+        # The broker's `retryable` decides, not the class: codes this client does not know yet
+        # (e.g. DISK_FULL, STORAGE_FAILED) map to their status's class.
+        if detail.retryable:
             # Stop writing, let the broker answer what is already on the wire, then retry
             # the refused batches on a new session (after backoff).
             self._refused.append(batch)

@@ -25,6 +25,16 @@ class DispatchStrategy(enum.IntEnum):
     RELIABLE = 1
 
 
+class InitialPosition(enum.IntEnum):
+    """Where a *new* subscription starts (reliable topics); an existing one resumes from its
+    acknowledged cursor. The values are the wire values of ``ConsumerRequest.InitialPosition``."""
+
+    #: Only messages published after the subscription is created.
+    LATEST = 0
+    #: Every message the topic still keeps (replay).
+    EARLIEST = 1
+
+
 class AccessMode(enum.IntEnum):
     """Producer access mode: many producers per topic, or one that excludes all others."""
 
@@ -102,6 +112,17 @@ class Message:
     @property
     def producer_name(self) -> str:
         return self._raw.producer_name
+
+    @property
+    def redelivery_count(self) -> int:
+        """How many times this message was delivered to this subscription before (0: first
+        delivery). Reliable topics redeliver after a nack, an ack timeout or a reconnect."""
+        return self._raw.redelivery_count
+
+    @property
+    def sequence_id(self) -> int:
+        """The producer's sequence number for this message (0: the producer set none)."""
+        return self._raw.sequence_id
 
     @property
     def raw(self) -> pb.StreamMessage:

@@ -182,6 +182,36 @@ class LimitExceeded(ResourceExhausted):
     retryable = False
 
 
+class StorageError(DanubeError):
+    """A topic's write-ahead log could not store a commit: nothing of it was stored or acked."""
+
+    code = "STORAGE_ERROR"
+    grpc_status = grpc.StatusCode.UNAVAILABLE
+    retryable = True
+
+
+class DiskFull(StorageError, ResourceExhausted):
+    """The disk (or quota) under the WAL is full: the commit was not stored; retry later."""
+
+    code = "DISK_FULL"
+    grpc_status = grpc.StatusCode.RESOURCE_EXHAUSTED
+    retryable = True
+
+
+class StorageFailed(StorageError, Unavailable):
+    """A write, fsync or file operation of the WAL failed (I/O error): the commit was not stored."""
+
+    code = "STORAGE_FAILED"
+    grpc_status = grpc.StatusCode.UNAVAILABLE
+    retryable = True
+
+
+class LogClosed(Unavailable):
+    """The topic's log is closed (topic unloaded or broker stopping): look the topic up again."""
+
+    code = "LOG_CLOSED"
+
+
 class Timeout(DanubeError):
     code = "TIMEOUT"
     grpc_status = grpc.StatusCode.DEADLINE_EXCEEDED

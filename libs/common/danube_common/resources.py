@@ -149,9 +149,17 @@ class Resources:
         return TopicRecord.from_json(kv.json()) if kv else None
 
     async def create_topic(
-        self, topic: TopicName, *, dispatch_strategy: str = "non_reliable", exist_ok: bool = False
+        self,
+        topic: TopicName,
+        *,
+        dispatch_strategy: str = "non_reliable",
+        exist_ok: bool = False,
+        policies: dict[str, Any] | None = None,
     ) -> tuple[TopicRecord, bool]:
-        """Create a plain topic (or one partition). Returns (record, created)."""
+        """Create a plain topic (or one partition). Returns (record, created).
+
+        ``policies`` (e.g. from :func:`topic_policies`) is stored as given in the record.
+        """
         check_dispatch(dispatch_strategy)
         await self.require_namespace(topic.namespace)
         base = topic.base
@@ -160,6 +168,7 @@ class Resources:
             dispatch_strategy=dispatch_strategy,
             partition_of=str(base) if base != topic else "",
             created_at_ms=now_ms(),
+            policies=dict(policies or {}),
         )
         res = await self.store.txn(
             [Compare.absent(self.keys.topic(topic))],
@@ -176,8 +185,14 @@ class Resources:
         return TopicRecord.from_json(existing.json()), False
 
     async def create_partitioned_topic(
-        self, topic: TopicName, partitions: int, *, dispatch_strategy: str = "non_reliable"
+        self,
+        topic: TopicName,
+        partitions: int,
+        *,
+        dispatch_strategy: str = "non_reliable",
+        policies: dict[str, Any] | None = None,
     ) -> TopicRecord:
+        """Create the parent entry and every partition, all with the same ``policies``."""
         check_dispatch(dispatch_strategy)
         if partitions < 1 or partitions > 1024:
             raise InvalidArgument(f"partitions must be between 1 and 1024, got {partitions}")
@@ -185,11 +200,12 @@ class Resources:
             raise InvalidArgument(f"{topic} looks like a partition name; choose a name without '-part-N'")
         await self.require_namespace(topic.namespace)
         ts = now_ms()
-        parent = TopicRecord(str(topic), dispatch_strategy, partitions, "", ts)
+        pol = dict(policies or {})
+        parent = TopicRecord(str(topic), dispatch_strategy, partitions, "", ts, dict(pol))
         parent_key = self.keys.topic(topic)
         part_keys = [self.keys.topic(topic.partition(i)) for i in range(partitions)]
         records = [
-            TopicRecord(str(topic.partition(i)), dispatch_strategy, 0, str(topic), ts).to_json()
+            TopicRecord(str(topic.partition(i)), dispatch_strategy, 0, str(topic), ts, dict(pol)).to_json()
             for i in range(partitions)
         ]
         # etcd allows 128 operations per transaction branch: write the partitions in chunks and
@@ -340,3 +356,156 @@ class Resources:
         if target is None:
             raise NoBrokerAvailable("no active broker is registered; start a broker and retry")
         return await self.assign_if_unowned(topic, target.broker_id)
+
+    # ------------------------------------------------------------------ subscription policies
+    async def put_subscription_policy(
+        self, topic: TopicName, sub: str, policy: SubscriptionPolicyRecord
+    ) -> list[str]:
+        """Store ``policy`` (validated) for ``sub`` of an existing reliable topic: at the topic's
+        key and, for a partitioned topic, at each partition's (the brokers own partitions).
+        Returns the topic names written."""
+        validate_subscription_name(sub)
+        rec = await self.get_topic(topic)
+        if rec is None:
+            raise TopicNotFound(f"topic {topic} does not exist")
+        if rec.dispatch_strategy != "reliable":
+            raise InvalidArgument(
+                f"{topic} is a non_reliable topic: subscription policies (redelivery, dead letters) "
+                "apply to reliable topics only"
+            )
+        policy.validate(topic)
+        names = [topic, *(topic.partition(i) for i in range(rec.partitions))]
+        value = policy.to_json()
+        keys = [self.keys.subscription_policy(t, sub) for t in names]
+        for lo in range(0, len(keys), _TXN_CHUNK):
+            await self.store.txn([], [Op.put(k, value) for k in keys[lo : lo + _TXN_CHUNK]])
+        return [str(t) for t in names]
+
+    async def get_subscription_policy(self, topic: TopicName, sub: str) -> SubscriptionPolicyRecord | None:
+        """The stored policy of ``sub`` on ``topic``; None when none was set (broker defaults)."""
+        validate_subscription_name(sub)
+        kv = await self.store.get(self.keys.subscription_policy(topic, sub))
+        return SubscriptionPolicyRecord.from_json(kv.json()) if kv else None
+
+
+# ---------------------------------------------------------------------- topic policies
+
+#: Reliable topics: when the producer is acknowledged (after fsync; at once; after upload).
+DURABILITY_NAMES: tuple[str, ...] = ("fsync", "none", "cloud")
+DEFAULT_DURABILITY = "fsync"
+#: What happens to a message delivered ``max_redeliveries`` times.
+POISON_POLICIES: tuple[str, ...] = ("dead_letter", "drop", "block")
+_MAX_SUBSCRIPTION_LEN = 200
+_MAX_REDELIVERIES = 1_000_000
+_MAX_ACK_TIMEOUT_MS = 7 * 24 * 3600 * 1000
+_MAX_BACKOFF_MS = 24 * 3600 * 1000
+
+
+def topic_policies(
+    dispatch_strategy: str, *, durability: str = "", retention_time_s: int = 0, retention_size_bytes: int = 0
+) -> dict[str, Any]:
+    """The validated ``policies`` of a new topic record.
+
+    Reliable topics get ``{"durability", "retention_time_s", "retention_size_bytes"}``
+    (durability defaults to ``fsync``; retention 0 = delete once every subscription has
+    acknowledged). Non-reliable topics keep nothing, so any of these is refused.
+    """
+    if dispatch_strategy != "reliable":
+        asked = {"durability": durability, "retention_time_s": retention_time_s}
+        asked["retention_size_bytes"] = retention_size_bytes
+        given = [f"{name}={value!r}" for name, value in asked.items() if value]
+        if given:
+            raise InvalidArgument(
+                f"{', '.join(given)}: durability and retention apply to reliable topics only; "
+                "create the topic with dispatch strategy reliable, or leave them out"
+            )
+        return {}
+    durability = durability or DEFAULT_DURABILITY
+    if durability not in DURABILITY_NAMES:
+        raise InvalidArgument(f"unknown durability {durability!r}: use one of {', '.join(DURABILITY_NAMES)}")
+    for name, value in (
+        ("retention_time_s", retention_time_s),
+        ("retention_size_bytes", retention_size_bytes),
+    ):
+        if value < 0:
+            raise InvalidArgument(
+                f"{name} must be 0 (no retention after acknowledgement) or more, got {value}"
+            )
+    return {
+        "durability": durability,
+        "retention_time_s": int(retention_time_s),
+        "retention_size_bytes": int(retention_size_bytes),
+    }
+
+
+def validate_subscription_name(sub: str) -> str:
+    bad = "/" in sub or sub in (".", "..") or not sub.isprintable() or any(c.isspace() for c in sub)
+    if bad or not 0 < len(sub) <= _MAX_SUBSCRIPTION_LEN:
+        raise InvalidArgument(
+            f"invalid subscription name {sub!r}: use 1-{_MAX_SUBSCRIPTION_LEN} printable characters "
+            "without '/' or spaces"
+        )
+    return sub
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionPolicyRecord:
+    """A subscription's failure policy as stored at ``Keys.subscription_policy`` (JSON keys are
+    the field names of ``danube.admin.v1.SubscriptionPolicy``). The admin API always stores all
+    six fields: a set policy replaces the broker's defaults entirely."""
+
+    #: Redeliveries of one message (after its first delivery) before the poison policy
+    #: applies: N allows 1 + N deliveries (0: unlimited, the poison policy never applies).
+    max_redeliveries: int = 0
+    #: Unacked this long after delivery -> redelivered (0: never).
+    ack_timeout_ms: int = 0
+    #: Redelivery delay: base * 2^(attempt-1), capped at max (0/0: redeliver at once).
+    redelivery_backoff_base_ms: int = 0
+    redelivery_backoff_max_ms: int = 0
+    #: "dead_letter" | "drop" | "block"
+    poison_policy: str = ""
+    #: With dead_letter: the reliable topic poison messages are published to.
+    dead_letter_topic: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SubscriptionPolicyRecord:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+    def validate(self, topic: TopicName) -> SubscriptionPolicyRecord:
+        """Raise InvalidArgument (saying what is allowed) unless this policy makes sense for
+        a subscription of ``topic``; return self."""
+
+        def bounded(name: str, value: int, high: int) -> None:
+            if not 0 <= value <= high:
+                raise InvalidArgument(f"{name} must be between 0 and {high}, got {value}")
+
+        bounded("max_redeliveries", self.max_redeliveries, _MAX_REDELIVERIES)
+        bounded("ack_timeout_ms", self.ack_timeout_ms, _MAX_ACK_TIMEOUT_MS)
+        bounded("redelivery_backoff_base_ms", self.redelivery_backoff_base_ms, _MAX_BACKOFF_MS)
+        bounded("redelivery_backoff_max_ms", self.redelivery_backoff_max_ms, _MAX_BACKOFF_MS)
+        if self.redelivery_backoff_max_ms < self.redelivery_backoff_base_ms:
+            raise InvalidArgument(
+                f"redelivery_backoff_max_ms ({self.redelivery_backoff_max_ms}) must be at least "
+                f"redelivery_backoff_base_ms ({self.redelivery_backoff_base_ms})"
+            )
+        if self.poison_policy not in POISON_POLICIES:
+            raise InvalidArgument(
+                f"poison_policy must be one of {', '.join(POISON_POLICIES)}, got {self.poison_policy!r}"
+            )
+        if self.poison_policy != "dead_letter":
+            if self.dead_letter_topic:
+                raise InvalidArgument(
+                    f"dead_letter_topic is only used with poison_policy dead_letter (not {self.poison_policy})"
+                )
+            return self
+        if not self.dead_letter_topic:
+            raise InvalidArgument("poison_policy dead_letter needs a dead_letter_topic (/namespace/topic)")
+        dlq = TopicName.parse(self.dead_letter_topic)
+        if dlq.base == topic.base:
+            raise InvalidArgument(
+                f"dead_letter_topic {dlq} is the topic itself (or one of its partitions); choose another topic"
+            )
+        return self

@@ -32,6 +32,7 @@ examples:
   danube-broker
   danube-broker --broker-id b1 --listen 0.0.0.0:6651 --advertised-host broker-1.internal
   danube-broker --listen 127.0.0.1:0 --ready-file /tmp/broker.json --etcd-endpoints 127.0.0.1:2379
+  danube-broker --data-dir /var/lib/danube/broker-1
   danube-broker --config deploy/config/broker.yaml --log-level DEBUG
 """
 
@@ -57,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST",
         help="host clients are sent to; default: the listen host, or 127.0.0.1 for 0.0.0.0/127.0.0.1",
     )
+    p.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="where reliable topics keep their write-ahead logs; default ./data/broker-<broker id>",
+    )
     add_common_flags(p, ready_fields="service, broker_id, addr, url, pid")
     return p
 
@@ -67,6 +73,7 @@ def flags_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "broker_id": args.broker_id,
         "listen_addr": args.listen,
         "advertised_host": args.advertised_host,
+        "data_dir": args.data_dir,
     }
 
 

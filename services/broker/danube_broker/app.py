@@ -6,11 +6,13 @@ follow them -> start the cluster view (Discovery) -> serve -> announce readiness
 
 Shutdown (stop event; SIGINT/SIGTERM from the CLI): refuse new producers/consumers -> the
 server stops accepting -> the registration says ``draining`` (no new placements) -> every topic is unloaded, so client streams end with UNAVAILABLE
-(TopicNotOwned: clients look the topic up again) and health checks answer CLOSE -> the
+(TopicNotOwned: clients look the topic up again) and health checks answer CLOSE -> reliable
+topics write their cursors (fenced) and close their logs (pending commits finish) -> the
 internal loops are cancelled -> ownership of every topic is released (fenced by epoch) ->
 in-flight RPCs get ``shutdown_grace_s`` -> the registration lease is revoked -> etcd closed.
 
-A crashed internal loop, or a lost registration lease, stops the broker the same way (minus
+A crashed internal loop (including a reliable topic's dispatcher, cursor flusher or policy
+watch), or a lost registration lease, stops the broker the same way (minus
 the release when the lease is lost) and :func:`run` raises :class:`BrokerFailure`: the
 process exits non-zero instead of staying half alive.
 """
@@ -26,9 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from danube_broker.config import BrokerConfig
+from danube_broker.dead_letter_publisher import DeadLetterPublisher
 from danube_broker.grpc_api import ConsumerApi, HealthApi, ProducerApi
 from danube_broker.membership import Membership
 from danube_broker.registry import BrokerRegistry
+from danube_broker.stats_api import BrokerStatsApi
 from danube_common.cluster_view import ClusterView
 from danube_common.discovery import DiscoveryServicer
 from danube_common.errors import DanubeError
@@ -36,6 +40,7 @@ from danube_common.grpc_util import bind, install_stop_signals, new_server
 from danube_common.keys import Keys
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.metadata.lease import KeptLease
+from danube_common.pb import DanubeAdmin_pb2_grpc as admin_grpc
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.resources import BrokerRecord, Resources, now_ms
 from danube_common.service import remove_ready_file, write_ready_file
@@ -120,6 +125,11 @@ async def _serve(
 ) -> None:
     membership = Membership(resources, registry, registration_ttl_s=cfg.registration_ttl_s)
     view = ClusterView(resources)
+    discovery = DiscoveryServicer(
+        resources, view, self_broker_id=cfg.broker_id, auto_create_topics=cfg.auto_create_topics
+    )
+    dead_letters = DeadLetterPublisher(registry, discovery.resolve, rpc_timeout_s=cfg.etcd.request_timeout_s)
+    registry.set_dead_letter(dead_letters)
     loops: dict[asyncio.Task[Any], str] = {}
     lease: KeptLease | None = None
     failure: BrokerFailure | None = None
@@ -145,12 +155,8 @@ async def _serve(
         pb_grpc.add_ProducerServiceServicer_to_server(ProducerApi(registry, cfg), server)
         pb_grpc.add_ConsumerServiceServicer_to_server(ConsumerApi(registry, cfg), server)
         pb_grpc.add_HealthCheckServicer_to_server(HealthApi(registry), server)
-        pb_grpc.add_DiscoveryServicer_to_server(
-            DiscoveryServicer(
-                resources, view, self_broker_id=cfg.broker_id, auto_create_topics=cfg.auto_create_topics
-            ),
-            server,
-        )
+        pb_grpc.add_DiscoveryServicer_to_server(discovery, server)
+        admin_grpc.add_BrokerStatsServiceServicer_to_server(BrokerStatsApi(registry, resources, cfg), server)
         await server.start()
         served = True
         info = ReadyInfo(cfg.broker_id, addr, os.getpid(), registry)
@@ -166,22 +172,24 @@ async def _serve(
         )
         if ready is not None:
             ready(info)
-        failure = await _wait_for_stop(stop, lease, loops)
+        failure = await _wait_for_stop(stop, lease, loops, registry)
     finally:
         await _shutdown(cfg, server, registry, membership, view, lease, loops, served=served)
+        await dead_letters.aclose()
     if failure is not None:
         raise failure
 
 
 async def _wait_for_stop(
-    stop: asyncio.Event, lease: KeptLease, loops: dict[asyncio.Task[Any], str]
+    stop: asyncio.Event, lease: KeptLease, loops: dict[asyncio.Task[Any], str], registry: BrokerRegistry
 ) -> BrokerFailure | None:
     stop_task = asyncio.create_task(stop.wait(), name="wait-stop")
     lost_task = asyncio.create_task(lease.lost.wait(), name="wait-lease-lost")
+    crashed_task = asyncio.create_task(registry.tasks.failed.wait(), name="wait-topic-crash")
     try:
-        await asyncio.wait({stop_task, lost_task, *loops}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({stop_task, lost_task, crashed_task, *loops}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for t in (stop_task, lost_task):
+        for t in (stop_task, lost_task, crashed_task):
             t.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await t
@@ -193,6 +201,10 @@ async def _wait_for_stop(
         return BrokerFailure(
             "registration lease lost (etcd unreachable for a whole TTL, or the lease expired)"
         )
+    if registry.tasks.failed.is_set():
+        failure = BrokerFailure(str(registry.tasks.failure))
+        failure.__cause__ = registry.tasks.failure
+        return failure
     for task, what in loops.items():
         if task.done():
             exc = None if task.cancelled() else task.exception()
@@ -221,6 +233,8 @@ async def _shutdown(
     except DanubeError as exc:
         log.warning("could not mark broker %s draining: %s", cfg.broker_id, exc)
     held = registry.close_all("the broker is shutting down")
+    # Reliable topics: dispatch stopped; cursors written and logs closed before ownership goes.
+    await registry.wait_closed()
     own_loops = [t for t, what in loops.items() if what in ("the assignment watch", "the expiry sweep")]
     for task in own_loops:
         task.cancel()

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import re
 import secrets
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
 
+from danube_broker.dispatch.reliable.policy import PoisonPolicy, SubscriptionPolicy
+from danube_broker.wal import Durability, WalConfig
 from danube_common.grpc_util import MAX_GRPC_MESSAGE_BYTES
 from danube_common.service import ServiceConfig, split_host_port
 
@@ -67,6 +70,40 @@ class BrokerConfig(ServiceConfig):
     #: How often expiry timers (producers, consumers, subscriptions) are checked.
     sweep_interval_s: float = Field(default=1.0, gt=0)
 
+    # ---- reliable topics (write-ahead log, at-least-once subscriptions)
+    #: Where reliable topics keep their logs: ``<data_dir>/<namespace>/<topic>/``.
+    #: Unset: ``./data/broker-<broker_id>``.
+    data_dir: str | None = None
+    #: A reliable topic's durability when its metadata does not say: "fsync" (ack after the
+    #: group commit is fsync'ed), "none" (ack after the OS has it) or "cloud" (as fsync, for now).
+    default_durability: Durability = Durability.FSYNC
+    #: WAL settings shared by every reliable topic (segment size and age, tail cache, commits).
+    wal: WalConfig = Field(default_factory=WalConfig)
+    #: Delivered-but-unacked messages per consumer when its Subscribe does not say.
+    max_unacked_messages_per_consumer: int = Field(default=1000, ge=1, le=100_000)
+    #: Messages a subscription holds read-but-unacknowledged (delivered, awaiting redelivery, or
+    #: buffered); reading the log pauses at this bound (back-pressure, never dropping).
+    max_pending_messages_per_subscription: int = Field(default=10_000, ge=1)
+    #: Changed cursors are written to etcd in one batch at most this often.
+    cursor_flush_interval_ms: int = Field(default=500, ge=1)
+    #: Retention (time rule, deletions) is also re-checked at least this often.
+    retention_check_interval_s: float = Field(default=30.0, gt=0)
+    # Subscription failure policy defaults (an admin-set policy overrides them per subscription).
+    #: Failed deliveries (nack, ack timeout) before the poison policy applies; 0 = unlimited.
+    max_redeliveries: int = Field(default=0, ge=0)
+    #: A delivered message not acked within this is redelivered; 0 = never.
+    ack_timeout_ms: int = Field(default=30_000, ge=0)
+    #: Redelivery delay after the n-th failure: base * 2^(n-1), capped at max.
+    redelivery_backoff_base_ms: int = Field(default=1_000, ge=0)
+    redelivery_backoff_max_ms: int = Field(default=60_000, ge=0)
+    #: What happens after max_redeliveries: "block" (Danube's default), "drop" or "dead_letter".
+    poison_policy: PoisonPolicy = "block"
+    # Topic retention defaults (a topic's own policies override them).
+    #: Keep acknowledged messages this long (0: delete once every subscription acked them).
+    retention_time_s: int = Field(default=0, ge=0)
+    #: Keep up to this many bytes of acknowledged messages (0: no size rule).
+    retention_size_bytes: int = Field(default=0, ge=0)
+
     # ---- process
     #: Seconds in-flight RPCs get to finish at shutdown before they are cancelled.
     shutdown_grace_s: float = Field(default=5.0, ge=0)
@@ -114,3 +151,21 @@ class BrokerConfig(ServiceConfig):
     @property
     def slow_consumer_block_timeout_s(self) -> float:
         return self.slow_consumer_block_timeout_ms / 1000.0
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir) if self.data_dir else Path("data") / f"broker-{self.broker_id}"
+
+    @property
+    def cursor_flush_interval_s(self) -> float:
+        return self.cursor_flush_interval_ms / 1000.0
+
+    def default_subscription_policy(self) -> SubscriptionPolicy:
+        """The failure policy of a subscription with none of its own."""
+        return SubscriptionPolicy(
+            max_redeliveries=self.max_redeliveries,
+            ack_timeout_ms=self.ack_timeout_ms,
+            redelivery_backoff_base_ms=self.redelivery_backoff_base_ms,
+            redelivery_backoff_max_ms=self.redelivery_backoff_max_ms,
+            poison_policy=self.poison_policy,
+        )

@@ -58,6 +58,7 @@ class Consumer:
         queue_messages: int,
         on_space: Callable[[], None] | None,
         now: float,
+        window: int = 0,
     ) -> None:
         self.id = consumer_id
         self.name = name
@@ -73,6 +74,10 @@ class Consumer:
         self.last_seen = now
         self.closed = False
         self.msgs_delivered = 0
+        #: Reliable topics: most delivered-but-unacked messages it may hold (0: non-reliable,
+        #: where only the queue bounds it). The reliable engine fills ``unacked``.
+        self.window = window
+        self.unacked: set[int] = set()
 
     # ---- identity as routers see it
     @property
@@ -85,7 +90,15 @@ class Consumer:
 
     @property
     def free(self) -> int:
+        """Messages it can take now: its window's room (reliable) or its queue's room."""
+        if self.window:
+            return self.window - len(self.unacked)
         return self.queue.free
+
+    def set_window(self, window: int) -> None:
+        """Reliable topics: a new window (takeover); the queue always fits the window."""
+        self.window = window
+        self.queue.capacity = max(self.queue.capacity, window)
 
     def accepts(self, key: str) -> bool:
         return self._key_filter_re is None or self._key_filter_re.match(key) is not None
@@ -139,6 +152,10 @@ class Consumer:
         self._awaiting_stream = False
         if old is not None:
             old.end(ConsumerBusy(f"consumer {self.id} ({self.name}) is now served by a newer stream"))
+            engine = self.subscription.engine
+            if engine is not None:
+                # What went out on the old stream may never have arrived: deliver it again.
+                engine.reclaim(self)
         if not was_routable:
             self.subscription.consumers_changed()
         return session
@@ -173,11 +190,14 @@ class Consumer:
         """Detach for good: end the stream (with ``error``, if given) and drop what is queued.
 
         Returns how many queued messages were discarded. The caller removes the consumer
-        from its subscription and from the broker's id index.
+        from its subscription and from the broker's id index. On a reliable topic the queue is
+        left for the subscription's engine, which takes its messages back for redelivery.
         """
         self.closed = True
         self._awaiting_stream = False
         if self._session is not None:
             self._session.end(error)
             self._session = None
+        if self.window:
+            return 0
         return self.queue.clear()

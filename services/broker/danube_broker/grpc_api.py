@@ -16,9 +16,10 @@ from typing import Any
 import grpc.aio
 
 from danube_broker.config import BrokerConfig
-from danube_broker.dispatch.base import Msg, SubType
+from danube_broker.dispatch.base import Msg, PublishResult, SubType
 from danube_broker.producer import Producer
 from danube_broker.registry import BrokerRegistry
+from danube_broker.wal import StorageError
 from danube_common.errors import DanubeError, InvalidArgument, MessageTooLarge
 from danube_common.grpc_util import MAX_GRPC_MESSAGE_BYTES
 from danube_common.pb import DanubeApi_pb2 as pb
@@ -31,6 +32,7 @@ _SUB_TYPES = {
     pb.ConsumerRequest.KeyShared: SubType.KEY_SHARED,
 }
 _DISPATCH = {pb.NonReliable: "non_reliable", pb.Reliable: "reliable"}
+_POSITIONS = {pb.ConsumerRequest.Latest: "latest", pb.ConsumerRequest.Earliest: "earliest"}
 _ACCESS_MODES = {pb.Shared: False, pb.Exclusive: True}
 #: Messages taken from a consumer queue at a time on the one-message-per-frame stream.
 _RECEIVE_MESSAGES_CHUNK = 64
@@ -70,6 +72,7 @@ class ProducerApi(pb_grpc.ProducerServiceServicer):
             producer_id=producer.id,
             producer_name=producer.name,
             max_message_size_bytes=self._cfg.max_message_size_bytes,
+            last_sequence_id=self._reg.last_sequence(producer),
         )
 
     async def SendMessage(
@@ -122,16 +125,25 @@ class ProducerApi(pb_grpc.ProducerServiceServicer):
         msgs: list[Msg] = list(batch.messages)
         try:
             nbytes = self._reg.payload_bytes(msgs)
-        except MessageTooLarge as exc:
+            result = await self._reg.publish(producer, msgs, nbytes)
+        except (MessageTooLarge, StorageError) as exc:
+            # Refused in-band: nothing of the batch was stored; the stream (and reads) go on.
             return pb.PublishAck(batch_seq=batch.batch_seq, error=error_detail(exc))
-        first = await self._reg.publish(producer, msgs, nbytes)
-        return pb.PublishAck(batch_seq=batch.batch_seq, first_offset=first, count=len(msgs))
+        return publish_ack(batch.batch_seq, result)
 
     async def CloseProducer(
         self, request: pb.CloseProducerRequest, context: grpc.aio.ServicerContext
     ) -> pb.CloseProducerResponse:
         self._reg.close_producer(request.producer_id)
         return pb.CloseProducerResponse(request_id=request.request_id)
+
+
+def publish_ack(batch_seq: int, result: PublishResult) -> pb.PublishAck:
+    ack = pb.PublishAck(batch_seq=batch_seq, first_offset=result.first_offset, count=result.count)
+    if result.offsets is not None:
+        ack.offsets.extend(result.offsets)
+        ack.duplicates = result.duplicates
+    return ack
 
 
 async def _next(requests: AsyncIterator[pb.PublishBatch]) -> pb.PublishBatch | None:
@@ -152,6 +164,8 @@ class ConsumerApi(pb_grpc.ConsumerServiceServicer):
             consumer_name=request.consumer_name,
             sub_type=_enum(_SUB_TYPES, request.subscription_type, "subscription type"),
             key_filters=tuple(request.key_filters),
+            initial_position=_enum(_POSITIONS, request.initial_position, "initial position"),
+            max_unacked=request.max_unacked_messages,
         )
         return pb.ConsumerResponse(
             request_id=request.request_id, consumer_id=consumer.id, consumer_name=consumer.name
@@ -196,29 +210,46 @@ class ConsumerApi(pb_grpc.ConsumerServiceServicer):
             self._reg.stream_closed(consumer, session)
 
     async def Ack(self, request: pb.AckRequest, context: grpc.aio.ServicerContext) -> pb.AckResponse:
-        sub = self._reg.subscription_for_ack(request.msg_id.topic_name, request.subscription_name)
-        sub.acks += 1
+        mid = request.msg_id
+        self._reg.ack(mid.topic_name, request.subscription_name, [mid.topic_offset])
         return pb.AckResponse(request_id=request.request_id)
 
     async def Nack(self, request: pb.NackRequest, context: grpc.aio.ServicerContext) -> pb.NackResponse:
-        sub = self._reg.subscription_for_ack(request.msg_id.topic_name, request.subscription_name)
-        sub.nacks += 1
+        mid = request.msg_id
+        self._reg.nack(
+            mid.topic_name,
+            request.subscription_name,
+            mid.topic_offset,
+            delay_ms=request.delay_ms if request.HasField("delay_ms") else None,
+            reason=request.reason,
+        )
         return pb.NackResponse(request_id=request.request_id)
 
     async def AckBatch(
         self, request: pb.AckBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.AckResponse:
         consumer = self._reg.consumer(request.consumer_id)
-        sub = self._reg.subscription_for_ack(
-            request.topic_name or consumer.topic_name, request.subscription_name or consumer.subscription.name
+        self._reg.ack(
+            request.topic_name or consumer.topic_name,
+            request.subscription_name or consumer.subscription.name,
+            list(request.topic_offsets),
+            cumulative=request.cumulative,
         )
-        sub.acks += len(request.topic_offsets)
         return pb.AckResponse(request_id=request.request_id)
+
+    async def Seek(self, request: pb.SeekRequest, context: grpc.aio.ServicerContext) -> pb.SeekResponse:
+        target = request.WhichOneof("target")
+        offset = await self._reg.seek(
+            request.consumer_id,
+            offset=request.offset if target == "offset" else None,
+            publish_time_ms=request.publish_time_ms if target == "publish_time_ms" else None,
+        )
+        return pb.SeekResponse(request_id=request.request_id, offset=offset)
 
     async def CloseConsumer(
         self, request: pb.CloseConsumerRequest, context: grpc.aio.ServicerContext
     ) -> pb.CloseConsumerResponse:
-        self._reg.close_consumer(request.consumer_id, unsubscribe=request.unsubscribe)
+        await self._reg.close_consumer(request.consumer_id, unsubscribe=request.unsubscribe)
         return pb.CloseConsumerResponse(request_id=request.request_id)
 
 

@@ -7,6 +7,12 @@ not loaded yet checks etcd (the watch may lag): owned here -> load; unowned -> c
 
 Ids: producer and consumer ids come from one counter seeded from the clock, so an id is never
 reused by this process nor, in practice, by the next one.
+
+Reliable topics open their log and restore their subscriptions when their metadata is adopted:
+at once when the assignment watch loads them (a background task per topic), or on the first
+producer or consumer. Unloading closes them in the background (cursors written, log closed);
+:meth:`BrokerRegistry.wait_closed` waits for that, and a reload of the same topic waits for
+its previous close before opening the log again.
 """
 
 from __future__ import annotations
@@ -17,15 +23,20 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Literal, TypeVar
 
+from danube_broker.background import TopicTasks
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer, StreamSession
-from danube_broker.dispatch.base import Msg, SubType
+from danube_broker.dispatch.base import Msg, PublishResult, SubType
+from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink
 from danube_broker.producer import Producer
+from danube_broker.reliable_topic import LogOpener, ReliableContext
 from danube_broker.stats import TopicStats
 from danube_broker.subscription import Subscription
 from danube_broker.topic import Topic, not_owned
 from danube_common.errors import (
     ConsumerNotFound,
+    DanubeError,
+    FailedPrecondition,
     InvalidArgument,
     MessageTooLarge,
     ProducerNotFound,
@@ -35,7 +46,7 @@ from danube_common.errors import (
     TopicNotOwned,
     Unavailable,
 )
-from danube_common.resources import Ownership, Resources, check_dispatch
+from danube_common.resources import Ownership, Resources, TopicRecord, check_dispatch
 from danube_common.topic_name import TopicName
 
 log = logging.getLogger(__name__)
@@ -69,7 +80,9 @@ class BrokerRegistry:
         broker_url: str,
         clock: Callable[[], float] = time.monotonic,
         id_seed: int | None = None,
+        open_log: LogOpener | None = None,
     ) -> None:
+        """``open_log`` opens a reliable topic's log (default: the WAL under ``data_dir``)."""
         self._cfg = cfg
         self._res = resources
         self.broker_id = cfg.broker_id
@@ -82,10 +95,16 @@ class BrokerRegistry:
         self._gone: OrderedDict[int, str] = OrderedDict()
         self._unassigned_at: OrderedDict[str, int] = OrderedDict()
         self.shutting_down = False
+        #: Opening and closing topics in the background; the crash flag of topics' tasks.
+        self.tasks = TopicTasks()
+        self.reliable = ReliableContext(resources, clock, self.tasks.report_failure, open_log=open_log)
 
     def new_id(self) -> int:
         self._next_id += 1
         return self._next_id
+
+    def set_dead_letter(self, sink: DeadLetterSink) -> None:
+        self.reliable.dead_letter = sink
 
     # ------------------------------------------------------------------ ownership
     def on_assigned(self, topic: TopicName, epoch: int) -> None:
@@ -97,7 +116,24 @@ class BrokerRegistry:
             return
         if self.shutting_down or self._unassigned_at.get(name, 0) >= epoch:
             return
-        self._load(topic, epoch)
+        t = self._load(topic, epoch)
+        self.tasks.open(t, self._activate(t))
+
+    async def _activate(self, topic: Topic) -> None:
+        """A topic the watch loaded: open it now if it is reliable (restores subscriptions)."""
+        try:
+            record = await self._res.get_topic(topic.topic_name)
+            if record is not None and record.dispatch_strategy == "reliable":
+                await self._adopt(topic, record)
+        except DanubeError as exc:
+            if not topic.closed:
+                log.warning("topic %s: could not open it yet (%s); the next client retries", topic.name, exc)
+
+    async def _adopt(self, topic: Topic, record: TopicRecord, requested: str | None = None) -> None:
+        """Hand ``record`` to ``topic``, after the previous instance of the topic is closed."""
+        if record.dispatch_strategy == "reliable" and topic.reliable is None:
+            await self.tasks.before_open(topic.name)
+        await topic.adopt(record, requested)
 
     def on_unassigned(self, topic: TopicName, revision: int) -> None:
         """The assignment watch saw our assignment of ``topic`` deleted at ``revision``."""
@@ -122,7 +158,14 @@ class BrokerRegistry:
             return loaded
         if self._unassigned_at.get(name, 0) >= epoch:
             raise not_owned(name, "ownership was released while loading")
-        t = Topic(topic, epoch=epoch, cfg=self._cfg, broker_url=self.broker_url)
+        t = Topic(
+            topic,
+            epoch=epoch,
+            cfg=self._cfg,
+            broker_url=self.broker_url,
+            reliable_ctx=self.reliable,
+            clock=self._clock,
+        )
         self.topics[name] = t
         log.info("topic %s loaded (epoch %d)", name, epoch)
         return t
@@ -134,6 +177,7 @@ class BrokerRegistry:
             return
         producers, consumers = topic.close(error)
         self._forget(producers, consumers, name)
+        self.tasks.close(topic)
         log.info(
             "topic %s unloaded (%d producer(s), %d consumer(s) told to look it up again)",
             name,
@@ -216,7 +260,7 @@ class BrokerRegistry:
                 record = await self._res.get_topic(topic_id)
                 if record is None:
                     raise self._topic_not_found(topic_id)
-        topic.accept_record(record, dispatch_strategy)
+        await self._adopt(topic, record, dispatch_strategy)
         producer, created = topic.attach_producer(
             producer_name, exclusive=exclusive, new_id=self.new_id(), now=self._clock()
         )
@@ -268,12 +312,18 @@ class BrokerRegistry:
             )
         return sum(sizes)
 
-    async def publish(self, producer: Producer, msgs: list[Msg], nbytes: int) -> int:
-        """Publish ``msgs`` (sizes already checked); return the first offset."""
+    async def publish(self, producer: Producer, msgs: list[Msg], nbytes: int) -> PublishResult:
+        """Publish ``msgs`` (sizes already checked); reliable topics return once durable."""
         if not producer.live:
             raise producer.detach_error or ProducerNotFound(f"producer {producer.id} was closed")
         producer.touch(self._clock())
-        return await producer.topic.publish(producer, msgs, nbytes)
+        return await producer.topic.publish_batch(producer, msgs, nbytes)
+
+    @staticmethod
+    def last_sequence(producer: Producer) -> int:
+        """Reliable topics: the highest sequence id stored for the producer's name (0: none)."""
+        reliable = producer.topic.reliable
+        return reliable.log.last_sequence(producer.name) if reliable is not None else 0
 
     # ------------------------------------------------------------------ consumers
     async def subscribe(
@@ -284,25 +334,33 @@ class BrokerRegistry:
         consumer_name: str,
         sub_type: SubType,
         key_filters: tuple[str, ...] = (),
+        initial_position: str = "latest",
+        max_unacked: int = 0,
     ) -> Consumer:
+        """Attach a consumer. Reliable topics: a new subscription starts at ``initial_position``
+        (``latest`` or ``earliest``) and the consumer holds at most ``max_unacked`` unacked
+        messages (0: the broker default); other topics ignore both."""
         topic_id = TopicName.parse(topic_name)
         if not subscription:
             raise InvalidArgument("subscription is required (the name of the subscription to join)")
         if not consumer_name:
             raise InvalidArgument("consumer_name is required (a name unique within the subscription)")
         topic = await self.acquire(topic_id, for_producer=False)
-        if topic.record is None:
+        record = topic.record
+        if record is None:
             record = await self._res.get_topic(topic_id)
             if record is None:
                 raise self._topic_not_found(topic_id)
-            topic.accept_record(record)
-        consumer = topic.subscribe(
+        await self._adopt(topic, record)
+        consumer = await topic.subscribe_any(
             subscription=subscription,
             consumer_name=consumer_name,
             sub_type=sub_type,
             key_filters=key_filters,
             new_id=self.new_id(),
             now=self._clock(),
+            initial_position=initial_position,
+            max_unacked=max_unacked,
         )
         if consumer.id not in self.consumers:
             self.consumers[consumer.id] = consumer
@@ -336,18 +394,22 @@ class BrokerRegistry:
         except ConsumerNotFound as exc:
             raise Unavailable(exc.message) from exc
 
-    def close_consumer(self, consumer_id: int, *, unsubscribe: bool) -> None:
-        """Detach at once; ``unsubscribe`` also deletes the subscription. Unknown ids: no-op."""
+    async def close_consumer(self, consumer_id: int, *, unsubscribe: bool) -> None:
+        """Detach at once; ``unsubscribe`` also deletes the subscription (on a reliable topic:
+        its cursor and metadata in etcd). Unknown ids: no-op."""
         c = self.consumers.get(consumer_id)
         if c is None:
             return
         topic = self.topics.get(c.topic_name)
         sub = c.subscription
         removed = list(sub.consumers.values()) if unsubscribe else [c]
+        deleted = None
         if topic is not None:
-            topic.remove_consumer(c, self._clock(), unsubscribe=unsubscribe)
+            deleted = topic.remove_consumer(c, self._clock(), unsubscribe=unsubscribe)
         for r in removed:
             self.consumers.pop(r.id, None)
+        if topic is not None and deleted is not None:
+            await topic.delete_subscription(deleted)
         log.info(
             "consumer %d (%s) closed on %s%s",
             c.id,
@@ -359,6 +421,34 @@ class BrokerRegistry:
     def stream_closed(self, consumer: Consumer, session: StreamSession) -> None:
         """A delivery stream ended: the consumer is disconnected (failover promotes at once)."""
         consumer.stream_closed(session, self._clock())
+
+    # ------------------------------------------------------------------ acks and seek
+    def ack(
+        self, topic_name: str, subscription: str, offsets: list[int], *, cumulative: bool = False
+    ) -> None:
+        """Individual acks, or (``cumulative``) everything up to the one offset given."""
+        sub = self.subscription_for_ack(topic_name, subscription)
+        self.topics[topic_name].ack(sub, offsets, cumulative=cumulative)
+
+    def nack(
+        self, topic_name: str, subscription: str, offset: int, *, delay_ms: int | None, reason: str
+    ) -> None:
+        sub = self.subscription_for_ack(topic_name, subscription)
+        self.topics[topic_name].nack(sub, offset, delay_ms=delay_ms, reason=reason)
+
+    async def seek(self, consumer_id: int, *, offset: int | None, publish_time_ms: int | None) -> int:
+        """Move the consumer's subscription; return the offset it continues from."""
+        consumer = self.consumer(consumer_id)
+        engine = consumer.subscription.engine
+        if engine is None:
+            raise FailedPrecondition(
+                f"topic {consumer.topic_name} is not reliable: seek needs a reliable topic (a log to replay)"
+            )
+        if offset is not None:
+            return engine.seek(offset)
+        if publish_time_ms is not None:
+            return await engine.seek_to_time(publish_time_ms)
+        raise InvalidArgument("seek needs a target: an offset or a publish_time_ms")
 
     def subscription_for_ack(self, topic_name: str, subscription: str) -> Subscription:
         topic = self.topics.get(topic_name)
@@ -411,11 +501,18 @@ class BrokerRegistry:
         self.shutting_down = True
 
     def close_all(self, why: str) -> list[Ownership]:
-        """Unload every topic (streams end with TopicNotOwned); return the ownerships held."""
+        """Unload every topic (streams end with TopicNotOwned); return the ownerships held.
+
+        Reliable topics finish closing in the background: await :meth:`wait_closed`.
+        """
         held = [Ownership(name, self.broker_id, t.epoch) for name, t in self.topics.items()]
         for name in list(self.topics):
             self.unload(name, not_owned(name, why))
         return held
+
+    async def wait_closed(self) -> None:
+        """Wait for unloaded topics to close (cursors written, logs closed); cancel openings."""
+        await self.tasks.wait()
 
     def stats(self) -> dict[str, TopicStats]:
         return {name: t.stats() for name, t in self.topics.items()}

@@ -6,6 +6,7 @@ Counting is a few integer additions per batch; readers (load reports, later) tak
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -33,8 +34,21 @@ class SubscriptionStats:
     msgs_dropped: int
     acks: int
     nacks: int
-    #: Messages waiting in this subscription's consumer queues.
+    #: Non-reliable: messages waiting in this subscription's consumer queues. Reliable:
+    #: messages published and not acknowledged.
     backlog: int
+    # ---- reliable subscriptions only
+    #: Every offset <= cursor is acknowledged (None: nothing yet, or not reliable).
+    cursor: int | None = None
+    unacked_in_flight: int = 0
+    pending_redeliveries: int = 0
+    delivered_total: int = 0
+    redelivered_total: int = 0
+    dead_lettered_total: int = 0
+    dropped_total: int = 0
+    #: Offset the subscription is blocked at (poison policy ``block``), if any.
+    blocked_at: int | None = None
+    msg_rate_out: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +63,40 @@ class TopicStats:
     producers: int
     consumers: int
     subscriptions: int
-    #: Next offset to be assigned (= messages published since the topic was loaded here).
+    #: Next offset to be assigned (non-reliable: messages published since the topic was
+    #: loaded here; reliable: the log's next offset).
     next_offset: int
     per_subscription: dict[str, SubscriptionStats] = field(default_factory=dict)
+    msg_rate_in: float = 0.0
+    bytes_rate_in: float = 0.0
+    msg_rate_out: float = 0.0
+    # ---- reliable topics only
+    durability: str = ""
+    first_offset: int = 0
+    wal_bytes: int = 0
+    wal_segments: int = 0
+
+
+class Rate:
+    """An exponentially decayed event rate (events per second, time constant ``tau_s``).
+
+    Each event contributes ``1 / tau_s`` that decays as ``exp(-age / tau_s)``, so a steady
+    stream of r events per second reads r, and the reading fades once the stream stops.
+    Times are the caller's monotonic clock (seconds).
+    """
+
+    __slots__ = ("_at", "_rate", "tau_s")
+
+    def __init__(self, tau_s: float = 5.0) -> None:
+        self.tau_s = tau_s
+        self._rate = 0.0
+        self._at = 0.0
+
+    def add(self, n: float, now: float) -> None:
+        self._rate = self.value(now) + n / self.tau_s
+        self._at = now
+
+    def value(self, now: float) -> float:
+        if self._rate == 0.0:
+            return 0.0
+        return self._rate * math.exp(-max(0.0, now - self._at) / self.tau_s)

@@ -3,12 +3,19 @@
 The type is fixed by the first consumer. Attaching a consumer whose name is already attached
 is a takeover: the same :class:`Consumer` (and id) is returned. Exclusive subscriptions refuse
 a second consumer name while the first is attached (until it closes or expires).
+
+On a reliable topic the subscription also has an ``engine``
+(:class:`~danube_broker.dispatch.reliable.engine.SubscriptionEngine`) that delivers from the
+log through the same router; it is told whenever the routable consumers change, and the
+subscription is durable (never removed for being idle).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from itertools import islice
+from typing import TYPE_CHECKING
 
 from danube_broker.consumer import Consumer
 from danube_broker.dispatch.base import Msg, Router, SubType
@@ -16,8 +23,11 @@ from danube_broker.dispatch.exclusive import ExclusiveRouter
 from danube_broker.dispatch.failover import FailoverRouter
 from danube_broker.dispatch.key_shared import KeySharedRouter, compile_key_filters
 from danube_broker.dispatch.shared import SharedRouter
-from danube_broker.stats import Counters, SubscriptionStats
+from danube_broker.stats import Counters, Rate, SubscriptionStats
 from danube_common.errors import ConsumerBusy, SubscriptionTypeMismatch
+
+if TYPE_CHECKING:
+    from danube_broker.dispatch.reliable.engine import SubscriptionEngine
 
 
 def new_router(sub_type: SubType) -> Router:
@@ -59,12 +69,25 @@ class Subscription:
         #: Acks and nacks received (no-ops on non-reliable topics, counted for visibility).
         self.acks = 0
         self.nacks = 0
+        #: Reliable topics: the engine delivering from the log (set by the topic).
+        self.engine: SubscriptionEngine | None = None
+        self.rate_out = Rate()
 
     # ---- membership
     def attach(
-        self, *, consumer_name: str, sub_type: SubType, key_filters: tuple[str, ...], new_id: int, now: float
+        self,
+        *,
+        consumer_name: str,
+        sub_type: SubType,
+        key_filters: tuple[str, ...],
+        new_id: int,
+        now: float,
+        window: int = 0,
     ) -> Consumer:
-        """Attach (or take over) ``consumer_name``; ``new_id`` is used only for a new consumer."""
+        """Attach (or take over) ``consumer_name``; ``new_id`` is used only for a new consumer.
+
+        ``window``: reliable topics, the consumer's most unacked messages (0: non-reliable).
+        """
         if sub_type is not self.sub_type:
             raise SubscriptionTypeMismatch(
                 f"subscription {self.name!r} on {self.topic_name} is {self.sub_type.value}; "
@@ -73,6 +96,8 @@ class Subscription:
         compiled = compile_key_filters(key_filters)
         existing = self.consumers.get(consumer_name)
         if existing is not None:
+            if window:
+                existing.set_window(window)
             changed = existing.resubscribed(now)
             if existing.key_filters != key_filters:
                 existing.set_key_filters(key_filters, compiled)
@@ -93,9 +118,10 @@ class Subscription:
             subscription=self,
             key_filters=key_filters,
             key_filter_re=compiled,
-            queue_messages=self._queue_messages,
+            queue_messages=window or self._queue_messages,
             on_space=self._on_space,
             now=now,
+            window=window,
         )
         self.consumers[consumer_name] = consumer
         self.consumers_changed()
@@ -114,8 +140,12 @@ class Subscription:
         self.router.set_consumers([c for c in self.consumers.values() if c.routable])
         if self._on_space is not None:  # a newly connected consumer may unblock a publish
             self._on_space()
+        if self.engine is not None:
+            self.engine.on_consumers_changed()
 
     def idle_expired(self, now: float, idle_s: float) -> bool:
+        if self.engine is not None:
+            return False  # durable: removed only by unsubscribing
         return not self.consumers and now - self.empty_since > idle_s
 
     @property
@@ -154,6 +184,7 @@ class Subscription:
                 nbytes = sum(len(m.payload) for msgs in delivered for m in msgs)
             self.msgs_out += enqueued
             self.bytes_out += nbytes
+            self.rate_out.add(enqueued, time.monotonic())
             topic.msgs_out += enqueued
             topic.bytes_out += nbytes
         return overflow
@@ -163,16 +194,43 @@ class Subscription:
         self.msgs_dropped += len(msgs)
         self._topic_counters.msgs_dropped += len(msgs)
 
-    def stats(self) -> SubscriptionStats:
+    def stats(self, now: float | None = None) -> SubscriptionStats:
+        """A snapshot; ``now`` is the engine's clock (reliable), else the monotonic clock."""
+        consumers = len(self.consumers)
+        connected = sum(1 for c in self.consumers.values() if c.connected)
+        e = self.engine
+        if e is None:
+            return SubscriptionStats(
+                name=self.name,
+                sub_type=self.sub_type.value,
+                consumers=consumers,
+                connected_consumers=connected,
+                msgs_out=self.msgs_out,
+                bytes_out=self.bytes_out,
+                msgs_dropped=self.msgs_dropped,
+                acks=self.acks,
+                nacks=self.nacks,
+                backlog=sum(len(c.queue) for c in self.consumers.values()),
+                msg_rate_out=self.rate_out.value(time.monotonic()),
+            )
         return SubscriptionStats(
             name=self.name,
             sub_type=self.sub_type.value,
-            consumers=len(self.consumers),
-            connected_consumers=sum(1 for c in self.consumers.values() if c.connected),
+            consumers=consumers,
+            connected_consumers=connected,
             msgs_out=self.msgs_out,
             bytes_out=self.bytes_out,
-            msgs_dropped=self.msgs_dropped,
-            acks=self.acks,
-            nacks=self.nacks,
-            backlog=sum(len(c.queue) for c in self.consumers.values()),
+            msgs_dropped=e.dropped_total,
+            acks=e.acks_total,
+            nacks=e.nacks_total,
+            backlog=e.backlog(),
+            cursor=e.cursor if e.cursor >= 0 else None,
+            unacked_in_flight=e.unacked_in_flight,
+            pending_redeliveries=e.pending_redeliveries,
+            delivered_total=e.delivered_total,
+            redelivered_total=e.redelivered_total,
+            dead_lettered_total=e.dead_lettered_total,
+            dropped_total=e.dropped_total,
+            blocked_at=e.blocked_at,
+            msg_rate_out=e.rate_out.value(now if now is not None else time.monotonic()),
         )

@@ -1,12 +1,17 @@
 """A topic owned by this broker: offsets, producers, subscriptions, and the publish path.
 
 Publishing is batch-first: a batch gets consecutive offsets, each message's ``msg_id`` is
-stamped once (producer id, exact topic name, this broker's URL, offset), and the same list of
-message objects is handed to every subscription. Offsets start at 0 each time the topic is
-loaded here (non-reliable topics keep nothing across moves).
+stamped once (producer id, exact topic name, this broker's URL, offset).
 
-Everything here is synchronous bookkeeping except :meth:`Topic.publish`, which awaits only
-under the ``block`` slow-consumer policy. Metadata (etcd) is the registry's business.
+- **Non-reliable** topics hand the same list of message objects to every subscription.
+  Offsets start at 0 each time the topic is loaded here (they keep nothing across moves).
+  Everything is synchronous bookkeeping except :meth:`Topic.publish`, which awaits only
+  under the ``block`` slow-consumer policy.
+- **Reliable** topics (metadata ``dispatch_strategy == "reliable"``) get a
+  :class:`~danube_broker.reliable_topic.ReliableTopic` when their metadata is adopted
+  (:meth:`Topic.adopt`): the log, the durable subscriptions and their engines live there.
+
+Topic metadata is read by the registry and handed over with :meth:`Topic.adopt`.
 """
 
 from __future__ import annotations
@@ -14,15 +19,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer
-from danube_broker.dispatch.base import Msg, SubType
+from danube_broker.dispatch.base import Msg, PublishResult, SubType
 from danube_broker.dispatch.non_reliable import NonReliableDispatch
 from danube_broker.producer import Producer
-from danube_broker.stats import Counters, TopicStats
+from danube_broker.reliable_topic import ReliableContext, ReliableTopic
+from danube_broker.stats import Counters, Rate, TopicStats
 from danube_broker.subscription import Subscription
-from danube_common.errors import DanubeError, DispatchStrategyMismatch, ProducerBusy, TopicNotOwned
+from danube_common.errors import (
+    DanubeError,
+    DispatchStrategyMismatch,
+    FailedPrecondition,
+    ProducerBusy,
+    TopicNotOwned,
+    Unavailable,
+)
 from danube_common.resources import TopicRecord
 from danube_common.topic_name import TopicName
 
@@ -30,7 +44,16 @@ log = logging.getLogger(__name__)
 
 
 class Topic:
-    def __init__(self, name: TopicName, *, epoch: int, cfg: BrokerConfig, broker_url: str) -> None:
+    def __init__(
+        self,
+        name: TopicName,
+        *,
+        epoch: int,
+        cfg: BrokerConfig,
+        broker_url: str,
+        reliable_ctx: ReliableContext | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.topic_name = name
         self.name = str(name)
         #: Ownership epoch (owner key's mod_revision) this broker holds the topic at.
@@ -51,7 +74,15 @@ class Topic:
         )
         #: Serialises publishes under the block policy, so a blocked batch cannot be overtaken.
         self._order = asyncio.Lock()
-        self._warned_reliable = False
+        self._clock = clock
+        self.rate_in = Rate()
+        self.bytes_rate_in = Rate()
+        #: Reliable topics: the log and durable subscriptions, once the metadata is adopted.
+        self.reliable: ReliableTopic | None = None
+        self._reliable_ctx = reliable_ctx
+        self._open_lock = asyncio.Lock()
+        #: What :meth:`close` took out of service, for :meth:`aclose`.
+        self._closed_subscriptions: list[Subscription] = []
 
     @property
     def closed(self) -> bool:
@@ -62,6 +93,10 @@ class Topic:
             raise self.closed_error
 
     # ---- metadata
+    @property
+    def is_reliable(self) -> bool:
+        return self.record is not None and self.record.dispatch_strategy == "reliable"
+
     def accept_record(self, record: TopicRecord, requested: str | None = None) -> None:
         """Adopt the topic's metadata; ``requested`` is a producer's dispatch strategy."""
         if requested is not None and record.dispatch_strategy != requested:
@@ -70,13 +105,28 @@ class Topic:
                 f"Create the producer with dispatch strategy {record.dispatch_strategy}, or use another topic"
             )
         self.record = record
-        if record.dispatch_strategy == "reliable" and not self._warned_reliable:
-            self._warned_reliable = True
-            log.warning(
-                "topic %s is reliable, but reliable dispatch is not implemented yet: it is served "
-                "non-reliably (in memory, at-most-once) until the WAL lands",
-                self.name,
-            )
+
+    async def adopt(self, record: TopicRecord, requested: str | None = None) -> None:
+        """:meth:`accept_record`, then for a reliable topic open its log and subscriptions (once)."""
+        self.accept_record(record, requested)
+        if not self.is_reliable or self.reliable is not None:
+            return
+        async with self._open_lock:
+            if self.reliable is not None:
+                return
+            self.check_open()
+            if self._reliable_ctx is None:
+                raise Unavailable(f"topic {self.name} is reliable and this broker has no storage configured")
+            opened = await ReliableTopic.open(self, record, cfg=self._cfg, ctx=self._reliable_ctx)
+            if self.closed:
+                await opened.aclose()
+                self.check_open()
+            self.reliable = opened
+
+    def _reliable_or_raise(self) -> ReliableTopic:
+        if self.reliable is None:
+            raise Unavailable(f"reliable topic {self.name} is still opening; retry")
+        return self.reliable
 
     # ---- producers
     def attach_producer(
@@ -146,9 +196,45 @@ class Topic:
             consumer_name=consumer_name, sub_type=sub_type, key_filters=key_filters, new_id=new_id, now=now
         )
 
+    async def subscribe_any(
+        self,
+        *,
+        subscription: str,
+        consumer_name: str,
+        sub_type: SubType,
+        key_filters: tuple[str, ...],
+        new_id: int,
+        now: float,
+        initial_position: str = "latest",
+        max_unacked: int = 0,
+    ) -> Consumer:
+        """:meth:`subscribe`, or on a reliable topic a durable subscription (created in etcd)."""
+        if not self.is_reliable:
+            return self.subscribe(
+                subscription=subscription,
+                consumer_name=consumer_name,
+                sub_type=sub_type,
+                key_filters=key_filters,
+                new_id=new_id,
+                now=now,
+            )
+        self.check_open()
+        return await self._reliable_or_raise().subscribe(
+            subscription=subscription,
+            consumer_name=consumer_name,
+            sub_type=sub_type,
+            key_filters=key_filters,
+            new_id=new_id,
+            now=now,
+            initial_position=initial_position,
+            max_unacked=max_unacked,
+        )
+
     def remove_consumer(
         self, consumer: Consumer, now: float, *, unsubscribe: bool = False, error: DanubeError | None = None
-    ) -> None:
+    ) -> Subscription | None:
+        """Detach ``consumer``; with ``unsubscribe`` also its subscription, which is returned
+        (a reliable one must then be deleted with :meth:`delete_subscription`)."""
         consumer.close(error)
         sub = consumer.subscription
         sub.detach(consumer, now)
@@ -157,11 +243,25 @@ class Topic:
                 other.close(error)
                 sub.detach(other, now)
             del self.subscriptions[sub.name]
+            return sub
+        return None
+
+    async def delete_subscription(self, sub: Subscription) -> None:
+        """The durable part of unsubscribing (reliable topics): engine, metadata, cursor."""
+        if sub.engine is not None and self.reliable is not None:
+            await self.reliable.unsubscribe(sub)
 
     def consumers(self) -> list[Consumer]:
         return [c for sub in self.subscriptions.values() for c in sub.consumers.values()]
 
     # ---- publish
+    async def publish_batch(self, producer: Producer, msgs: list[Msg], nbytes: int) -> PublishResult:
+        """Publish ``msgs`` (sizes already checked) on either path."""
+        if self.is_reliable:
+            self.check_open()
+            return await self._reliable_or_raise().publish(producer, msgs, nbytes)
+        return PublishResult(await self.publish(producer, msgs, nbytes), len(msgs))
+
     async def publish(self, producer: Producer, msgs: list[Msg], nbytes: int) -> int:
         """Assign offsets to ``msgs``, stamp them and dispatch; return the first offset."""
         if self._dispatch.block:
@@ -178,9 +278,15 @@ class Topic:
     def _stamp(self, producer: Producer, msgs: list[Msg], nbytes: int) -> int:
         first = self.next_offset
         self.next_offset = first + len(msgs)
+        self.stamp(producer, msgs, first, 0)
+        self.count_in(len(msgs), nbytes)
+        return first
+
+    def stamp(self, producer: Producer, msgs: list[Msg], first: int, now_ms: int) -> None:
+        """Fill each message's ``msg_id`` (offsets from ``first``), and its producer name and
+        publish time when the producer left them empty (``now_ms``: 0 = read the clock)."""
         offset = first
         pid, name, url, pname = producer.id, self.name, self.broker_url, producer.name
-        now_ms = 0
         for m in msgs:
             mid = m.msg_id
             mid.producer_id = pid
@@ -193,10 +299,41 @@ class Topic:
             if not m.publish_time:
                 now_ms = now_ms or int(time.time() * 1000)
                 m.publish_time = now_ms
+
+    def count_in(self, msgs: int, nbytes: int) -> None:
         counters = self.counters
-        counters.msgs_in += len(msgs)
+        counters.msgs_in += msgs
         counters.bytes_in += nbytes
-        return first
+        now = self._clock()
+        self.rate_in.add(msgs, now)
+        self.bytes_rate_in.add(nbytes, now)
+
+    # ---- acks
+    def ack(self, sub: Subscription, offsets: list[int], *, cumulative: bool = False) -> None:
+        """Individual acks, or (``cumulative``: exclusive and failover subscriptions only)
+        everything up to the one offset given. Non-reliable topics only count them."""
+        if cumulative:
+            if sub.sub_type not in (SubType.EXCLUSIVE, SubType.FAILOVER):
+                raise FailedPrecondition(
+                    f"subscription {sub.name!r} on {self.name} is {sub.sub_type.value}: cumulative acks "
+                    "need an Exclusive or Failover subscription (ack each message instead)"
+                )
+            if len(offsets) != 1:
+                raise FailedPrecondition(
+                    f"a cumulative ack takes exactly one offset (every message up to it), got {len(offsets)}"
+                )
+        if sub.engine is None:
+            sub.acks += len(offsets)
+        elif cumulative:
+            sub.engine.ack_through(offsets[0])
+        else:
+            sub.engine.ack(offsets)
+
+    def nack(self, sub: Subscription, offset: int, *, delay_ms: int | None, reason: str) -> None:
+        if sub.engine is None:
+            sub.nacks += 1
+        else:
+            sub.engine.nack(offset, delay_ms=delay_ms, reason=reason)
 
     # ---- lifecycle
     def close(self, error: DanubeError) -> tuple[list[Producer], list[Consumer]]:
@@ -209,18 +346,35 @@ class Topic:
         self.closed_error = error
         producers = list(self.producers.values())
         consumers = self.consumers()
+        if self.reliable is not None:
+            self.reliable.stop()
         for p in producers:
             p.detach(error)
         for c in consumers:
             c.close(error)
         self.producers.clear()
+        self._closed_subscriptions = list(self.subscriptions.values())
         self.subscriptions.clear()
         self._dispatch.notify_space()  # a publish blocked on a consumer gives up at once
         return producers, consumers
 
+    async def aclose(self) -> None:
+        """After :meth:`close`: write the cursors and close the log (reliable topics).
+
+        Waits for an opening in progress (it closes what it opened when it sees the topic closed).
+        """
+        async with self._open_lock:
+            reliable, self.reliable = self.reliable, None
+            if reliable is not None:
+                await reliable.aclose(self._closed_subscriptions)
+            self._closed_subscriptions = []
+
     def stats(self) -> TopicStats:
-        subs = {name: sub.stats() for name, sub in self.subscriptions.items()}
+        now = self._clock()
+        subs = {name: sub.stats(now) for name, sub in self.subscriptions.items()}
         c = self.counters
+        reliable = self.reliable
+        wal_bytes, wal_segments = reliable.wal_stats() if reliable is not None else (0, 0)
         return TopicStats(
             topic=self.name,
             dispatch_strategy=self.record.dispatch_strategy if self.record else "non_reliable",
@@ -232,8 +386,15 @@ class Topic:
             producers=len(self.producers),
             consumers=sum(s.consumers for s in subs.values()),
             subscriptions=len(subs),
-            next_offset=self.next_offset,
+            next_offset=reliable.log.next_offset if reliable is not None else self.next_offset,
             per_subscription=subs,
+            msg_rate_in=self.rate_in.value(now),
+            bytes_rate_in=self.bytes_rate_in.value(now),
+            msg_rate_out=sum(s.msg_rate_out for s in subs.values()),
+            durability=reliable.policies.durability.value if reliable is not None else "",
+            first_offset=reliable.log.first_offset if reliable is not None else 0,
+            wal_bytes=wal_bytes,
+            wal_segments=wal_segments,
         )
 
 

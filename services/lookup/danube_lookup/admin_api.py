@@ -1,15 +1,23 @@
 """The admin API (package ``danube.admin.v1``) on the admin port: protobuf <-> Catalog only.
 
 Errors are raised as DanubeError; the server's interceptor maps them to gRPC status codes.
+GetTopicStats is forwarded to the owning broker (:mod:`danube_lookup.broker_stats`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import grpc.aio
 
+from danube_common.errors import InvalidArgument
 from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
+from danube_common.resources import SubscriptionPolicyRecord
+from danube_lookup.broker_stats import BrokerStatsClient
 from danube_lookup.catalog import Catalog, TopicView
+
+_POLICY_FIELDS = tuple(f.name for f in dataclasses.fields(SubscriptionPolicyRecord))
 
 
 def topic_info(view: TopicView) -> apb.TopicInfo:
@@ -21,7 +29,18 @@ def topic_info(view: TopicView) -> apb.TopicInfo:
         partition_topics=[topic_info(p) for p in view.partition_topics],
         subscriptions=list(view.subscriptions),
         created_at_ms=view.created_at_ms,
+        durability=view.durability,
+        retention_time_s=view.retention_time_s,
+        retention_size_bytes=view.retention_size_bytes,
     )
+
+
+def policy_record(msg: apb.SubscriptionPolicy) -> SubscriptionPolicyRecord:
+    return SubscriptionPolicyRecord(**{name: getattr(msg, name) for name in _POLICY_FIELDS})
+
+
+def policy_message(rec: SubscriptionPolicyRecord) -> apb.SubscriptionPolicy:
+    return apb.SubscriptionPolicy(**rec.to_json())
 
 
 class BrokerAdminApi(apb_grpc.BrokerAdminServicer):
@@ -67,8 +86,9 @@ class NamespaceAdminApi(apb_grpc.NamespaceAdminServicer):
 
 
 class TopicAdminApi(apb_grpc.TopicAdminServicer):
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, stats: BrokerStatsClient) -> None:
         self._catalog = catalog
+        self._stats = stats
 
     async def ListTopics(
         self, request: apb.ListTopicsRequest, context: grpc.aio.ServicerContext
@@ -80,7 +100,12 @@ class TopicAdminApi(apb_grpc.TopicAdminServicer):
         self, request: apb.CreateTopicRequest, context: grpc.aio.ServicerContext
     ) -> apb.CreateTopicResponse:
         view = await self._catalog.create_topic(
-            request.name, partitions=request.partitions, dispatch_strategy=request.dispatch_strategy
+            request.name,
+            partitions=request.partitions,
+            dispatch_strategy=request.dispatch_strategy,
+            durability=request.durability,
+            retention_time_s=request.retention_time_s,
+            retention_size_bytes=request.retention_size_bytes,
         )
         return apb.CreateTopicResponse(topic=topic_info(view))
 
@@ -93,3 +118,30 @@ class TopicAdminApi(apb_grpc.TopicAdminServicer):
         self, request: apb.DescribeTopicRequest, context: grpc.aio.ServicerContext
     ) -> apb.TopicInfo:
         return topic_info(await self._catalog.describe_topic(request.name))
+
+    async def GetTopicStats(
+        self, request: apb.TopicStatsRequest, context: grpc.aio.ServicerContext
+    ) -> apb.TopicStats:
+        return await self._stats.topic_stats(request.name)
+
+    async def SetSubscriptionPolicy(
+        self, request: apb.SetSubscriptionPolicyRequest, context: grpc.aio.ServicerContext
+    ) -> apb.SubscriptionPolicyResponse:
+        if not request.HasField("policy"):
+            raise InvalidArgument("policy is required (at least poison_policy: dead_letter, drop or block)")
+        stored = await self._catalog.set_subscription_policy(
+            request.topic, request.subscription, policy_record(request.policy)
+        )
+        return apb.SubscriptionPolicyResponse(
+            topic=request.topic, subscription=request.subscription, policy=policy_message(stored)
+        )
+
+    async def GetSubscriptionPolicy(
+        self, request: apb.GetSubscriptionPolicyRequest, context: grpc.aio.ServicerContext
+    ) -> apb.SubscriptionPolicyResponse:
+        """No ``policy`` in the answer: none was set, the owning broker's defaults apply."""
+        stored = await self._catalog.get_subscription_policy(request.topic, request.subscription)
+        resp = apb.SubscriptionPolicyResponse(topic=request.topic, subscription=request.subscription)
+        if stored is not None:
+            resp.policy.CopyFrom(policy_message(stored))
+        return resp

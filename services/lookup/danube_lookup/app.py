@@ -29,6 +29,7 @@ from danube_common.resources import Resources
 from danube_common.service import remove_ready_file, write_ready_file
 from danube_common.service import running as service_running
 from danube_lookup.admin_api import BrokerAdminApi, NamespaceAdminApi, TopicAdminApi
+from danube_lookup.broker_stats import BrokerStatsClient
 from danube_lookup.catalog import Catalog
 from danube_lookup.config import LookupConfig
 from danube_lookup.grpc_api import LookupDiscovery
@@ -92,10 +93,12 @@ async def run(
         )
         port = bind(client_server, cfg.listen_addr)
         catalog = Catalog(resources)
+        stats = BrokerStatsClient(resources, rpc_timeout_s=cfg.broker_rpc_timeout_s)
+        stack.push_async_callback(stats.aclose)  # closed after the servers stop (LIFO)
         admin_server = new_server()
         apb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminApi(catalog), admin_server)
         apb_grpc.add_NamespaceAdminServicer_to_server(NamespaceAdminApi(catalog), admin_server)
-        apb_grpc.add_TopicAdminServicer_to_server(TopicAdminApi(catalog), admin_server)
+        apb_grpc.add_TopicAdminServicer_to_server(TopicAdminApi(catalog, stats), admin_server)
         admin_port = bind(admin_server, cfg.admin_listen_addr)
 
         async def stop_servers(*servers: grpc.aio.Server) -> None:

@@ -13,7 +13,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from danube_common.errors import InvalidArgument, NoBrokerAvailable, TopicNotFound
-from danube_common.resources import BrokerRecord, Ownership, Resources, TopicRecord, check_dispatch
+from danube_common.resources import (
+    BrokerRecord,
+    Ownership,
+    Resources,
+    SubscriptionPolicyRecord,
+    TopicRecord,
+    check_dispatch,
+    topic_policies,
+)
 from danube_common.topic_name import TopicName, validate_namespace
 
 log = logging.getLogger(__name__)
@@ -30,6 +38,35 @@ class TopicView:
     partition_topics: tuple[TopicView, ...] = ()
     subscriptions: tuple[str, ...] = ()
     created_at_ms: int = 0
+    #: Reliable topics: "fsync" | "none" | "cloud" ("" for non-reliable topics).
+    durability: str = ""
+    retention_time_s: int = 0
+    retention_size_bytes: int = 0
+
+    @classmethod
+    def of(
+        cls,
+        rec: TopicRecord,
+        *,
+        partitions: int = 0,
+        broker_id: str = "",
+        partition_topics: tuple[TopicView, ...] = (),
+        subscriptions: tuple[str, ...] = (),
+    ) -> TopicView:
+        """A view of ``rec``: name, dispatch strategy, creation time and policies."""
+        pol = rec.policies
+        return cls(
+            rec.name,
+            rec.dispatch_strategy,
+            partitions,
+            broker_id,
+            partition_topics,
+            subscriptions,
+            rec.created_at_ms,
+            durability=str(pol.get("durability", "")),
+            retention_time_s=int(pol.get("retention_time_s", 0)),
+            retention_size_bytes=int(pol.get("retention_size_bytes", 0)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,23 +93,14 @@ def group_topics(records: Iterable[TopicRecord], owners: Mapping[str, Ownership]
 
     def leaf(r: TopicRecord) -> TopicView:
         own = owners.get(r.name)
-        return TopicView(
-            r.name, r.dispatch_strategy, 0, own.broker_id if own else "", created_at_ms=r.created_at_ms
-        )
+        return TopicView.of(r, broker_id=own.broker_id if own else "")
 
     out: list[TopicView] = []
     for r in sorted(top, key=lambda r: r.name):
         if r.partitions > 0:
             parts = sorted(children.get(r.name, []), key=lambda c: _partition_index(c.name))
             out.append(
-                TopicView(
-                    r.name,
-                    r.dispatch_strategy,
-                    r.partitions,
-                    "",
-                    tuple(leaf(c) for c in parts),
-                    created_at_ms=r.created_at_ms,
-                )
+                TopicView.of(r, partitions=r.partitions, partition_topics=tuple(leaf(c) for c in parts))
             )
         else:
             out.append(leaf(r))
@@ -112,18 +140,43 @@ class Catalog:
         owners, _ = await self._res.list_owners()
         return group_topics(records, owners)
 
-    async def create_topic(self, name: str, *, partitions: int = 0, dispatch_strategy: str = "") -> TopicView:
+    async def create_topic(
+        self,
+        name: str,
+        *,
+        partitions: int = 0,
+        dispatch_strategy: str = "",
+        durability: str = "",
+        retention_time_s: int = 0,
+        retention_size_bytes: int = 0,
+    ) -> TopicView:
+        """Create a topic (N partitions if ``partitions``) and place it. Reliable topics keep
+        ``durability`` (default fsync) and retention in every record's ``policies``."""
         topic = TopicName.parse(name)
         dispatch = check_dispatch(dispatch_strategy or "non_reliable")
         if partitions < 0:
             raise InvalidArgument(f"partitions must be 0 (a plain topic) or more, got {partitions}")
+        policies = topic_policies(
+            dispatch,
+            durability=durability,
+            retention_time_s=retention_time_s,
+            retention_size_bytes=retention_size_bytes,
+        )
         if partitions == 0:
-            await self._res.create_topic(topic, dispatch_strategy=dispatch)
+            await self._res.create_topic(topic, dispatch_strategy=dispatch, policies=policies)
             placed = [topic]
         else:
-            await self._res.create_partitioned_topic(topic, partitions, dispatch_strategy=dispatch)
+            await self._res.create_partitioned_topic(
+                topic, partitions, dispatch_strategy=dispatch, policies=policies
+            )
             placed = [topic.partition(i) for i in range(partitions)]
-        log.info("created topic %s (partitions=%d, dispatch=%s)", topic, partitions, dispatch)
+        log.info(
+            "created topic %s (partitions=%d, dispatch=%s, policies=%s)",
+            topic,
+            partitions,
+            dispatch,
+            policies,
+        )
         for t in placed:  # one at a time: each placement sees the previous one's count
             try:
                 await self._res.place_new_topic(t)
@@ -157,22 +210,38 @@ class Catalog:
             if part_rec is not None:
                 parts.append(await self._leaf(part, part_rec))
         subs = sorted({s for p in parts for s in p.subscriptions})
-        return TopicView(
-            rec.name, rec.dispatch_strategy, rec.partitions, "", tuple(parts), tuple(subs), rec.created_at_ms
+        return TopicView.of(
+            rec, partitions=rec.partitions, partition_topics=tuple(parts), subscriptions=tuple(subs)
         )
 
     async def _leaf(self, topic: TopicName, rec: TopicRecord) -> TopicView:
         own = await self._res.get_owner(topic)
-        return TopicView(
-            rec.name,
-            rec.dispatch_strategy,
-            0,
-            own.broker_id if own else "",
+        return TopicView.of(
+            rec,
+            broker_id=own.broker_id if own else "",
             subscriptions=tuple(await self.subscriptions(topic)),
-            created_at_ms=rec.created_at_ms,
         )
 
     async def subscriptions(self, topic: TopicName) -> list[str]:
         prefix = self._res.keys.subscriptions_prefix(topic)
         kvs, _ = await self._res.store.get_prefix(prefix)
         return [kv.key[len(prefix) :] for kv in kvs if "/" not in kv.key[len(prefix) :]]
+
+    # ------------------------------------------------------------------ subscription policies
+    async def set_subscription_policy(
+        self, topic_name: str, subscription: str, policy: SubscriptionPolicyRecord
+    ) -> SubscriptionPolicyRecord:
+        """Validate and store; a partitioned topic's partitions get the same policy."""
+        topic = TopicName.parse(topic_name)
+        written = await self._res.put_subscription_policy(topic, subscription, policy)
+        log.info("subscription policy of %s on %s: %s", subscription, ", ".join(written), policy)
+        return policy
+
+    async def get_subscription_policy(
+        self, topic_name: str, subscription: str
+    ) -> SubscriptionPolicyRecord | None:
+        """The stored policy; None when none was set (the owning broker's defaults apply)."""
+        topic = TopicName.parse(topic_name)
+        if await self._res.get_topic(topic) is None:
+            raise TopicNotFound(f"topic {topic} does not exist; see `danube-admin topics list`")
+        return await self._res.get_subscription_policy(topic, subscription)

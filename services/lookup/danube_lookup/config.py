@@ -18,9 +18,19 @@ class LookupConfig(ServiceConfig):
     auto_create_topics: bool = True
     #: Seconds in-flight RPCs get to finish at shutdown before they are cancelled.
     shutdown_grace_s: float = 5.0
+    #: Deadline of the calls the lookup makes to brokers (admin GetTopicStats is forwarded to
+    #: the topic's owner).
+    broker_rpc_timeout_s: float = 5.0
 
     @field_validator("listen_addr", "admin_listen_addr")
     @classmethod
     def _addr(cls, v: str) -> str:
         split_host_port(v)
+        return v
+
+    @field_validator("broker_rpc_timeout_s")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError(f"must be > 0 seconds, got {v}")
         return v

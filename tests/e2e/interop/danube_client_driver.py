@@ -12,7 +12,8 @@ tests/e2e/test_interop_danube_client.py. Prints one JSON object per line on stdo
 
 Modes:
   roundtrip  create a producer, subscribe, warm up until a probe arrives (new subscriptions
-             start at the live tail), send --count messages, receive and ack them all.
+             start at the live tail), send --count messages, receive and ack them all
+             (--nack-first: nack each one first and expect it again at the same offset).
   produce    create a producer and send --count messages.
   consume    subscribe, print "ready" once the stream delivered the first message (the test
              sends probes until then), then receive --count non-probe messages and ack them.
@@ -76,12 +77,19 @@ def describe(msg) -> dict:  # type: ignore[no-untyped-def]
     }
 
 
-async def receive_real(queue, consumer, count: int, timeout_s: float) -> list:  # type: ignore[no-untyped-def]
+async def receive_real(queue, consumer, count: int, timeout_s: float, nack_first: bool = False) -> list:  # type: ignore[no-untyped-def]
     got = []
+    nacked: set[int] = set()
     while len(got) < count:
         msg = await asyncio.wait_for(queue.get(), timeout_s)
+        probe = msg.attributes.get("probe") == "1"
+        if nack_first and not probe and msg.msg_id.topic_offset not in nacked:
+            nacked.add(msg.msg_id.topic_offset)
+            await asyncio.wait_for(consumer.nack(msg, delay_ms=50, reason="interop test"), timeout_s)
+            emit(event="nacked", **describe(msg))
+            continue
         await asyncio.wait_for(consumer.ack(msg), timeout_s)
-        if msg.attributes.get("probe") == "1":
+        if probe:
             continue
         emit(event="received", **describe(msg))
         got.append(msg)
@@ -136,7 +144,7 @@ async def run(args: argparse.Namespace) -> None:
             producer.send(f"{args.prefix}{i}".encode(), {"i": str(i)}), args.timeout_s
         )
         emit(event="sent", i=i, request_id=rid)
-    got = await receive_real(queue, consumer, args.count, args.timeout_s)
+    got = await receive_real(queue, consumer, args.count, args.timeout_s, nack_first=args.nack_first)
     await producer.close()
     await consumer.close()
     emit(event="done", sent=args.count, received=len(got))
@@ -155,6 +163,7 @@ def main() -> int:
     p.add_argument("--sub-type", choices=sorted(SUB_TYPES), default="exclusive")
     p.add_argument("--partitions", type=int, default=0)
     p.add_argument("--reliable", action="store_true")
+    p.add_argument("--nack-first", action="store_true", help="nack each message once before acking it")
     p.add_argument("--timeout-s", type=float, default=20.0)
     args = p.parse_args()
     try:

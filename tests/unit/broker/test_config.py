@@ -46,6 +46,10 @@ def test_flags_override_env_override_yaml(tmp_path) -> None:  # type: ignore[no-
         ("max_message_size_bytes", 10**9, "gRPC frame limit"),
         ("registration_ttl_s", 1, "at least 2"),
         ("log_level", "LOUD", "log level"),
+        ("poison_policy", "explode", "poison_policy"),
+        ("default_durability", "sometimes", "default_durability"),
+        ("max_unacked_messages_per_consumer", 0, "max_unacked_messages_per_consumer"),
+        ("cursor_flush_interval_ms", 0, "cursor_flush_interval_ms"),
     ],
 )
 def test_bad_values_name_the_field(field: str, value: object, message: str) -> None:
@@ -66,7 +70,7 @@ def test_help_lists_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     for flag in ("--config", "--broker-id", "--listen", "--advertised-host", "--etcd-endpoints", "--cluster",
-                 "--ready-file", "--log-level", "DANUBE_BROKER_"):  # fmt: skip
+                 "--ready-file", "--log-level", "--data-dir", "DANUBE_BROKER_"):  # fmt: skip
         assert flag in out
 
 
@@ -74,3 +78,20 @@ def test_bad_config_exits_2(capsys: pytest.CaptureFixture[str], monkeypatch: pyt
     monkeypatch.setenv("DANUBE_BROKER_CONSUMER_QUEUE_MESSAGES", "0")
     assert main([]) == 2
     assert "consumer_queue_messages" in capsys.readouterr().err
+
+
+def test_reliable_defaults_and_layers(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cfg = load(["--broker-id", "b7"], env={})
+    assert str(cfg.data_path) == "data/broker-b7" and cfg.default_durability == "fsync"
+    assert cfg.max_unacked_messages_per_consumer == 1000 and cfg.cursor_flush_interval_ms == 500
+    policy = cfg.default_subscription_policy()
+    assert (policy.max_redeliveries, policy.ack_timeout_ms, policy.poison_policy) == (0, 30_000, "block")
+    assert (policy.redelivery_backoff_base_ms, policy.redelivery_backoff_max_ms) == (1000, 60_000)
+    assert (cfg.retention_time_s, cfg.retention_size_bytes) == (0, 0)
+    yml = tmp_path / "broker.yaml"
+    yml.write_text("wal:\n  segment_max_bytes: 1024\npoison_policy: drop\n")
+    cfg = load(
+        ["--config", str(yml), "--data-dir", "/srv/wal"], env={"DANUBE_BROKER_WAL__TAIL_CACHE_BYTES": "0"}
+    )
+    assert cfg.wal.segment_max_bytes == 1024 and cfg.wal.tail_cache_bytes == 0
+    assert str(cfg.data_path) == "/srv/wal" and cfg.default_subscription_policy().poison_policy == "drop"

@@ -25,6 +25,7 @@ from danube_common.keys import Keys
 from danube_common.metadata.memory import MemoryStore
 from danube_common.resources import BrokerRecord, Resources
 from danube_common.topic_name import TopicName
+from tests.unit.broker.fake_log import FakeLogs
 from tests.unit.broker.helpers import BROKER_URL, Clock, config, msgs
 
 pytestmark = pytest.mark.unit
@@ -41,7 +42,12 @@ async def resources(memory_store: MemoryStore) -> Resources:
 
 def registry(resources: Resources, clock: Clock | None = None, **cfg: Any) -> BrokerRegistry:
     return BrokerRegistry(
-        config(**cfg), resources, broker_url=BROKER_URL, clock=clock or Clock(), id_seed=5000
+        config(**cfg),
+        resources,
+        broker_url=BROKER_URL,
+        clock=clock or Clock(),
+        id_seed=5000,
+        open_log=FakeLogs(),
     )
 
 
@@ -186,11 +192,11 @@ async def test_close_consumer_with_unsubscribe_deletes_the_subscription(resource
     await reg.create_producer(TOPIC, "p", exclusive=False, dispatch_strategy="non_reliable")
     a = await reg.subscribe(TOPIC, subscription="s", consumer_name="a", sub_type=SubType.SHARED)
     b = await reg.subscribe(TOPIC, subscription="s", consumer_name="b", sub_type=SubType.SHARED)
-    reg.close_consumer(a.id, unsubscribe=False)
+    await reg.close_consumer(a.id, unsubscribe=False)
     assert a.id not in reg.consumers and "s" in reg.topics[TOPIC].subscriptions
-    reg.close_consumer(b.id, unsubscribe=True)
+    await reg.close_consumer(b.id, unsubscribe=True)
     assert "s" not in reg.topics[TOPIC].subscriptions
-    reg.close_consumer(b.id, unsubscribe=True)  # idempotent
+    await reg.close_consumer(b.id, unsubscribe=True)  # idempotent
 
 
 # ---------------------------------------------------------------- ownership changes

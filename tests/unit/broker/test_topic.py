@@ -274,13 +274,11 @@ def test_exclusive_producer_refuses_others_and_is_refused_when_others_exist() ->
     assert s1.live and not ex.live
 
 
-def test_dispatch_strategy_mismatch_and_reliable_warning_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_dispatch_strategy_mismatch() -> None:
     topic = Topic(T, epoch=1, cfg=config(), broker_url=BROKER_URL)
     rec = TopicRecord(str(T), dispatch_strategy="reliable")
-    with caplog.at_level("WARNING"):
-        topic.accept_record(rec, "reliable")
-        topic.accept_record(rec, "reliable")
-    assert sum("not implemented yet" in r.message for r in caplog.records) == 1
+    topic.accept_record(rec, "reliable")
+    assert topic.is_reliable
     with pytest.raises(DispatchStrategyMismatch, match="reliable"):
         topic.accept_record(rec, "non_reliable")
 

@@ -23,6 +23,7 @@ from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_common.resources import BrokerRecord, Ownership, Resources, TopicRecord
 from danube_common.topic_name import TopicName
 from danube_lookup.admin_api import BrokerAdminApi, NamespaceAdminApi, TopicAdminApi
+from danube_lookup.broker_stats import BrokerStatsClient
 from danube_lookup.catalog import Catalog, TopicView, group_topics
 
 pytestmark = pytest.mark.unit
@@ -31,11 +32,12 @@ CTX: Any = None  # the servicers never touch the context; errors are raised, not
 
 
 class Admin:
-    def __init__(self, res: Resources) -> None:
+    def __init__(self, res: Resources, *, broker_rpc_timeout_s: float = 5.0) -> None:
         catalog = Catalog(res)
+        self.stats = BrokerStatsClient(res, rpc_timeout_s=broker_rpc_timeout_s)
         self.brokers = BrokerAdminApi(catalog)
         self.namespaces = NamespaceAdminApi(catalog)
-        self.topics = TopicAdminApi(catalog)
+        self.topics = TopicAdminApi(catalog, self.stats)
 
 
 @pytest.fixture

@@ -260,3 +260,10 @@ def test_config_is_frozen() -> None:
     cfg = LookupConfig()
     with pytest.raises(Exception, match="frozen"):
         cfg.listen_addr = "x:1"
+
+
+def test_lookup_broker_rpc_timeout() -> None:
+    assert load([], env={}).broker_rpc_timeout_s == 5.0
+    assert load([], env={"DANUBE_LOOKUP_BROKER_RPC_TIMEOUT_S": "1.5"}).broker_rpc_timeout_s == 1.5
+    with pytest.raises(ConfigError, match="broker_rpc_timeout_s"):
+        load([], env={"DANUBE_LOOKUP_BROKER_RPC_TIMEOUT_S": "0"})

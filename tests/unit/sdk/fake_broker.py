@@ -11,11 +11,18 @@ It is a test double of the *protocol*, kept faithful where the SDK depends on it
 - PublishBatches answers every batch in order with first_offset/count, or with an
   ErrorDetail (e.g. MESSAGE_TOO_LARGE) without ending the stream; offsets are assigned
   only when a batch is accepted;
-- subscriptions start at the tail; delivered-but-unacked messages of a consumer are
-  redelivered when it opens a new stream; re-subscribing with the same name keeps the id.
+- idempotent producers: a message whose ``sequence_id`` is not above the last one stored
+  for its producer name on the topic is dropped, and the ack lists every message's offset
+  (``offsets``, the first storage's offset for a duplicate) with ``duplicates`` counted;
+  CreateProducer answers ``last_sequence_id``;
+- the consumer side (subscriptions, redelivery, cumulative acks, seek) is in fake_consumer.py.
 
-Knobs for tests: ``ack_gate`` (clear it to hold PublishAcks: held batches are not\npublished), ``refuse_next``, ``move``,
-``health_close``; observations: ``frames``, ``calls``, ``ack_batches``, topic logs.
+Knobs for tests: ``ack_gate`` (clear it to hold PublishAcks: held batches are not
+published), ``refuse_next``, ``break_after_publish`` (store the next batches, then end the
+stream with UNAVAILABLE instead of acking: a lost ack), ``move``, ``health_close``;
+observations: ``frames``, ``calls``, ``ack_batches``, ``nacks``, ``seeks``, topic logs,
+``unknown_duplicates`` (sequence ids dropped as duplicates that were never stored: must stay
+empty).
 """
 
 from __future__ import annotations
@@ -25,97 +32,27 @@ import contextlib
 import itertools
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 import grpc
 import grpc.aio
 
 from danube_common.errors import (
-    ConsumerBusy,
-    ConsumerNotFound,
     NamespaceNotFound,
     ProducerBusy,
     ProducerNotFound,
-    SubscriptionTypeMismatch,
     TopicNotFound,
     TopicNotOwned,
+    Unavailable,
 )
 from danube_common.grpc_util import bind, new_server
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.topic_name import TopicName
+from tests.unit.sdk.fake_consumer import ConsumerSide
+from tests.unit.sdk.fake_state import FakeConsumer, FakeProducer, FakeTopic, Frame, Signal
 
 T = TypeVar("T")
-
-
-class Signal:
-    """Wake every waiter on each notify (a fresh event per generation)."""
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-
-    def notify(self) -> None:
-        self._event.set()
-        self._event = asyncio.Event()
-
-    def waiter(self) -> asyncio.Event:
-        return self._event
-
-
-@dataclass
-class FakeProducer:
-    id: int
-    name: str
-    topic: str
-    broker: int
-    exclusive: bool
-
-
-@dataclass
-class FakeConsumer:
-    id: int
-    name: str
-    topic: str
-    subscription: str
-    broker: int
-    stream_gen: int = 0
-
-
-@dataclass
-class FakeSub:
-    name: str
-    sub_type: int
-    cursor: int
-    #: offset -> consumer id it was delivered to, until acked
-    unacked: dict[int, int] = field(default_factory=dict)
-    redeliver: deque[int] = field(default_factory=deque)
-    acked: set[int] = field(default_factory=set)
-    consumers: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class FakeTopic:
-    name: str
-    owner: int
-    log: list[pb.StreamMessage] = field(default_factory=list)
-    subs: dict[str, FakeSub] = field(default_factory=dict)
-    changed: Signal = field(default_factory=Signal)
-
-
-@dataclass
-class Frame:
-    """A PublishBatch as the broker saw it."""
-
-    broker: int
-    topic: str
-    producer_id: int
-    batch_seq: int
-    messages: list[pb.StreamMessage]
-
-    @property
-    def count(self) -> int:
-        return len(self.messages)
 
 
 class FakeCluster:
@@ -147,6 +84,11 @@ class FakeCluster:
         self.calls: list[tuple[int, str, object]] = []
         self.ack_batches: list[pb.AckBatchRequest] = []
         self.nacks: list[pb.NackRequest] = []
+        self.seeks: list[pb.SeekRequest] = []
+        #: Store the next N batches, then end the stream (UNAVAILABLE) instead of acking them.
+        self.break_after_publish = 0
+        #: (topic, producer name, sequence id) dropped as duplicates but never stored.
+        self.unknown_duplicates: list[tuple[str, str, int]] = []
         #: Whether TOPIC_NOT_OWNED errors name the new owner (x-danube-redirect).
         self.redirects = True
         #: Notified on every ownership change; streams then check what they serve.
@@ -232,9 +174,9 @@ class FakeCluster:
 
 
 class _Broker(
+    ConsumerSide,
     pb_grpc.DiscoveryServicer,
     pb_grpc.ProducerServiceServicer,
-    pb_grpc.ConsumerServiceServicer,
     pb_grpc.HealthCheckServicer,
 ):
     def __init__(self, cluster: FakeCluster, index: int) -> None:
@@ -288,6 +230,7 @@ class _Broker(
             producer_id=prod.id,
             producer_name=prod.name,
             max_message_size_bytes=self.c.max_message_size_bytes,
+            last_sequence_id=topic.sequences.get(prod.name, 0),
         )
 
     async def CloseProducer(
@@ -324,7 +267,11 @@ class _Broker(
                 topic = self.c._owned(prod.topic, self.i, create=False)
                 if not self.c.ack_gate.is_set():
                     await self._wait_for(self.c.ack_gate.wait(), topics)
-                yield self._publish(topic, req)
+                ack = self._publish(topic, prod.name, req)
+                if self.c.break_after_publish > 0 and not ack.HasField("error"):
+                    self.c.break_after_publish -= 1
+                    raise Unavailable("connection reset (fake: the ack was lost)")
+                yield ack
         finally:
             pump_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -347,7 +294,7 @@ class _Broker(
         finally:
             work.cancel()
 
-    def _publish(self, topic: FakeTopic, req: pb.PublishBatch) -> pb.PublishAck:
+    def _publish(self, topic: FakeTopic, producer_name: str, req: pb.PublishBatch) -> pb.PublishAck:
         if self.c.refuse_next:
             return pb.PublishAck(batch_seq=req.batch_seq, error=self.c.refuse_next.popleft())
         for m in req.messages:
@@ -361,130 +308,36 @@ class _Broker(
                         retryable=False,
                     ),
                 )
-        first = len(topic.log)
-        for i, m in enumerate(req.messages):
+        offsets: list[int] = []
+        duplicates = 0
+        for m in req.messages:
+            seq = m.sequence_id
+            if seq and seq <= topic.sequences.get(producer_name, 0):
+                duplicates += 1
+                first_time = topic.seq_offsets.get((producer_name, seq))
+                if first_time is None:
+                    self.c.unknown_duplicates.append((topic.name, producer_name, seq))
+                    first_time = 2**64 - 1
+                offsets.append(first_time)
+                continue
             stored = pb.StreamMessage()
             stored.CopyFrom(m)
             stored.msg_id.producer_id = req.producer_id
             stored.msg_id.topic_name = topic.name
             stored.msg_id.broker_addr = self.c.urls[self.i]
-            stored.msg_id.topic_offset = first + i
+            stored.msg_id.topic_offset = len(topic.log)
+            offsets.append(len(topic.log))
             topic.log.append(stored)
+            if seq:
+                topic.sequences[producer_name] = seq
+                topic.seq_offsets[(producer_name, seq)] = offsets[-1]
         topic.changed.notify()
-        return pb.PublishAck(batch_seq=req.batch_seq, first_offset=first, count=len(req.messages))
-
-    # ------------------------------------------------------------------ consumers
-
-    async def Subscribe(self, request: pb.ConsumerRequest, context: object) -> pb.ConsumerResponse:
-        self._record("Subscribe", request)
-        topic = self.c._owned(request.topic_name, self.i, create=False)
-        sub = topic.subs.get(request.subscription)
-        if sub is None:
-            sub = FakeSub(request.subscription, request.subscription_type, cursor=len(topic.log))
-            topic.subs[sub.name] = sub
-        elif sub.sub_type != request.subscription_type:
-            raise SubscriptionTypeMismatch(f"subscription {sub.name} has another type")
-        cid = sub.consumers.get(request.consumer_name)
-        if cid is None:
-            if sub.sub_type == pb.ConsumerRequest.Exclusive and sub.consumers:
-                raise ConsumerBusy(f"subscription {sub.name} is exclusive and has a consumer")
-            cid = self.c.next_id()
-            sub.consumers[request.consumer_name] = cid
-        self.c.consumers[cid] = FakeConsumer(cid, request.consumer_name, topic.name, sub.name, self.i)
-        return pb.ConsumerResponse(
-            request_id=request.request_id, consumer_id=cid, consumer_name=request.consumer_name
-        )
-
-    async def ReceiveBatches(
-        self, request: pb.ReceiveBatchRequest, context: object
-    ) -> AsyncIterator[pb.MessageBatch]:
-        self._record("ReceiveBatches", request)
-        cons = self.c.consumers.get(request.consumer_id)
-        if cons is None or cons.broker != self.i:
-            raise ConsumerNotFound(f"no consumer {request.consumer_id} here")
-        cons.stream_gen += 1
-        gen = cons.stream_gen
-        topic = self.c._owned(cons.topic, self.i, create=False)
-        sub = topic.subs[cons.subscription]
-        # A new stream: what this consumer had but did not ack comes again, first.
-        for off in sorted(o for o, c in sub.unacked.items() if c == cons.id):
-            del sub.unacked[off]
-            sub.redeliver.append(off)
-        limit = request.max_messages_per_frame or 100
-        while True:
-            changed = topic.changed.waiter()
-            self.c._owned(topic.name, self.i, create=False)
-            if cons.stream_gen != gen or cons.id not in self.c.consumers:
-                return
-            offsets: list[int] = []
-            while sub.redeliver and len(offsets) < limit:
-                off = sub.redeliver.popleft()
-                if off not in sub.acked:
-                    offsets.append(off)
-            while sub.cursor < len(topic.log) and len(offsets) < limit:
-                offsets.append(sub.cursor)
-                sub.cursor += 1
-            if offsets:
-                for off in offsets:
-                    sub.unacked[off] = cons.id
-                yield pb.MessageBatch(messages=[topic.log[o] for o in offsets])
-                continue
-            await self._wait_for(changed.wait(), {topic.name})
-
-    def _sub_of(self, consumer_id: int, topic_name: str | None = None) -> tuple[FakeTopic, FakeSub]:
-        cons = self.c.consumers.get(consumer_id)
-        if cons is None or cons.broker != self.i:
-            raise ConsumerNotFound(f"no consumer {consumer_id} here")
-        if topic_name is not None and topic_name != cons.topic:
-            raise ConsumerNotFound(f"consumer {consumer_id} is not on {topic_name}")
-        topic = self.c._owned(cons.topic, self.i, create=False)
-        return topic, topic.subs[cons.subscription]
-
-    async def AckBatch(self, request: pb.AckBatchRequest, context: object) -> pb.AckResponse:
-        self._record("AckBatch", request)
-        self.c.ack_batches.append(request)
-        _, sub = self._sub_of(request.consumer_id, request.topic_name)
-        for off in request.topic_offsets:
-            sub.unacked.pop(off, None)
-            sub.acked.add(off)
-        return pb.AckResponse(request_id=request.request_id)
-
-    async def Ack(self, request: pb.AckRequest, context: object) -> pb.AckResponse:
-        self._record("Ack", request)
-        topic = self.c._owned(request.msg_id.topic_name, self.i, create=False)
-        sub = topic.subs[request.subscription_name]
-        sub.unacked.pop(request.msg_id.topic_offset, None)
-        sub.acked.add(request.msg_id.topic_offset)
-        return pb.AckResponse(request_id=request.request_id)
-
-    async def Nack(self, request: pb.NackRequest, context: object) -> pb.NackResponse:
-        self._record("Nack", request)
-        self.c.nacks.append(request)
-        topic = self.c._owned(request.msg_id.topic_name, self.i, create=False)
-        sub = topic.subs[request.subscription_name]
-        off = request.msg_id.topic_offset
-        if sub.unacked.pop(off, None) is not None:
-            sub.redeliver.append(off)
-            topic.changed.notify()
-        return pb.NackResponse(request_id=request.request_id)
-
-    async def CloseConsumer(
-        self, request: pb.CloseConsumerRequest, context: object
-    ) -> pb.CloseConsumerResponse:
-        self._record("CloseConsumer", request)
-        cons = self.c.consumers.pop(request.consumer_id, None)
-        if cons is not None:
-            topic = self.c.topics[cons.topic]
-            sub = topic.subs.get(cons.subscription)
-            if sub is not None:
-                sub.consumers.pop(cons.name, None)
-                for off in sorted(o for o, c in sub.unacked.items() if c == cons.id):
-                    del sub.unacked[off]
-                    sub.redeliver.append(off)
-                if request.unsubscribe:
-                    del topic.subs[cons.subscription]
-            topic.changed.notify()
-        return pb.CloseConsumerResponse(request_id=request.request_id)
+        first = offsets[0] if offsets else len(topic.log)
+        ack = pb.PublishAck(batch_seq=req.batch_seq, first_offset=first, count=len(req.messages))
+        if duplicates:
+            ack.offsets.extend(offsets)
+            ack.duplicates = duplicates
+        return ack
 
     # ------------------------------------------------------------------ health
 

@@ -10,13 +10,17 @@ import json
 import pytest
 
 from danube_common.errors import ConsumerBusy, TopicNotFound, Unavailable
-from danube_sdk import DanubeClient, SubType
+from danube_common.pb import DanubeApi_pb2 as pb
+from danube_sdk import DanubeClient, InitialPosition, Message, SubType
 from danube_sdk.cli.produce_consume import (
     DEFAULT_SERVICE_URL,
     DEFAULT_TOPIC,
+    INITIAL_POSITIONS,
     SUB_TYPES,
     build_parser,
     explain,
+    format_json,
+    format_text,
     generated_payload,
     main,
     parse_attributes,
@@ -80,6 +84,7 @@ def test_produce_options() -> None:
         ["consume", "-m", "s", "--sub-type", "round-robin"],
         ["consume", "-m", "s", "-c", "-1"],
         ["consume", "-m", "s", "--output", "xml"],
+        ["consume", "-m", "s", "--initial-position", "middle"],
     ],
 )
 def test_bad_arguments_exit_with_usage(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -102,6 +107,20 @@ def test_consume_options() -> None:
         True,
     )
     assert parse("consume", "-m", "s").sub_type == "shared"
+    assert INITIAL_POSITIONS[parse("consume", "-m", "s").initial_position] is InitialPosition.LATEST
+    args = parse("consume", "-m", "s", "--initial-position", "earliest")
+    assert INITIAL_POSITIONS[args.initial_position] is InitialPosition.EARLIEST
+
+
+def test_redelivered_messages_are_marked() -> None:
+    raw = pb.StreamMessage(payload=b"again", redelivery_count=2)
+    raw.msg_id.topic_name, raw.msg_id.topic_offset = "/default/t", 7
+    msg = Message(raw)
+    assert format_text(msg) == "7 - again - (redelivered x2)"
+    assert json.loads(format_json(msg))["redelivery_count"] == 2
+    raw.redelivery_count = 0
+    assert format_text(Message(raw)) == "7 - again -"
+    assert json.loads(format_json(Message(raw)))["redelivery_count"] == 0
 
 
 def test_attributes_parsing() -> None:
@@ -227,3 +246,39 @@ async def test_consume_unknown_topic_raises_topic_not_found(cluster: FakeCluster
     with pytest.raises(TopicNotFound) as exc:
         await run_consume(args, out=io.StringIO(), err=io.StringIO(), stop=asyncio.Event())
     assert "danube-admin topics create /default/nothing" in explain(exc.value, cluster.service_url)
+
+
+async def test_produce_reliable_is_idempotent(cluster: FakeCluster) -> None:
+    args = parse(
+        "produce", "-s", cluster.service_url, "-t", "/default/rel", "-m", "x", "-c", "3", "--reliable"
+    )
+    assert await run_produce(args, out=io.StringIO(), err=io.StringIO(), stop=asyncio.Event()) == 0
+    (create,) = cluster.calls_of("CreateProducer")
+    assert isinstance(create, pb.ProducerRequest) and create.dispatch_strategy == pb.Reliable
+    assert [m.sequence_id for m in cluster.topics["/default/rel"].log] == [1, 2, 3]
+
+
+async def test_consume_from_earliest_replays(cluster: FakeCluster) -> None:
+    topic = "/default/cli"
+    cluster.create_topic(topic)
+    async with DanubeClient(cluster.service_url, health_check_interval_s=0) as client:
+        producer = await client.create_producer(topic)
+        await producer.send_many([b"old0", b"old1"])
+    out, err = io.StringIO(), io.StringIO()
+    args = parse(
+        "consume",
+        "-s",
+        cluster.service_url,
+        "-t",
+        topic,
+        "-m",
+        "r",
+        "-c",
+        "2",
+        "--initial-position",
+        "earliest",
+    )
+    assert await run_consume(args, out=out, err=err, stop=asyncio.Event()) == 0
+    assert out.getvalue().splitlines() == ["0 - old0 -", "1 - old1 -"]
+    (sub,) = cluster.calls_of("Subscribe")
+    assert isinstance(sub, pb.ConsumerRequest) and sub.initial_position == pb.ConsumerRequest.Earliest

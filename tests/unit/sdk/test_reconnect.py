@@ -110,10 +110,13 @@ async def test_health_check_close_makes_the_consumer_reattach(cluster: FakeClust
         await client.close()
 
 
-async def test_a_lost_ack_means_a_resend(client: DanubeClient, cluster: FakeCluster) -> None:
-    """The stream breaks after the broker published but before the client saw the ack:
-    the batch is resent, so it is published twice (documented at-least-once on reconnect)."""
-    producer = await client.create_producer(T)
+async def test_without_idempotence_a_lost_ack_means_a_duplicate(
+    client: DanubeClient, cluster: FakeCluster
+) -> None:
+    """The stream breaks after the broker published but before the client saw the ack: the
+    batch is resent and, without sequence ids, published twice (test_idempotence.py has the
+    idempotent case)."""
+    producer = await client.create_producer(T, enable_idempotence=False)
     await producer.send(b"warm-up")
     cluster.ack_gate.clear()
     fut = await producer.send_async(b"dup")

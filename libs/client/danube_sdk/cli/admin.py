@@ -1,8 +1,9 @@
-"""``danube-admin``: manage brokers, namespaces and topics through the lookup's admin API.
+"""``danube-admin``: manage brokers, namespaces, topics and subscription policies through the
+lookup's admin API.
 
 Talks gRPC (package ``danube.admin.v1``) to the lookup service's admin port. Listings print
 as tables, or as JSON with ``--output json``. Expected failures print ``error: ...`` and a
-hint and exit 1; usage errors exit 2.
+hint and exit 1; usage errors exit 2. The commands themselves are in ``admin_commands``.
 """
 
 from __future__ import annotations
@@ -11,211 +12,44 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import grpc
 
 from danube_common.errors import MD_ERROR_CODE, DanubeError, error_from_rpc
 from danube_common.grpc_util import strip_scheme
-from danube_common.pb import DanubeAdmin_pb2 as apb
-from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
-from danube_sdk.cli.output import FORMATS, emit, render_table
+from danube_sdk.cli.admin_commands import (
+    TOPIC_COLUMNS,
+    Admin,
+    brokers_list,
+    namespaces_create,
+    namespaces_delete,
+    namespaces_list,
+    subscriptions_get_policy,
+    subscriptions_set_policy,
+    topic_dict,
+    topic_rows,
+    topics_create,
+    topics_delete,
+    topics_describe,
+    topics_list,
+    topics_stats,
+)
+from danube_sdk.cli.output import FORMATS
+
+__all__ = ["TOPIC_COLUMNS", "Admin", "build_parser", "explain", "main", "topic_dict", "topic_rows"]
 
 DEFAULT_ADMIN_URL = "http://127.0.0.1:50051"
 ENV_ADMIN_URL = "DANUBE_ADMIN_URL"
 DISPATCH_CHOICES = ("non_reliable", "reliable")
+DURABILITY_CHOICES = ("fsync", "none", "cloud")
+POISON_POLICY_CHOICES = ("dead_letter", "drop", "block")
 
 _F = argparse.RawDescriptionHelpFormatter
 
 
 def _examples(*lines: str) -> str:
     return "examples:\n" + "\n".join(f"  {line}" for line in lines)
-
-
-# ---------------------------------------------------------------------------- client
-
-
-@dataclass
-class Admin:
-    """The three admin stubs on one channel, every call with the same deadline."""
-
-    brokers: apb_grpc.BrokerAdminStub
-    namespaces: apb_grpc.NamespaceAdminStub
-    topics: apb_grpc.TopicAdminStub
-    timeout_s: float
-
-    @classmethod
-    def connect(cls, channel: grpc.Channel, timeout_s: float) -> Admin:
-        return cls(
-            apb_grpc.BrokerAdminStub(channel),
-            apb_grpc.NamespaceAdminStub(channel),
-            apb_grpc.TopicAdminStub(channel),
-            timeout_s,
-        )
-
-
-# ---------------------------------------------------------------------------- formatting
-
-
-def _time(ms: int) -> str:
-    if not ms:
-        return ""
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def topic_dict(t: apb.TopicInfo) -> dict[str, Any]:
-    return {
-        "name": t.name,
-        "dispatch_strategy": t.dispatch_strategy,
-        "partitions": t.partitions,
-        "broker_id": t.broker_id,
-        "partition_topics": [topic_dict(p) for p in t.partition_topics],
-        "subscriptions": list(t.subscriptions),
-        "created_at_ms": t.created_at_ms,
-    }
-
-
-def topic_rows(topics: Sequence[apb.TopicInfo]) -> list[dict[str, Any]]:
-    """Table rows: a partitioned topic, then its partitions indented under it."""
-    rows: list[dict[str, Any]] = []
-    for t in topics:
-        rows.append(
-            {
-                "topic": t.name,
-                "dispatch": t.dispatch_strategy,
-                "partitions": t.partitions or "",
-                "broker": t.broker_id,
-            }
-        )
-        for p in t.partition_topics:
-            rows.append(
-                {
-                    "topic": f"  {p.name}",
-                    "dispatch": p.dispatch_strategy,
-                    "partitions": "",
-                    "broker": p.broker_id,
-                }
-            )
-    return rows
-
-
-TOPIC_COLUMNS = ("topic", "dispatch", "partitions", "broker")
-
-
-# ---------------------------------------------------------------------------- commands
-
-
-def brokers_list(admin: Admin, args: argparse.Namespace) -> None:
-    resp = admin.brokers.ListBrokers(apb.ListBrokersRequest(), timeout=admin.timeout_s)
-    data = [
-        {
-            "broker_id": b.broker_id,
-            "broker_addr": b.broker_addr,
-            "advertised_url": b.advertised_url,
-            "state": b.state,
-            "topic_count": b.topic_count,
-            "registered_at_ms": b.registered_at_ms,
-        }
-        for b in resp.brokers
-    ]
-    rows = [
-        {
-            "broker_id": b["broker_id"],
-            "addr": b["broker_addr"],
-            "url": b["advertised_url"],
-            "state": b["state"],
-            "topics": b["topic_count"],
-            "registered": _time(b["registered_at_ms"]),
-        }
-        for b in data
-    ]
-    emit(
-        rows,
-        fmt=args.output,
-        columns=("broker_id", "addr", "url", "state", "topics", "registered"),
-        json_data=data,
-    )
-
-
-def namespaces_list(admin: Admin, args: argparse.Namespace) -> None:
-    resp = admin.namespaces.ListNamespaces(apb.ListNamespacesRequest(), timeout=admin.timeout_s)
-    emit(
-        [{"namespace": ns} for ns in resp.namespaces],
-        fmt=args.output,
-        json_data=[{"name": ns} for ns in resp.namespaces],
-    )
-
-
-def namespaces_create(admin: Admin, args: argparse.Namespace) -> None:
-    resp = admin.namespaces.CreateNamespace(apb.NamespaceRequest(name=args.name), timeout=admin.timeout_s)
-    _done(args, f"created namespace {resp.name}", {"name": resp.name, "created": True})
-
-
-def namespaces_delete(admin: Admin, args: argparse.Namespace) -> None:
-    resp = admin.namespaces.DeleteNamespace(apb.NamespaceRequest(name=args.name), timeout=admin.timeout_s)
-    _done(args, f"deleted namespace {resp.name}", {"name": resp.name, "deleted": True})
-
-
-def topics_list(admin: Admin, args: argparse.Namespace) -> None:
-    resp = admin.topics.ListTopics(
-        apb.ListTopicsRequest(namespace=args.namespace or ""), timeout=admin.timeout_s
-    )
-    emit(
-        topic_rows(resp.topics),
-        fmt=args.output,
-        columns=TOPIC_COLUMNS,
-        json_data=[topic_dict(t) for t in resp.topics],
-    )
-
-
-def topics_create(admin: Admin, args: argparse.Namespace) -> None:
-    req = apb.CreateTopicRequest(
-        name=args.topic, partitions=args.partitions, dispatch_strategy=args.dispatch_strategy
-    )
-    topic = admin.topics.CreateTopic(req, timeout=admin.timeout_s).topic
-    if args.output == "json":
-        emit([], fmt="json", json_data=topic_dict(topic))
-        return
-    what = f" with {topic.partitions} partitions" if topic.partitions else ""
-    print(f"created topic {topic.name}{what}")
-    print(render_table(topic_rows([topic]), TOPIC_COLUMNS))
-
-
-def topics_delete(admin: Admin, args: argparse.Namespace) -> None:
-    resp = admin.topics.DeleteTopic(apb.DeleteTopicRequest(name=args.topic), timeout=admin.timeout_s)
-    _done(args, "deleted " + ", ".join(resp.deleted), {"deleted": list(resp.deleted)})
-
-
-def topics_describe(admin: Admin, args: argparse.Namespace) -> None:
-    t = admin.topics.DescribeTopic(apb.DescribeTopicRequest(name=args.topic), timeout=admin.timeout_s)
-    if args.output == "json":
-        emit([], fmt="json", json_data=topic_dict(t))
-        return
-    fields = [
-        {"field": "name", "value": t.name},
-        {"field": "dispatch_strategy", "value": t.dispatch_strategy},
-        {"field": "partitions", "value": t.partitions or ""},
-        {"field": "broker", "value": t.broker_id},
-        {"field": "subscriptions", "value": list(t.subscriptions)},
-        {"field": "created", "value": _time(t.created_at_ms)},
-    ]
-    print(render_table(fields, ("field", "value")))
-    if t.partition_topics:
-        print()
-        parts = [
-            {"partition": p.name, "broker": p.broker_id, "subscriptions": list(p.subscriptions)}
-            for p in t.partition_topics
-        ]
-        print(render_table(parts, ("partition", "broker", "subscriptions")))
-
-
-def _done(args: argparse.Namespace, text: str, data: dict[str, Any]) -> None:
-    if args.output == "json":
-        emit([], fmt="json", json_data=data)
-    else:
-        print(text)
 
 
 # ---------------------------------------------------------------------------- parser
@@ -264,7 +98,7 @@ def _non_negative_int(raw: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
     if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 (a plain topic) or more, got {raw}")
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {raw}")
     return value
 
 
@@ -272,13 +106,17 @@ def build_parser() -> argparse.ArgumentParser:
     common = _common(defaults=False)
     root = argparse.ArgumentParser(
         prog="danube-admin",
-        description="Manage a Danube cluster (brokers, namespaces, topics) through the lookup service's admin API.",
+        description="Manage a Danube cluster (brokers, namespaces, topics, subscription policies) "
+        "through the lookup service's admin API.",
         parents=[_common(defaults=True)],
         formatter_class=_F,
         epilog=_examples(
             "danube-admin brokers list",
             "danube-admin namespaces create analytics",
             "danube-admin topics create /analytics/clicks --partitions 3 --dispatch-strategy reliable",
+            "danube-admin topics stats /analytics/clicks-part-0",
+            "danube-admin subscriptions set-policy /analytics/clicks -s etl --max-redeliveries 5 \\",
+            "    --poison-policy dead_letter --dead-letter-topic /analytics/clicks-dlq",
             "danube-admin --output json topics list --namespace analytics",
             "DANUBE_ADMIN_URL=http://10.0.0.5:50051 danube-admin topics describe /analytics/clicks",
         ),
@@ -358,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
         [
             "danube-admin topics create /default/orders",
             "danube-admin topics create /default/clicks --partitions 3 --dispatch-strategy reliable",
+            "danube-admin topics create /default/audit --dispatch-strategy reliable --durability cloud \\",
+            "    --retention-time-s 86400",
         ],
     )
     p.add_argument("topic", help="topic name, /namespace/topic")
@@ -373,6 +213,27 @@ def build_parser() -> argparse.ArgumentParser:
         choices=DISPATCH_CHOICES,
         default="non_reliable",
         help="non_reliable (in memory, default) or reliable (write-ahead log, at-least-once)",
+    )
+    p.add_argument(
+        "--durability",
+        choices=DURABILITY_CHOICES,
+        help="reliable topics: when a producer is acknowledged: fsync (default: after the WAL is "
+        "on disk), none (at once, faster), cloud (after upload to object storage)",
+    )
+    p.add_argument(
+        "--retention-time-s",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="reliable topics: keep acknowledged messages N seconds (0, default: until every "
+        "subscription acknowledged them)",
+    )
+    p.add_argument(
+        "--retention-size-bytes",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="reliable topics: keep up to N bytes of acknowledged messages (0: none)",
     )
     p = leaf(
         t,
@@ -393,6 +254,89 @@ def build_parser() -> argparse.ArgumentParser:
         ],
     )
     p.add_argument("topic", help="topic name, /namespace/topic")
+    p = leaf(
+        t,
+        "stats",
+        "live figures from the owning broker: offsets, WAL, rates, and per subscription backlog, "
+        "cursor, unacked, redeliveries, dead letters",
+        topics_stats,
+        [
+            "danube-admin topics stats /default/orders",
+            "danube-admin topics stats /default/clicks-part-0 -o json",
+        ],
+    )
+    p.add_argument("topic", help="topic name, /namespace/topic (one partition of a partitioned topic)")
+
+    sp = group(
+        "subscriptions",
+        "subscription failure policies (reliable topics)",
+        [
+            "danube-admin subscriptions get-policy /default/orders -s billing",
+            "danube-admin subscriptions set-policy /default/orders -s billing --poison-policy drop",
+        ],
+    )
+    p = leaf(
+        sp,
+        "set-policy",
+        "set how a subscription handles failing messages: redeliveries, ack timeout, backoff, "
+        "and what happens to a message delivered too often (applied by the broker at once). The "
+        "policy replaces the broker's defaults as a whole: an option left out is 0 (see each option)",
+        subscriptions_set_policy,
+        [
+            "danube-admin subscriptions set-policy /default/orders -s billing --max-redeliveries 5 \\",
+            "    --ack-timeout-ms 30000 --backoff-base-ms 100 --backoff-max-ms 10000 \\",
+            "    --poison-policy dead_letter --dead-letter-topic /default/orders-dlq",
+            "danube-admin subscriptions set-policy /default/orders -s audit --poison-policy block",
+        ],
+    )
+    p.add_argument("topic", help="reliable topic, /namespace/topic (a partitioned topic: every partition)")
+    p.add_argument("-s", "--subscription", required=True, help="subscription name")
+    p.add_argument(
+        "--max-redeliveries",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="redeliveries of one message after its first delivery before the poison policy "
+        "applies: N allows 1 + N deliveries (0, default: unlimited, so the poison policy never applies)",
+    )
+    p.add_argument(
+        "--ack-timeout-ms",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="redeliver a message not acknowledged N ms after delivery (0, default: never)",
+    )
+    p.add_argument(
+        "--backoff-base-ms",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="redelivery delay base * 2^(attempt-1) ... (0, default: redeliver at once)",
+    )
+    p.add_argument(
+        "--backoff-max-ms",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="... capped at N ms (must be at least --backoff-base-ms)",
+    )
+    p.add_argument(
+        "--poison-policy",
+        required=True,
+        choices=POISON_POLICY_CHOICES,
+        help="after --max-redeliveries: dead_letter (publish it to --dead-letter-topic), drop (skip "
+        "it), or block (it stalls its slot or key)",
+    )
+    p.add_argument("--dead-letter-topic", metavar="TOPIC", help="with dead_letter: /namespace/topic")
+    p = leaf(
+        sp,
+        "get-policy",
+        "show a subscription's failure policy ('defaults (broker config)' when none was set)",
+        subscriptions_get_policy,
+        ["danube-admin subscriptions get-policy /default/orders -s billing -o json"],
+    )
+    p.add_argument("topic", help="topic name, /namespace/topic")
+    p.add_argument("-s", "--subscription", required=True, help="subscription name")
     return root
 
 
@@ -433,7 +377,8 @@ def _hint(err: DanubeError, namespace: str) -> str:
         "TOPIC_NOT_FOUND": "list topics with `danube-admin topics list`",
         "NO_BROKER_AVAILABLE": "start a broker (`danube-local up` starts a whole cluster)",
         "METADATA_UNAVAILABLE": "the lookup service cannot reach etcd; check that etcd is running",
-        "TIMEOUT": "the lookup service or etcd is slow; retry, or raise --timeout-s",
+        "TIMEOUT": "the lookup service, etcd or the owning broker is slow; retry, or raise --timeout-s",
+        "UNAVAILABLE": "see which brokers are registered with `danube-admin brokers list`",
     }
     return hints.get(err.code, "")
 

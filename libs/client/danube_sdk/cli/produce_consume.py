@@ -25,7 +25,15 @@ from danube_common.errors import (
     Unavailable,
 )
 from danube_common.grpc_util import install_stop_signals
-from danube_sdk import AccessMode, DanubeClient, DispatchStrategy, Message, MessageId, SubType
+from danube_sdk import (
+    AccessMode,
+    DanubeClient,
+    DispatchStrategy,
+    InitialPosition,
+    Message,
+    MessageId,
+    SubType,
+)
 
 DEFAULT_SERVICE_URL = "http://127.0.0.1:6650"
 DEFAULT_TOPIC = "/default/test_topic"
@@ -35,6 +43,7 @@ SUB_TYPES = {
     "failover": SubType.FAILOVER,
     "key-shared": SubType.KEY_SHARED,
 }
+INITIAL_POSITIONS = {"latest": InitialPosition.LATEST, "earliest": InitialPosition.EARLIEST}
 #: Up to this many messages, produce prints every message id.
 PRINT_IDS_MAX = 100
 
@@ -46,6 +55,7 @@ examples:
   danube-cli produce -t /default/orders -f ./order.json -k customer-42
   danube-cli consume -t /default/orders -m my-sub
   danube-cli consume -t /default/orders -m audit --sub-type exclusive -c 10 --output json
+  danube-cli consume -t /default/orders -m replay --initial-position earliest
 
 The service URL defaults to $DANUBE_SERVICE_URL, else http://127.0.0.1:6650.
 Start a local cluster with `danube-local up`.
@@ -132,7 +142,11 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
     )
     prod.add_argument("-a", "--attributes", type=parse_attributes, default={}, help="k:v,k2:v2")
     prod.add_argument("-k", "--key", help="routing key (same key -> same partition, in order)")
-    prod.add_argument("--reliable", action="store_true", help="reliable dispatch (write-ahead log)")
+    prod.add_argument(
+        "--reliable",
+        action="store_true",
+        help="reliable dispatch (write-ahead log, at-least-once; resends are deduplicated)",
+    )
     prod.add_argument("-n", "--producer-name", help="producer name (default: generated)")
     prod.add_argument("--exclusive", action="store_true", help="exclusive producer access")
     prod.set_defaults(func=run_produce)
@@ -148,6 +162,13 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
     cons.add_argument("-m", "--subscription", required=True, help="subscription name")
     cons.add_argument("-n", "--consumer-name", help="consumer name (default: generated)")
     cons.add_argument("--sub-type", choices=list(SUB_TYPES), default="shared", help="default: shared")
+    cons.add_argument(
+        "--initial-position",
+        choices=list(INITIAL_POSITIONS),
+        default="latest",
+        help="where a NEW subscription of a reliable topic starts: latest (default) or earliest "
+        "(replay what the topic keeps); an existing subscription resumes where it was",
+    )
     cons.add_argument(
         "-c", "--count", type=_non_negative_int, default=0, help="stop after N messages (0 = until Ctrl-C)"
     )
@@ -226,6 +247,7 @@ async def run_produce(
             args.topic,
             producer_name=args.producer_name,
             dispatch_strategy=DispatchStrategy.RELIABLE if args.reliable else DispatchStrategy.NON_RELIABLE,
+            enable_idempotence=True,  # resends after a reconnect are dropped by the broker
             access_mode=AccessMode.EXCLUSIVE if args.exclusive else AccessMode.SHARED,
         )
         progress.started = time.monotonic()
@@ -278,7 +300,8 @@ def _partition_label(msg: Message) -> str:
 def format_text(msg: Message) -> str:
     attrs = ",".join(f"{k}={v}" for k, v in sorted(msg.properties.items())) or "-"
     payload = msg.payload.decode("utf-8", errors="backslashreplace")
-    return f"{_partition_label(msg)} {msg.key or '-'} {payload} {attrs}"
+    line = f"{_partition_label(msg)} {msg.key or '-'} {payload} {attrs}"
+    return f"{line} (redelivered x{msg.redelivery_count})" if msg.redelivery_count else line
 
 
 def format_json(msg: Message) -> str:
@@ -289,6 +312,7 @@ def format_json(msg: Message) -> str:
         "attributes": msg.properties,
         "publish_time_ms": msg.publish_time_ms,
         "producer_name": msg.producer_name,
+        "redelivery_count": msg.redelivery_count,
     }
     try:
         doc["payload"] = msg.payload.decode("utf-8")
@@ -314,6 +338,7 @@ async def run_consume(
             subscription=args.subscription,
             consumer_name=args.consumer_name,
             sub_type=SUB_TYPES[args.sub_type],
+            initial_position=INITIAL_POSITIONS[args.initial_position],
         )
         print(
             f"consuming {args.topic} as subscription {args.subscription!r} ({args.sub_type}); Ctrl-C to stop",

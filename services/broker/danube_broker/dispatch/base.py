@@ -63,3 +63,14 @@ class Router(abc.ABC):
     @abc.abstractmethod
     def route(self, batch: list[Msg]) -> Routing:
         """Split ``batch`` over the consumers; messages keep their relative order."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    """What a publish stored: offsets ``first_offset .. first_offset + count - 1``, unless
+    ``offsets`` lists them one per message (some were duplicates of earlier messages)."""
+
+    first_offset: int
+    count: int
+    offsets: list[int] | None = None
+    duplicates: int = 0

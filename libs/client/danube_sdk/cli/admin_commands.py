@@ -1,0 +1,379 @@
+"""The commands of ``danube-admin`` (parsing and errors are in :mod:`danube_sdk.cli.admin`).
+
+Each command takes the :class:`Admin` stubs and the parsed arguments, makes its calls and
+prints a table (for people) or JSON (``--output json``, for scripts; keys are the protobuf
+field names). gRPC errors propagate to ``admin.main``, which explains them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+
+from danube_common.pb import DanubeAdmin_pb2 as apb
+from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
+from danube_sdk.cli.output import emit, render_table
+
+# ---------------------------------------------------------------------------- client
+
+
+@dataclass
+class Admin:
+    """The three admin stubs on one channel, every call with the same deadline."""
+
+    brokers: apb_grpc.BrokerAdminStub
+    namespaces: apb_grpc.NamespaceAdminStub
+    topics: apb_grpc.TopicAdminStub
+    timeout_s: float
+
+    @classmethod
+    def connect(cls, channel: grpc.Channel, timeout_s: float) -> Admin:
+        return cls(
+            apb_grpc.BrokerAdminStub(channel),
+            apb_grpc.NamespaceAdminStub(channel),
+            apb_grpc.TopicAdminStub(channel),
+            timeout_s,
+        )
+
+
+# ---------------------------------------------------------------------------- formatting
+
+
+def _time(ms: int) -> str:
+    if not ms:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def topic_dict(t: apb.TopicInfo) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "dispatch_strategy": t.dispatch_strategy,
+        "partitions": t.partitions,
+        "broker_id": t.broker_id,
+        "partition_topics": [topic_dict(p) for p in t.partition_topics],
+        "subscriptions": list(t.subscriptions),
+        "created_at_ms": t.created_at_ms,
+        "durability": t.durability,
+        "retention_time_s": t.retention_time_s,
+        "retention_size_bytes": t.retention_size_bytes,
+    }
+
+
+def topic_rows(topics: Sequence[apb.TopicInfo]) -> list[dict[str, Any]]:
+    """Table rows: a partitioned topic, then its partitions indented under it."""
+    rows: list[dict[str, Any]] = []
+    for t in topics:
+        rows.append(
+            {
+                "topic": t.name,
+                "dispatch": t.dispatch_strategy,
+                "partitions": t.partitions or "",
+                "broker": t.broker_id,
+                "durability": t.durability,
+            }
+        )
+        for p in t.partition_topics:
+            rows.append(
+                {
+                    "topic": f"  {p.name}",
+                    "dispatch": p.dispatch_strategy,
+                    "partitions": "",
+                    "broker": p.broker_id,
+                    "durability": p.durability,
+                }
+            )
+    return rows
+
+
+TOPIC_COLUMNS = ("topic", "dispatch", "partitions", "broker", "durability")
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+def brokers_list(admin: Admin, args: argparse.Namespace) -> None:
+    resp = admin.brokers.ListBrokers(apb.ListBrokersRequest(), timeout=admin.timeout_s)
+    data = [
+        {
+            "broker_id": b.broker_id,
+            "broker_addr": b.broker_addr,
+            "advertised_url": b.advertised_url,
+            "state": b.state,
+            "topic_count": b.topic_count,
+            "registered_at_ms": b.registered_at_ms,
+        }
+        for b in resp.brokers
+    ]
+    rows = [
+        {
+            "broker_id": b["broker_id"],
+            "addr": b["broker_addr"],
+            "url": b["advertised_url"],
+            "state": b["state"],
+            "topics": b["topic_count"],
+            "registered": _time(b["registered_at_ms"]),
+        }
+        for b in data
+    ]
+    emit(
+        rows,
+        fmt=args.output,
+        columns=("broker_id", "addr", "url", "state", "topics", "registered"),
+        json_data=data,
+    )
+
+
+def namespaces_list(admin: Admin, args: argparse.Namespace) -> None:
+    resp = admin.namespaces.ListNamespaces(apb.ListNamespacesRequest(), timeout=admin.timeout_s)
+    emit(
+        [{"namespace": ns} for ns in resp.namespaces],
+        fmt=args.output,
+        json_data=[{"name": ns} for ns in resp.namespaces],
+    )
+
+
+def namespaces_create(admin: Admin, args: argparse.Namespace) -> None:
+    resp = admin.namespaces.CreateNamespace(apb.NamespaceRequest(name=args.name), timeout=admin.timeout_s)
+    _done(args, f"created namespace {resp.name}", {"name": resp.name, "created": True})
+
+
+def namespaces_delete(admin: Admin, args: argparse.Namespace) -> None:
+    resp = admin.namespaces.DeleteNamespace(apb.NamespaceRequest(name=args.name), timeout=admin.timeout_s)
+    _done(args, f"deleted namespace {resp.name}", {"name": resp.name, "deleted": True})
+
+
+def topics_list(admin: Admin, args: argparse.Namespace) -> None:
+    resp = admin.topics.ListTopics(
+        apb.ListTopicsRequest(namespace=args.namespace or ""), timeout=admin.timeout_s
+    )
+    emit(
+        topic_rows(resp.topics),
+        fmt=args.output,
+        columns=TOPIC_COLUMNS,
+        json_data=[topic_dict(t) for t in resp.topics],
+    )
+
+
+def topics_create(admin: Admin, args: argparse.Namespace) -> None:
+    req = apb.CreateTopicRequest(
+        name=args.topic,
+        partitions=args.partitions,
+        dispatch_strategy=args.dispatch_strategy,
+        durability=args.durability or "",
+        retention_time_s=args.retention_time_s,
+        retention_size_bytes=args.retention_size_bytes,
+    )
+    topic = admin.topics.CreateTopic(req, timeout=admin.timeout_s).topic
+    if args.output == "json":
+        emit([], fmt="json", json_data=topic_dict(topic))
+        return
+    what = f" with {topic.partitions} partitions" if topic.partitions else ""
+    print(f"created topic {topic.name}{what}")
+    print(render_table(topic_rows([topic]), TOPIC_COLUMNS))
+
+
+def topics_delete(admin: Admin, args: argparse.Namespace) -> None:
+    resp = admin.topics.DeleteTopic(apb.DeleteTopicRequest(name=args.topic), timeout=admin.timeout_s)
+    _done(args, "deleted " + ", ".join(resp.deleted), {"deleted": list(resp.deleted)})
+
+
+def topics_describe(admin: Admin, args: argparse.Namespace) -> None:
+    t = admin.topics.DescribeTopic(apb.DescribeTopicRequest(name=args.topic), timeout=admin.timeout_s)
+    if args.output == "json":
+        emit([], fmt="json", json_data=topic_dict(t))
+        return
+    fields = [
+        {"field": "name", "value": t.name},
+        {"field": "dispatch_strategy", "value": t.dispatch_strategy},
+        {"field": "partitions", "value": t.partitions or ""},
+        {"field": "broker", "value": t.broker_id},
+        {"field": "subscriptions", "value": list(t.subscriptions)},
+        {"field": "created", "value": _time(t.created_at_ms)},
+    ]
+    if t.durability:  # reliable topics
+        fields[2:2] = [
+            {"field": "durability", "value": t.durability},
+            {"field": "retention", "value": retention_text(t.retention_time_s, t.retention_size_bytes)},
+        ]
+    print(render_table(fields, ("field", "value")))
+    if t.partition_topics:
+        print()
+        parts = [
+            {"partition": p.name, "broker": p.broker_id, "subscriptions": list(p.subscriptions)}
+            for p in t.partition_topics
+        ]
+        print(render_table(parts, ("partition", "broker", "subscriptions")))
+
+
+def _done(args: argparse.Namespace, text: str, data: dict[str, Any]) -> None:
+    if args.output == "json":
+        emit([], fmt="json", json_data=data)
+    else:
+        print(text)
+
+
+def retention_text(time_s: int, size_bytes: int) -> str:
+    """How long acknowledged messages are kept, for a person."""
+    if not time_s and not size_bytes:
+        return "until acknowledged by every subscription"
+    parts = ([f"{time_s} s"] if time_s else []) + ([f"{size_bytes} bytes"] if size_bytes else [])
+    return "up to " + " / ".join(parts)
+
+
+# ---------------------------------------------------------------------------- topic stats
+
+SUBSCRIPTION_COLUMNS = (
+    "subscription",
+    "type",
+    "consumers",
+    "backlog",
+    "cursor",
+    "unacked",
+    "delivered",
+    "redelivered",
+    "dead_lettered",
+    "rate",
+)
+
+
+def subscription_stats_dict(s: apb.SubscriptionStats) -> dict[str, Any]:
+    return {
+        "name": s.name,
+        "type": s.type,
+        "consumers": s.consumers,
+        "backlog": s.backlog,
+        "cursor": s.cursor if s.has_cursor else None,
+        "unacked_in_flight": s.unacked_in_flight,
+        "delivered_total": s.delivered_total,
+        "redelivered_total": s.redelivered_total,
+        "dead_lettered_total": s.dead_lettered_total,
+        "dropped_total": s.dropped_total,
+        "msg_rate_out": s.msg_rate_out,
+    }
+
+
+def topic_stats_dict(st: apb.TopicStats) -> dict[str, Any]:
+    return {
+        "name": st.name,
+        "broker_id": st.broker_id,
+        "dispatch_strategy": st.dispatch_strategy,
+        "durability": st.durability,
+        "first_offset": st.first_offset,
+        "next_offset": st.next_offset,
+        "wal_bytes": st.wal_bytes,
+        "wal_segments": st.wal_segments,
+        "msgs_in_total": st.msgs_in_total,
+        "bytes_in_total": st.bytes_in_total,
+        "msg_rate_in": st.msg_rate_in,
+        "bytes_rate_in": st.bytes_rate_in,
+        "producers": st.producers,
+        "subscriptions": [subscription_stats_dict(s) for s in st.subscriptions],
+    }
+
+
+def _rate(per_s: float) -> str:
+    return f"{per_s:,.1f}/s"
+
+
+def topics_stats(admin: Admin, args: argparse.Namespace) -> None:
+    st = admin.topics.GetTopicStats(apb.TopicStatsRequest(name=args.topic), timeout=admin.timeout_s)
+    if args.output == "json":
+        emit([], fmt="json", json_data=topic_stats_dict(st))
+        return
+    kept = f"{st.first_offset} .. {st.next_offset - 1}" if st.next_offset > st.first_offset else "none"
+    fields = [
+        {"field": "topic", "value": st.name},
+        {"field": "broker", "value": st.broker_id},
+        {"field": "dispatch_strategy", "value": st.dispatch_strategy},
+        {"field": "durability", "value": st.durability},
+        {"field": "offsets kept", "value": kept},
+        {"field": "next offset", "value": st.next_offset},
+        {"field": "wal", "value": f"{st.wal_bytes} bytes in {st.wal_segments} segment(s)"},
+        {"field": "messages in", "value": f"{st.msgs_in_total} ({st.bytes_in_total} bytes)"},
+        {"field": "rate in", "value": f"{_rate(st.msg_rate_in)} msg, {_rate(st.bytes_rate_in)} bytes"},
+        {"field": "producers", "value": st.producers},
+    ]
+    print(render_table(fields, ("field", "value")))
+    print()
+    rows = [
+        {
+            "subscription": s.name,
+            "type": s.type,
+            "consumers": s.consumers,
+            "backlog": s.backlog,
+            "cursor": s.cursor if s.has_cursor else None,
+            "unacked": s.unacked_in_flight,
+            "delivered": s.delivered_total,
+            "redelivered": s.redelivered_total,
+            "dead_lettered": s.dead_lettered_total,
+            "rate": _rate(s.msg_rate_out),
+        }
+        for s in st.subscriptions
+    ]
+    print(render_table(rows, SUBSCRIPTION_COLUMNS) if rows else "no subscriptions")
+
+
+# ---------------------------------------------------------------------------- subscription policies
+
+POLICY_FIELDS = (
+    "max_redeliveries",
+    "ack_timeout_ms",
+    "redelivery_backoff_base_ms",
+    "redelivery_backoff_max_ms",
+    "poison_policy",
+    "dead_letter_topic",
+)
+
+
+def policy_dict(p: apb.SubscriptionPolicy) -> dict[str, Any]:
+    return {name: getattr(p, name) for name in POLICY_FIELDS}
+
+
+def _print_policy(resp: apb.SubscriptionPolicyResponse, args: argparse.Namespace, heading: str) -> None:
+    has = resp.HasField("policy")
+    if args.output == "json":
+        data = {
+            "topic": resp.topic,
+            "subscription": resp.subscription,
+            "policy": policy_dict(resp.policy) if has else None,
+        }
+        emit([], fmt="json", json_data=data)
+        return
+    if not has:
+        print(f"subscription {resp.subscription} on {resp.topic}: defaults (broker config)")
+        return
+    print(heading)
+    rows = [{"field": name, "value": value} for name, value in policy_dict(resp.policy).items()]
+    print(render_table(rows, ("field", "value")))
+
+
+def subscriptions_set_policy(admin: Admin, args: argparse.Namespace) -> None:
+    policy = apb.SubscriptionPolicy(
+        max_redeliveries=args.max_redeliveries,
+        ack_timeout_ms=args.ack_timeout_ms,
+        redelivery_backoff_base_ms=args.backoff_base_ms,
+        redelivery_backoff_max_ms=args.backoff_max_ms,
+        poison_policy=args.poison_policy,
+        dead_letter_topic=args.dead_letter_topic or "",
+    )
+    req = apb.SetSubscriptionPolicyRequest(topic=args.topic, subscription=args.subscription, policy=policy)
+    resp = admin.topics.SetSubscriptionPolicy(req, timeout=admin.timeout_s)
+    _print_policy(resp, args, f"set the policy of subscription {resp.subscription} on {resp.topic}")
+    if not args.max_redeliveries:
+        print(
+            f"note: --max-redeliveries 0 means unlimited: the {args.poison_policy} policy never applies",
+            file=sys.stderr,
+        )
+
+
+def subscriptions_get_policy(admin: Admin, args: argparse.Namespace) -> None:
+    req = apb.GetSubscriptionPolicyRequest(topic=args.topic, subscription=args.subscription)
+    resp = admin.topics.GetSubscriptionPolicy(req, timeout=admin.timeout_s)
+    _print_policy(resp, args, f"policy of subscription {resp.subscription} on {resp.topic}")

@@ -1,0 +1,90 @@
+"""Publishing dead-letter copies to a reliable topic that may live on any broker.
+
+The topic's owner is found like a client would (Discovery's resolver: an unowned topic is
+placed first). Owned here: the copy goes through the registry's own publish path. Owned
+elsewhere: through that broker's ``danube.ProducerService`` (CreateProducer, then the unary
+SendMessage, which answers only once the copy is durable there). Either way the producer is
+named ``dead-letter-<broker id>`` and asks for a reliable topic, so a dead-letter topic is
+created reliable if it does not exist (``auto_create_topics``).
+
+Any failure raises; the caller (the dead-letter worker) retries with backoff and acks the
+original message only after :meth:`publish` returned.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import grpc
+import grpc.aio
+
+from danube_broker.dispatch.base import Msg
+from danube_broker.registry import BrokerRegistry
+from danube_common.errors import DanubeError, error_from_rpc
+from danube_common.grpc_util import CHANNEL_OPTIONS, strip_scheme
+from danube_common.pb import DanubeApi_pb2 as pb
+from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
+from danube_common.topic_name import TopicName
+
+log = logging.getLogger(__name__)
+
+Resolve = Callable[[TopicName], Awaitable[tuple[str, str]]]
+
+
+class DeadLetterPublisher:
+    def __init__(self, registry: BrokerRegistry, resolve: Resolve, *, rpc_timeout_s: float = 10.0) -> None:
+        self._reg = registry
+        self._resolve = resolve
+        self._timeout_s = rpc_timeout_s
+        self.producer_name = f"dead-letter-{registry.broker_id}"
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        #: (broker url, topic) -> producer id there
+        self._remote_producers: dict[tuple[str, str], int] = {}
+
+    async def publish(self, topic: str, msg: Msg) -> None:
+        name = TopicName.parse(topic)
+        broker_id, url = await self._resolve(name)
+        if broker_id == self._reg.broker_id:
+            producer = await self._reg.create_producer(
+                str(name), self.producer_name, exclusive=False, dispatch_strategy="reliable"
+            )
+            msgs = [msg]
+            await self._reg.publish(producer, msgs, self._reg.payload_bytes(msgs))
+            return
+        try:
+            await self._publish_remote(url, str(name), msg)
+        except grpc.aio.AioRpcError as exc:
+            self._remote_producers.pop((url, str(name)), None)
+            raise error_from_rpc(exc) from exc
+        except DanubeError:
+            self._remote_producers.pop((url, str(name)), None)
+            raise
+
+    async def _publish_remote(self, url: str, topic: str, msg: Msg) -> None:
+        stub = pb_grpc.ProducerServiceStub(self._channel(url))
+        key = (url, topic)
+        producer_id = self._remote_producers.get(key)
+        if producer_id is None:
+            resp = await stub.CreateProducer(
+                pb.ProducerRequest(
+                    producer_name=self.producer_name, topic_name=topic, dispatch_strategy=pb.Reliable
+                ),
+                timeout=self._timeout_s,
+            )
+            producer_id = self._remote_producers[key] = int(resp.producer_id)
+        msg.msg_id.producer_id = producer_id
+        msg.msg_id.topic_name = topic
+        await stub.SendMessage(msg, timeout=self._timeout_s)
+
+    def _channel(self, url: str) -> grpc.aio.Channel:
+        addr = strip_scheme(url)
+        channel = self._channels.get(addr)
+        if channel is None:
+            channel = self._channels[addr] = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+        return channel
+
+    async def aclose(self) -> None:
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            await channel.close()

@@ -1,0 +1,164 @@
+"""Idempotent producers: dropping re-sent messages by (producer name, sequence id).
+
+A message with ``sequence_id > 0`` is a duplicate when its sequence id is not above the highest
+one already accepted for its producer name on this topic: the log's ``last_sequence`` (stored or
+being committed; exact after a crash) or one accepted by a publish that has not reached the
+log yet. A duplicate is not stored again; it is acked with the offset its original got, while
+that is still remembered (the last ``recent_per_producer`` sequence ids of each producer; after
+a restart the topic re-learns them from the log's tail, see :meth:`Dedup.seed`), else with
+:data:`UNKNOWN_OFFSET`. A duplicate of a message still being committed is acked only once that
+commit is durable, and fails with it.
+
+Sequence ids must grow per producer name. After a storage failure the accepted high-water mark
+falls back to what the log stored, so a producer re-sending the failed batches (in order, as
+clients do after an error) gets them stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from danube_broker.dispatch.base import Msg
+
+#: Offset reported for a duplicate whose original offset is no longer known (uint64 max).
+UNKNOWN_OFFSET = 2**64 - 1
+
+
+class PendingAppend:
+    """One append of new messages: its first offset, once the log has it durable."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.done.add_done_callback(_retrieve)
+
+    def stored(self, first: int) -> None:
+        if not self.done.done():
+            self.done.set_result(first)
+
+    def failed(self, exc: BaseException) -> None:
+        if not self.done.done():
+            self.done.set_exception(exc)
+
+
+def _retrieve(fut: asyncio.Future[int]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # mark retrieved: duplicates may never look at it
+
+
+#: Where a message was stored: its offset, or (its append, its index among that append's new
+#: messages) while the append may still be in progress.
+Where = int | tuple[PendingAppend, int]
+
+
+@dataclass(slots=True)
+class _Producer:
+    hi: int = 0
+    #: seq -> where, oldest first
+    recent: OrderedDict[int, Where] = field(default_factory=OrderedDict)
+
+
+@dataclass(slots=True)
+class Split:
+    #: Messages to store, in order.
+    new: list[Msg]
+    #: (index in the batch, where the original is, or None when not remembered).
+    duplicates: list[tuple[int, Where | None]]
+    append: PendingAppend
+
+
+class Dedup:
+    def __init__(
+        self,
+        last_sequence: Callable[[str], int],
+        *,
+        recent_per_producer: int = 16_384,
+        producers: int = 10_000,
+    ) -> None:
+        self._last_sequence = last_sequence
+        self._recent_cap = recent_per_producer
+        self._producers_cap = producers
+        self._producers: OrderedDict[str, _Producer] = OrderedDict()
+
+    def split(self, producer_name: str, msgs: list[Msg]) -> Split:
+        """Separate new messages from duplicates (and remember the new ones' sequence ids)."""
+        append = PendingAppend()
+        if not any(m.sequence_id for m in msgs):
+            return Split(msgs, [], append)
+        state = self._state(producer_name)
+        hi = max(state.hi, self._last_sequence(producer_name))
+        new: list[Msg] = []
+        dups: list[tuple[int, Where | None]] = []
+        recent = state.recent
+        for i, m in enumerate(msgs):
+            seq = m.sequence_id
+            if seq and seq <= hi:
+                dups.append((i, recent.get(seq)))
+                continue
+            if seq:
+                hi = seq
+                recent[seq] = (append, len(new))
+            new.append(m)
+        while len(recent) > self._recent_cap:
+            recent.popitem(last=False)
+        state.hi = hi
+        return Split(new, dups, append)
+
+    def failed(self, producer_name: str, append: PendingAppend) -> None:
+        """``append`` was not stored: forget its sequence ids, fall back to the log's mark."""
+        state = self._producers.get(producer_name)
+        if state is not None:
+            state.hi = 0
+            self._drop(state, append)
+
+    def forget(self, producer_name: str, append: PendingAppend) -> None:
+        """``append`` is stored (or will be) at offsets we will not learn: forget them only."""
+        state = self._producers.get(producer_name)
+        if state is not None:
+            self._drop(state, append)
+
+    @staticmethod
+    def _drop(state: _Producer, append: PendingAppend) -> None:
+        for seq in [s for s, w in state.recent.items() if isinstance(w, tuple) and w[0] is append]:
+            del state.recent[seq]
+
+    def lookup(self, producer_name: str, seq: int) -> Where | None:
+        state = self._producers.get(producer_name)
+        return state.recent.get(seq) if state is not None else None
+
+    def seed(self, producer_name: str, stored: list[tuple[int, int]]) -> None:
+        """Learn (sequence id, offset) pairs of messages stored before (read from the log's tail,
+        oldest first); what is remembered already wins."""
+        state = self._state(producer_name)
+        merged: OrderedDict[int, Where] = OrderedDict(
+            (seq, off) for seq, off in stored if seq not in state.recent
+        )
+        merged.update(state.recent)
+        while len(merged) > self._recent_cap:
+            merged.popitem(last=False)
+        state.recent = merged
+
+    def _state(self, name: str) -> _Producer:
+        state = self._producers.get(name)
+        if state is None:
+            state = self._producers[name] = _Producer()
+            while len(self._producers) > self._producers_cap:
+                self._producers.popitem(last=False)
+        else:
+            self._producers.move_to_end(name)
+        return state
+
+
+async def original_offset(where: Where | None) -> int:
+    """The offset a duplicate's original was stored at (waits for its commit; raises its error)."""
+    if where is None:
+        return UNKNOWN_OFFSET
+    if isinstance(where, int):
+        return where
+    append, index = where
+    first = await asyncio.shield(append.done)
+    return first + index

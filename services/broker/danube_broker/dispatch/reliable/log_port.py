@@ -1,0 +1,72 @@
+"""What reliable dispatch needs from a topic's write-ahead log (``danube_broker.wal.TopicLog``).
+
+Written as a Protocol so dispatch depends on behaviour rather than on the WAL's internals: the
+real ``TopicLog`` and the unit tests' in-memory fake (tests/unit/broker/fake_log.py) both
+satisfy it.
+
+Offsets: ``first_offset`` is the oldest kept, ``next_offset`` the next to be assigned,
+``durable_offset`` the end of what is durable. Only offsets below ``durable_offset`` are ever
+delivered to consumers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from danube_broker.wal import WalStats
+
+
+class Entry(Protocol):
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def publish_time_ms(self) -> int: ...
+
+    @property
+    def record(self) -> bytes: ...
+
+
+class TopicLogPort(Protocol):
+    @property
+    def first_offset(self) -> int: ...
+
+    @property
+    def next_offset(self) -> int: ...
+
+    @property
+    def durable_offset(self) -> int: ...
+
+    async def append(
+        self,
+        records: Sequence[bytes],
+        publish_times_ms: Sequence[int],
+        sequences: Sequence[tuple[str, int]] | None = None,
+    ) -> int:
+        """Store ``records``; return the first offset once durable (StorageError: nothing stored)."""
+        ...
+
+    def last_sequence(self, producer_name: str) -> int: ...
+
+    def read(self, from_offset: int, max_entries: int, max_bytes: int = ...) -> Sequence[Entry] | None:
+        """From the tail cache: entries, [] if nothing new, None if older than the cache."""
+        ...
+
+    async def read_async(self, from_offset: int, max_entries: int, max_bytes: int = ...) -> Sequence[Entry]:
+        """From disk (replay); ``from_offset`` below ``first_offset`` starts at ``first_offset``."""
+        ...
+
+    async def wait_for(self, offset: int) -> None: ...
+
+    async def offset_for_time(self, publish_time_ms: int) -> int:
+        """The first offset published at or after ``publish_time_ms`` (durable_offset: none)."""
+        ...
+
+    async def truncate_before(self, offset: int) -> int:
+        """Delete whole sealed segments below ``offset``; return the bytes freed."""
+        ...
+
+    def stats(self) -> WalStats: ...
+
+    async def aclose(self) -> None: ...

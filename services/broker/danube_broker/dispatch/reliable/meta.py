@@ -1,0 +1,169 @@
+"""A reliable topic's subscriptions in etcd: metadata, cursors, failure policies.
+
+Keys (all from :class:`danube_common.keys.Keys`):
+
+- ``subscription(topic, sub)``: ``{"type", "created_at_ms", "initial_position", "start_offset"}``,
+  written when the subscription is created (before Subscribe answers);
+- ``subscription_cursor(topic, sub)``: ``{"cursor": N}``, every offset <= N acknowledged
+  (-1: none). Absent: nothing acknowledged since creation, i.e. ``start_offset - 1``;
+- ``subscription_policy(topic, sub)``: the failure policy, written by admins, watched here.
+
+Every write of the owner (create, cursors, delete) is one transaction that compares the owner
+key's ``mod_revision`` with the epoch this broker holds the topic at: a broker that lost the
+topic (paused, partitioned, moved) cannot move a cursor. A refused write raises
+:class:`FencedOut`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, NoReturn
+
+from danube_common.errors import MetadataUnavailable, TopicNotOwned
+from danube_common.metadata.store import Compare, Op, WatchCompacted
+from danube_common.resources import Resources
+from danube_common.topic_name import TopicName
+
+log = logging.getLogger(__name__)
+
+#: Operations per transaction (etcd allows 128 per branch, one is the compare).
+_TXN_OPS = 100
+
+
+class FencedOut(TopicNotOwned):
+    """A fenced write was refused: the topic's ownership moved on since our epoch."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionRecord:
+    name: str
+    type: str
+    created_at_ms: int
+    initial_position: str
+    start_offset: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k != "name"}
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSubscription:
+    record: SubscriptionRecord
+    #: The persisted cursor; ``start_offset - 1`` when none was written yet.
+    cursor: int
+    policy: dict[str, Any] | None
+
+
+class SubscriptionStore:
+    def __init__(self, resources: Resources, topic: TopicName, epoch: Callable[[], int]) -> None:
+        self._store = resources.store
+        self._keys = resources.keys
+        self._topic = topic
+        self._epoch = epoch
+
+    @property
+    def prefix(self) -> str:
+        return self._keys.subscriptions_prefix(self._topic)
+
+    def _fence(self) -> Compare:
+        return Compare.mod_revision_is(self._keys.owner(self._topic), self._epoch())
+
+    async def _fenced(self, ops: list[Op], what: str) -> None:
+        for lo in range(0, len(ops), _TXN_OPS):
+            res = await self._store.txn([self._fence()], ops[lo : lo + _TXN_OPS])
+            if not res.succeeded:
+                raise FencedOut(
+                    f"topic {self._topic}: {what} refused, this broker no longer owns the topic "
+                    f"(epoch {self._epoch()}); look it up again"
+                )
+
+    # ---- reads
+    async def load(self) -> tuple[list[StoredSubscription], int]:
+        """Every subscription of the topic, and the revision of the read (to watch from)."""
+        kvs, revision = await self._store.get_prefix(self.prefix)
+        records: dict[str, SubscriptionRecord] = {}
+        cursors: dict[str, int] = {}
+        policies: dict[str, dict[str, Any]] = {}
+        for kv in kvs:
+            name, kind = self.parse(kv.key)
+            if not name:
+                continue
+            try:
+                value = kv.json()
+                if kind == "":
+                    records[name] = SubscriptionRecord(
+                        name=name,
+                        type=str(value["type"]),
+                        created_at_ms=int(value.get("created_at_ms", 0)),
+                        initial_position=str(value.get("initial_position", "latest")),
+                        start_offset=int(value.get("start_offset", 0)),
+                    )
+                elif kind == "cursor":
+                    cursors[name] = int(value["cursor"])
+                elif kind == "policy":
+                    policies[name] = value
+            except (ValueError, KeyError, TypeError) as exc:
+                log.error("topic %s: ignoring malformed subscription key %s (%s)", self._topic, kv.key, exc)
+        out = [
+            StoredSubscription(rec, cursors.get(name, rec.start_offset - 1), policies.get(name))
+            for name, rec in records.items()
+        ]
+        return out, revision
+
+    async def read_policy(self, name: str) -> dict[str, Any] | None:
+        kv = await self._store.get(self._keys.subscription_policy(self._topic, name))
+        return kv.json() if kv else None
+
+    def parse(self, key: str) -> tuple[str, str]:
+        """A key under the prefix -> (subscription, "" | "cursor" | "policy" | other)."""
+        if not key.startswith(self.prefix):
+            return "", ""
+        name, _, kind = key[len(self.prefix) :].partition("/")
+        return name, kind
+
+    # ---- fenced writes
+    async def create(self, record: SubscriptionRecord) -> None:
+        key = self._keys.subscription(self._topic, record.name)
+        await self._fenced([Op.put(key, record.to_json())], f"creating subscription {record.name!r}")
+
+    async def write_cursors(self, cursors: Mapping[str, int]) -> None:
+        ops = [
+            Op.put(self._keys.subscription_cursor(self._topic, name), {"cursor": cursor})
+            for name, cursor in cursors.items()
+        ]
+        if ops:
+            await self._fenced(ops, "writing cursors")
+
+    async def delete(self, name: str) -> None:
+        """Unsubscribe: metadata and cursor go; an admin-set policy stays."""
+        await self._fenced(
+            [
+                Op.delete(self._keys.subscription(self._topic, name)),
+                Op.delete(self._keys.subscription_cursor(self._topic, name)),
+            ],
+            f"deleting subscription {name!r}",
+        )
+
+    # ---- policy watch
+    async def follow_policies(
+        self, start_revision: int, apply: Callable[[str, dict[str, Any] | None], None]
+    ) -> NoReturn:
+        """Call ``apply(subscription, policy or None)`` for every policy change, forever."""
+        start = start_revision
+        while True:
+            try:
+                async for ev in self._store.watch_prefix(self.prefix, start_revision=start):
+                    start = ev.revision + 1
+                    name, kind = self.parse(ev.key)
+                    if kind == "policy":
+                        apply(name, ev.json() if ev.kind == "put" else None)
+            except WatchCompacted:
+                log.warning("topic %s: policy watch compacted; re-reading the policies", self._topic)
+                subs, revision = await self.load()
+                for s in subs:
+                    apply(s.record.name, s.policy)
+                start = revision + 1
+                continue
+            raise MetadataUnavailable(f"the policy watch on {self.prefix} ended unexpectedly")

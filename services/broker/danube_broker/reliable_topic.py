@@ -1,0 +1,504 @@
+"""The reliable side of a topic: its log, publish path, durable subscriptions, cursors, retention.
+
+A :class:`~danube_broker.topic.Topic` whose metadata says ``reliable`` gets one of these when it
+is first used or loaded (``Topic.adopt``). It owns:
+
+- the topic's :class:`~danube_broker.wal.TopicLog` under ``<data_dir>/<ns>/<topic>/``;
+- the **publish path**: sizes are checked by the registry; then duplicates (idempotent
+  producers) are split off, the new messages are stamped (``msg_id``) and encoded, appended,
+  and acknowledged **only once the append returns** (durable per the topic's durability). A
+  storage error refuses the batch (nothing of it stored; reads go on);
+- one :class:`SubscriptionEngine` per subscription, restored from etcd when the topic loads
+  (each resumes at its cursor + 1: messages acked above the cursor before a crash come again);
+- the **maintenance loop**: changed cursors go to etcd in one fenced transaction at most every
+  ``cursor_flush_interval_ms``, then retention cuts the log below what every subscription has
+  durably acknowledged (unless the topic's retention keeps more);
+- the **policy watch** on the topic's subscription keys: a changed failure policy applies at once.
+
+Closing (unload, shutdown) stops dispatching, writes the cursors one last time (fenced), and
+closes the log, whose pending commits finish first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from danube_broker.config import BrokerConfig
+from danube_broker.consumer import Consumer
+from danube_broker.dispatch.base import Msg, PublishResult, SubType
+from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink
+from danube_broker.dispatch.reliable.dedup import Dedup, PendingAppend, original_offset
+from danube_broker.dispatch.reliable.engine import SubscriptionEngine
+from danube_broker.dispatch.reliable.log_port import TopicLogPort
+from danube_broker.dispatch.reliable.meta import FencedOut, SubscriptionRecord, SubscriptionStore
+from danube_broker.dispatch.reliable.policy import PolicyError, SubscriptionPolicy
+from danube_broker.dispatch.reliable.retention import estimated_segments, retention_point
+from danube_broker.producer import Producer
+from danube_broker.subscription import Subscription
+from danube_broker.wal import Durability, LogClosed, StorageError, TopicLog
+from danube_common.errors import DanubeError, FailedPrecondition, Unavailable
+from danube_common.pb import DanubeApi_pb2 as pb
+from danube_common.resources import Resources, TopicRecord
+
+if TYPE_CHECKING:
+    from danube_broker.topic import Topic
+
+log = logging.getLogger(__name__)
+
+LogOpener = Callable[[Path, Durability], Awaitable[TopicLogPort]]
+#: Later, the WAL uploader: (topic, proposed cut) -> the cut it allows (not above the proposal).
+RetentionGate = Callable[[str, int], Awaitable[int]]
+
+INITIAL_POSITIONS = ("latest", "earliest")
+#: Largest window a consumer may ask for (ConsumerRequest.max_unacked_messages).
+MAX_WINDOW = 100_000
+#: How far back from its end the log is read to re-learn sequence ids after a restart.
+DEDUP_SCAN_ENTRIES = 65_536
+
+
+@dataclass(slots=True)
+class ReliableContext:
+    """What reliable topics need from the broker around them."""
+
+    resources: Resources
+    clock: Callable[[], float]
+    #: Called when an internal task of a topic crashed: the broker stops (loudly).
+    on_failure: Callable[[str, BaseException], None]
+    #: Opens a topic's log (default: ``TopicLog.open`` with the broker's ``wal`` settings).
+    open_log: LogOpener | None = None
+    dead_letter: DeadLetterSink | None = None
+    retention_gate: RetentionGate | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPolicies:
+    durability: Durability
+    retention_time_s: int
+    retention_size_bytes: int
+
+    @classmethod
+    def of(cls, record: TopicRecord, cfg: BrokerConfig) -> TopicPolicies:
+        """The topic's own policies (written by admin at creation: every key it has wins, 0
+        included), else the broker defaults (e.g. a topic auto-created by its first producer)."""
+        p = record.policies or {}
+        try:
+            return cls(
+                durability=Durability(p.get("durability") or cfg.default_durability),
+                retention_time_s=max(0, int(p.get("retention_time_s", cfg.retention_time_s))),
+                retention_size_bytes=max(0, int(p.get("retention_size_bytes", cfg.retention_size_bytes))),
+            )
+        except (ValueError, TypeError) as exc:
+            log.error("topic %s: bad policies %r (%s); using the broker defaults", record.name, p, exc)
+            return cls(cfg.default_durability, cfg.retention_time_s, cfg.retention_size_bytes)
+
+
+class ReliableTopic:
+    def __init__(
+        self,
+        topic: Topic,
+        log_: TopicLogPort,
+        *,
+        cfg: BrokerConfig,
+        ctx: ReliableContext,
+        policies: TopicPolicies,
+    ) -> None:
+        self.topic = topic
+        self.log = log_
+        self.policies = policies
+        self._cfg = cfg
+        self._ctx = ctx
+        self._store = SubscriptionStore(ctx.resources, topic.topic_name, lambda: topic.epoch)
+        self._dedup = Dedup(log_.last_sequence)
+        #: The log's end when opened: sequence ids below it are learnt lazily (``_seed_dedup``).
+        self._opened_at = log_.next_offset
+        self._dedup_seeded = False
+        self._seed_lock = asyncio.Lock()
+        self._defaults = cfg.default_subscription_policy()
+        #: Cursor last written to etcd, per subscription.
+        self._persisted: dict[str, int] = {}
+        self._dirty = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
+        self._create_lock = asyncio.Lock()
+        self._fenced = False
+        self._tasks: dict[asyncio.Task[Any], str] = {}
+        self._closed = False
+
+    # ------------------------------------------------------------------ open / close
+    @classmethod
+    async def open(
+        cls, topic: Topic, record: TopicRecord, *, cfg: BrokerConfig, ctx: ReliableContext
+    ) -> ReliableTopic:
+        policies = TopicPolicies.of(record, cfg)
+        name = topic.topic_name
+        directory = cfg.data_path / name.namespace / name.local
+        if ctx.open_log is not None:
+            log_ = await ctx.open_log(directory, policies.durability)
+        else:
+            log_ = await TopicLog.open(directory, cfg=cfg.wal, durability=policies.durability)
+        rt = cls(topic, log_, cfg=cfg, ctx=ctx, policies=policies)
+        try:
+            await rt._restore()
+        except BaseException:
+            restored = [topic.subscriptions.pop(n) for n in list(rt._persisted) if n in topic.subscriptions]
+            await rt.aclose(restored)
+            raise
+        log.info(
+            "reliable topic %s opened: offsets %d..%d, %d subscription(s), durability %s",
+            topic.name,
+            log_.first_offset,
+            log_.next_offset,
+            len(rt._persisted),
+            policies.durability.value,
+        )
+        return rt
+
+    async def _restore(self) -> None:
+        stored, revision = await self._store.load()
+        for s in stored:
+            rec = s.record
+            try:
+                sub_type = SubType(rec.type)
+            except ValueError:
+                log.error(
+                    "topic %s: subscription %s has unknown type %r; skipped",
+                    self.topic.name,
+                    rec.name,
+                    rec.type,
+                )
+                continue
+            policy = self._policy(rec.name, s.policy)
+            self._add_subscription(rec.name, sub_type, cursor=s.cursor, policy=policy)
+        self._spawn(self._store.follow_policies(revision + 1, self._policy_changed), "the policy watch")
+        self._spawn(self._maintain(), "the cursor flush and retention loop")
+
+    def stop(self) -> None:
+        """Stop dispatching at once (synchronous part of closing)."""
+        self._closed = True
+        for sub in self.topic.subscriptions.values():
+            task = sub.engine.task if sub.engine is not None else None
+            if task is not None:
+                task.cancel()
+        for task in self._tasks:
+            task.cancel()
+
+    async def aclose(self, subscriptions: list[Subscription] | None = None) -> None:
+        """Stop dispatching, write the cursors one last time, close the log. Idempotent."""
+        self.stop()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        subs = subscriptions if subscriptions is not None else list(self.topic.subscriptions.values())
+        for sub in subs:
+            if sub.engine is not None:
+                await sub.engine.aclose()
+        await self.flush_cursors(subs)
+        await self.log.aclose()
+
+    def _spawn(self, coro: Awaitable[Any], what: str) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks[task] = what
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        what = self._tasks.pop(task, "a task")
+        if task.cancelled() or self._closed:
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._ctx.on_failure(f"{what} of reliable topic {self.topic.name}", exc)
+
+    # ------------------------------------------------------------------ publish
+    async def publish(self, producer: Producer, msgs: list[Msg], nbytes: int) -> PublishResult:
+        """Store ``msgs`` (``nbytes`` of payload; minus duplicates); return once durable."""
+        split = self._dedup.split(producer.name, msgs)
+        if not self._dedup_seeded and any(where is None for _, where in split.duplicates):
+            await self._seed_dedup()
+            split.duplicates = [
+                (i, where if where is not None else self._dedup.lookup(producer.name, msgs[i].sequence_id))
+                for i, where in split.duplicates
+            ]
+        new = split.new
+        first = self.log.next_offset
+        if new:
+            now_ms = int(time.time() * 1000)
+            self.topic.stamp(producer, new, first, now_ms)
+            records = [m.SerializeToString() for m in new]
+            times = [m.publish_time for m in new]
+            seqs = (
+                [(producer.name, m.sequence_id) for m in new]
+                if split.duplicates or any(m.sequence_id for m in new)
+                else None
+            )
+            try:
+                # The WAL assigns offsets at the call, in call order, and nothing awaits between
+                # reading next_offset above and this call, so the stamped offsets are the real
+                # ones (unless the WAL makes the call wait for room first; deliveries take the
+                # offset from the log entry, never from the record).
+                first = await self.log.append(records, times, seqs)
+            except (StorageError, LogClosed) as exc:  # nothing of the batch was stored
+                self._dedup.failed(producer.name, split.append)
+                split.append.failed(exc)
+                raise
+            except BaseException:  # cancelled: the WAL keeps what it had accepted
+                self._abandoned(producer.name, split.append, new)
+                raise
+            split.append.stored(first)
+            self._published(new, nbytes if len(new) == len(msgs) else sum(len(m.payload) for m in new))
+        if not split.duplicates:
+            return PublishResult(first, len(new))
+        offsets = [0] * len(msgs)
+        dup_at = {i for i, _ in split.duplicates}
+        it = iter(range(first, first + len(new)))
+        for i in range(len(msgs)):
+            if i not in dup_at:
+                offsets[i] = next(it)
+        for i, where in split.duplicates:
+            offsets[i] = await original_offset(where)
+        return PublishResult(first, len(msgs), offsets, len(split.duplicates))
+
+    async def _seed_dedup(self) -> None:
+        """Once per open, on the first duplicate whose original is not remembered (a producer
+        re-sending after a restart): learn sequence ids -> offsets from the log's tail."""
+        async with self._seed_lock:
+            if self._dedup_seeded:
+                return
+            self._dedup_seeded = True
+            end = self._opened_at
+            pos = max(self.log.first_offset, end - DEDUP_SCAN_ENTRIES)
+            found: dict[str, list[tuple[int, int]]] = {}
+            try:
+                while pos < end:
+                    entries = await self.log.read_async(pos, min(4096, end - pos))
+                    if not entries:
+                        break
+                    for e in entries:
+                        if e.offset >= end:
+                            break
+                        m = pb.StreamMessage.FromString(e.record)
+                        if m.sequence_id:
+                            found.setdefault(m.producer_name, []).append((m.sequence_id, e.offset))
+                    pos = entries[-1].offset + 1
+            except DanubeError as exc:
+                log.warning("topic %s: could not read the log's tail for dedup (%s)", self.topic.name, exc)
+            for name, pairs in found.items():
+                self._dedup.seed(name, pairs)
+
+    def _abandoned(self, producer_name: str, append: PendingAppend, new: list[Msg]) -> None:
+        """The publish was cancelled while appending (the client went away).
+
+        If the WAL had accepted the batch (its sequence ids are in ``last_sequence``) it will be
+        stored: re-sends are duplicates, acked with an unknown offset. Otherwise nothing was
+        stored and re-sends are new. Duplicates waiting on this batch get a retryable error.
+        """
+        top = max((m.sequence_id for m in new), default=0)
+        if top and self.log.last_sequence(producer_name) < top:
+            self._dedup.failed(producer_name, append)
+        else:
+            self._dedup.forget(producer_name, append)
+        append.failed(
+            Unavailable("the original of this duplicate was being published by a cancelled call; retry")
+        )
+
+    def _published(self, msgs: list[Msg], nbytes: int) -> None:
+        self.topic.count_in(len(msgs), nbytes)
+        for sub in self.topic.subscriptions.values():
+            if sub.engine is not None:
+                sub.engine.notify()
+
+    # ------------------------------------------------------------------ subscriptions
+    async def subscribe(
+        self,
+        *,
+        subscription: str,
+        consumer_name: str,
+        sub_type: SubType,
+        key_filters: tuple[str, ...],
+        new_id: int,
+        now: float,
+        initial_position: str = "latest",
+        max_unacked: int = 0,
+    ) -> Consumer:
+        window = min(max_unacked, MAX_WINDOW) if max_unacked else self._cfg.max_unacked_messages_per_consumer
+        sub = self.topic.subscriptions.get(subscription)
+        if sub is None:
+            async with self._create_lock:
+                sub = self.topic.subscriptions.get(subscription)
+                if sub is None:
+                    sub = await self._create(subscription, sub_type, initial_position)
+        self.topic.check_open()
+        return sub.attach(
+            consumer_name=consumer_name,
+            sub_type=sub_type,
+            key_filters=key_filters,
+            new_id=new_id,
+            now=now,
+            window=window,
+        )
+
+    async def _create(self, name: str, sub_type: SubType, initial_position: str) -> Subscription:
+        if initial_position not in INITIAL_POSITIONS:
+            raise FailedPrecondition(f"unknown initial position {initial_position!r}: use latest or earliest")
+        start = self.log.next_offset if initial_position == "latest" else self.log.first_offset
+        record = SubscriptionRecord(name, sub_type.value, int(time.time() * 1000), initial_position, start)
+        await self._store.create(record)
+        policy = self._policy(name, await self._store.read_policy(name))
+        self.topic.check_open()
+        log.info(
+            "subscription %s on %s created (%s, %s: from offset %d)",
+            name,
+            self.topic.name,
+            sub_type.value,
+            initial_position,
+            start,
+        )
+        return self._add_subscription(name, sub_type, cursor=start - 1, policy=policy)
+
+    def _add_subscription(
+        self, name: str, sub_type: SubType, *, cursor: int, policy: SubscriptionPolicy
+    ) -> Subscription:
+        topic = self.topic
+        sub = Subscription(
+            topic_name=topic.name,
+            name=name,
+            sub_type=sub_type,
+            queue_messages=self._cfg.max_unacked_messages_per_consumer,
+            on_space=None,
+            topic_counters=topic.counters,
+            now=self._ctx.clock(),
+        )
+        engine = SubscriptionEngine(
+            sub,
+            self.log,
+            policy=policy,
+            cursor=cursor,
+            clock=self._ctx.clock,
+            topic_counters=topic.counters,
+            on_cursor=self._dirty.set,
+            dead_letter=self._ctx.dead_letter,
+            max_pending=self._cfg.max_pending_messages_per_subscription,
+        )
+        sub.engine = engine
+        self._persisted[name] = cursor
+        topic.subscriptions[name] = sub
+        task = engine.start()
+        self._tasks[task] = f"the dispatcher of subscription {name}"
+        task.add_done_callback(self._task_done)
+        return sub
+
+    async def unsubscribe(self, sub: Subscription) -> None:
+        """Delete the subscription: stop its engine, remove its metadata and cursor (fenced)."""
+        if sub.engine is not None:
+            await sub.engine.aclose()
+        self._persisted.pop(sub.name, None)
+        await self._store.delete(sub.name)
+        log.info("subscription %s on %s deleted (unsubscribed)", sub.name, self.topic.name)
+
+    # ------------------------------------------------------------------ policies
+    def _policy(self, name: str, stored: dict[str, Any] | None) -> SubscriptionPolicy:
+        try:
+            return self._defaults.merged(stored)
+        except PolicyError as exc:
+            log.error(
+                "subscription %s on %s: stored failure policy ignored (%s); using the defaults",
+                name,
+                self.topic.name,
+                exc,
+            )
+            return self._defaults
+
+    def _policy_changed(self, name: str, stored: dict[str, Any] | None) -> None:
+        sub = self.topic.subscriptions.get(name)
+        if sub is None or sub.engine is None:
+            return
+        policy = self._policy(name, stored)
+        if policy != sub.engine.policy:
+            log.info("subscription %s on %s: failure policy now %s", name, self.topic.name, policy)
+            sub.engine.set_policy(policy)
+
+    # ------------------------------------------------------------------ cursors and retention
+    async def _maintain(self) -> None:
+        interval = self._cfg.cursor_flush_interval_s
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._cfg.retention_check_interval_s):
+                    await self._dirty.wait()
+            if self._dirty.is_set():
+                await asyncio.sleep(interval)  # gather every cursor change of the interval
+            await self.flush_cursors()
+            try:
+                await self.apply_retention()
+            except DanubeError as exc:
+                log.warning("topic %s: retention check failed (%s); retrying later", self.topic.name, exc)
+
+    async def flush_cursors(self, subs: list[Subscription] | None = None) -> None:
+        """Write every changed cursor in one fenced transaction (failures are retried later)."""
+        async with self._flush_lock:
+            self._dirty.clear()
+            if self._fenced:
+                return
+            changed: dict[str, int] = {}
+            for sub in subs if subs is not None else list(self.topic.subscriptions.values()):
+                engine = sub.engine
+                if (
+                    engine is not None
+                    and sub.name in self._persisted
+                    and engine.cursor != self._persisted[sub.name]
+                ):
+                    changed[sub.name] = engine.cursor
+            if not changed:
+                return
+            try:
+                await self._store.write_cursors(changed)
+            except FencedOut as exc:
+                self._fenced = True
+                log.warning("%s; cursors are no longer written", exc.message)
+                return
+            except DanubeError as exc:
+                log.warning(
+                    "topic %s: writing %d cursor(s) failed (%s); retrying", self.topic.name, len(changed), exc
+                )
+                self._dirty.set()
+                return
+            self._persisted.update(changed)
+
+    async def apply_retention(self) -> None:
+        """Cut the log below what every subscription durably acknowledged (retention permitting)."""
+        log_ = self.log
+        pol = self.policies
+        acked = [c + 1 for c in self._persisted.values()]
+        time_point = None
+        if pol.retention_time_s:
+            time_point = await log_.offset_for_time(int(time.time() * 1000) - pol.retention_time_s * 1000)
+        stats = log_.stats()
+        segments = estimated_segments(
+            log_.first_offset, log_.next_offset, stats.bytes_on_disk, stats.segments
+        )
+        point = retention_point(
+            first_offset=log_.first_offset,
+            next_offset=log_.durable_offset,
+            acked_before=min(acked) if acked else None,
+            time_point=time_point,
+            size_limit_bytes=pol.retention_size_bytes,
+            segments=segments,
+        )
+        if self._ctx.retention_gate is not None:
+            point = min(point, await self._ctx.retention_gate(self.topic.name, point))
+        if point <= log_.first_offset:
+            return
+        try:
+            await log_.truncate_before(point)
+        except StorageError as exc:
+            log.warning("topic %s: retention could not delete segments: %s", self.topic.name, exc)
+
+    # ------------------------------------------------------------------ stats
+    def wal_stats(self) -> tuple[int, int]:
+        """(bytes on disk, segments)."""
+        s = self.log.stats()
+        return s.bytes_on_disk, s.segments

@@ -1,0 +1,26 @@
+"""The broker's write-ahead log: one :class:`TopicLog` per reliable topic.
+
+Format and codec: :mod:`danube_common.wal`. Design, crash analysis and failure behaviour:
+README.md next to this file.
+"""
+
+from danube_broker.wal.config import Durability, WalConfig
+from danube_broker.wal.errors import DiskFull, LogClosed, StorageError, StorageFailed
+from danube_broker.wal.log import DEFAULT_READ_BYTES, TopicLog, default_executor
+from danube_broker.wal.model import LogEntry, WalStats
+from danube_broker.wal.segments import DiskOps
+
+__all__ = [
+    "DEFAULT_READ_BYTES",
+    "DiskFull",
+    "DiskOps",
+    "Durability",
+    "LogClosed",
+    "LogEntry",
+    "StorageError",
+    "StorageFailed",
+    "TopicLog",
+    "WalConfig",
+    "WalStats",
+    "default_executor",
+]

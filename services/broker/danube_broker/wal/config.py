@@ -1,0 +1,52 @@
+"""The WAL's configuration and durability policy."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MIB = 1024 * 1024
+
+
+class Durability(StrEnum):
+    """When an appended batch counts as stored (and its producer may be acked)."""
+
+    #: After the batch's group commit is fsync'ed (fdatasync) to the local disk.
+    FSYNC = "fsync"
+    #: After the batch is written to the OS (page cache); a machine crash can lose the last
+    #: few commits, a process crash cannot. Nothing is ever fsync'ed, not even at roll.
+    NONE = "none"
+    #: For now exactly like FSYNC; the slot where "acked after the object-store upload" goes.
+    CLOUD = "cloud"
+
+    @property
+    def syncs(self) -> bool:
+        return self is not Durability.NONE
+
+
+class WalConfig(BaseModel):
+    """Per-topic WAL settings (one instance is shared by every topic of a broker)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: A segment is sealed (and a new one started) before a commit would take it past this size.
+    #: A single commit bigger than this still goes into one segment.
+    segment_max_bytes: int = Field(default=64 * MIB, gt=0)
+    #: ... or before the first commit once the segment is this old (checked only when writing:
+    #: an idle segment is not sealed by a timer; call ``TopicLog.roll()`` for that).
+    segment_max_age_s: float = Field(default=3600.0, gt=0)
+    #: Per-topic cap of the in-memory tail cache: record bytes plus ~100 bytes per entry of
+    #: object overhead. 0 disables the cache (every read goes to disk through ``read_async``).
+    tail_cache_bytes: int = Field(default=64 * MIB, ge=0)
+    #: One commit (one write + one fsync) takes whole batches up to this many frame bytes
+    #: (a single bigger batch is committed alone).
+    max_batch_bytes_per_commit: int = Field(default=8 * MIB, gt=0)
+    #: The sparse index has one (offset, byte position) entry every this many frames.
+    index_every_frames: int = Field(default=256, gt=0)
+    #: Back-pressure: ``append`` waits while this many frame bytes are queued and not yet
+    #: committed.
+    max_pending_bytes: int = Field(default=64 * MIB, gt=0)
+    #: ``open`` waits this long for the directory lock held by another open log of the same
+    #: topic (e.g. the previous owner on this broker, still closing) before failing.
+    lock_wait_s: float = Field(default=5.0, ge=0)

@@ -1,0 +1,489 @@
+"""TopicLog: one topic's write-ahead log (append with group commit, reads, retention).
+
+Threading: all state lives on the event loop; blocking disk work (write + fsync, roll, reads of
+segment files, recovery, deletes) runs in a thread pool. One writer task per log takes every
+batch queued while the previous commit ran and writes them with one write and one fsync.
+See README.md in this package for the format, the crash analysis and failure behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from danube_broker.wal.cache import TailCache
+from danube_broker.wal.config import Durability, WalConfig
+from danube_broker.wal.errors import DiskFull, LogClosed, StorageError, StorageFailed, storage_error
+from danube_broker.wal.model import LogEntry, WalStats
+from danube_broker.wal.recovery import Recovered
+from danube_broker.wal.segments import DiskOps, merge_sequences
+from danube_broker.wal.store import SegmentStore, recover_directory
+from danube_common.errors import CorruptData, MessageTooLarge
+from danube_common.wal.codec import FRAME_HEADER_BYTES, MAX_FRAME_BYTES, encode_frames
+
+log = logging.getLogger(__name__)
+
+#: Default ``max_bytes`` of a read.
+DEFAULT_READ_BYTES = 4 * 1024 * 1024
+_LATENCY_WINDOW = 1024
+#: The largest record a frame can carry (a longer length field is read as damage).
+MAX_RECORD_BYTES = MAX_FRAME_BYTES - (FRAME_HEADER_BYTES - 8)
+
+_default_executor: ThreadPoolExecutor | None = None
+_default_executor_lock = threading.Lock()
+
+
+def default_executor() -> ThreadPoolExecutor:
+    """The process-wide pool for WAL disk work (used when ``TopicLog.open`` gets none)."""
+    global _default_executor
+    with _default_executor_lock:
+        if _default_executor is None:
+            _default_executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="danube-wal")
+        return _default_executor
+
+
+@dataclass(slots=True, eq=False)
+class _Batch:
+    first: int
+    data: bytes  # the encoded frames
+    records: list[bytes]
+    pts: list[int]
+    sizes: list[int]  # record lengths
+    seqs: dict[str, int] | None  # highest sequence id per producer in this batch
+    fut: asyncio.Future[int]
+
+
+def _percentile_ms(samples: deque[float], q: float) -> float:
+    if not samples:
+        return 0.0
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000.0
+
+
+class TopicLog:
+    """Use ``await TopicLog.open(...)``; close with ``await log.aclose()``."""
+
+    def __init__(
+        self,
+        directory: Path,
+        rec: Recovered,
+        *,
+        cfg: WalConfig,
+        durability: Durability,
+        executor: ThreadPoolExecutor,
+        ops: DiskOps,
+    ) -> None:
+        self.directory = directory
+        self._cfg = cfg
+        self._durability = durability
+        self._sync = durability.syncs
+        self._store = SegmentStore(
+            directory,
+            rec.sealed,
+            rec.active,
+            lock_fd=rec.lock_fd,
+            cfg=cfg,
+            ops=ops,
+            sync=self._sync,
+            executor=executor,
+        )
+        nxt = rec.active.index.next_offset
+        self._next_offset = nxt
+        self._durable_offset = nxt
+        self._cache = TailCache(cfg.tail_cache_bytes, nxt - len(rec.tail_frames))
+        if rec.tail_frames:
+            recs = [f.record for f in rec.tail_frames]
+            pts = [f.publish_time_ms for f in rec.tail_frames]
+            self._cache.extend(rec.tail_frames[0].offset, recs, pts, list(map(len, recs)))
+        self._seq_durable = rec.producer_sequences
+        self._seq_accepted = dict(rec.producer_sequences)
+
+        self._queue: deque[_Batch] = deque()
+        self._inflight: list[_Batch] = []  # the batches of the commit being written
+        self._roll_requests: list[asyncio.Future[bool]] = []
+        self._pending_bytes = 0
+        self._wake = asyncio.Event()
+        self._advanced = asyncio.Event()  # replaced each time durable_offset moves
+        self._space = asyncio.Event()  # replaced each time pending bytes shrink
+        self._committing = False
+        self._disk_full = False
+        self._closing = False
+        self._closed = False
+        self._broken: StorageError | None = None
+
+        self._appends = 0
+        self._records = 0
+        self._commits = 0
+        self._failed_commits = 0
+        self._commit_s: deque[float] = deque(maxlen=_LATENCY_WINDOW)
+        self._fsync_s: deque[float] = deque(maxlen=_LATENCY_WINDOW)
+        self._writer = asyncio.create_task(self._run_writer(), name=f"wal-writer:{directory}")
+
+    @classmethod
+    async def open(
+        cls,
+        directory: Path,
+        *,
+        cfg: WalConfig,
+        durability: Durability,
+        executor: ThreadPoolExecutor | None = None,
+        ops: DiskOps | None = None,
+        initial_offset: int = 0,
+    ) -> TopicLog:
+        """Open (creating it if needed) the log in ``directory`` and recover it. Holds the
+        directory's lock (``wal.lock``) until ``aclose``: waits up to ``cfg.lock_wait_s`` for
+        another open log of the same directory to close, then raises StorageFailed.
+
+        ``initial_offset`` is where an empty directory starts (a topic moved here resumes at
+        the previous owner's last offset + 1); ignored when segments exist. ``ops`` replaces
+        the OS calls (tests)."""
+        directory = Path(directory)
+        executor = executor or default_executor()
+        ops = ops or DiskOps()
+        rec = await recover_directory(
+            directory,
+            cfg=cfg,
+            ops=ops,
+            sync=durability.syncs,
+            initial_offset=initial_offset,
+            executor=executor,
+        )
+        return cls(directory, rec, cfg=cfg, durability=durability, executor=executor, ops=ops)
+
+    # ------------------------------------------------------------ offsets
+
+    @property
+    def first_offset(self) -> int:
+        """Oldest offset still stored (== next_offset when the log is empty)."""
+        return self._store.first_offset
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._next_offset
+
+    @property
+    def durable_offset(self) -> int:
+        """Every offset below this one is stored per the durability policy (and readable)."""
+        return self._durable_offset
+
+    @property
+    def durability(self) -> Durability:
+        return self._durability
+
+    def last_sequence(self, producer_name: str) -> int:
+        """Highest sequence id of ``producer_name`` among records stored or being committed (0:
+        none). A failed commit takes its records' ids back out; after a restart it is exact for
+        what the log holds."""
+        return self._seq_accepted.get(producer_name, 0)
+
+    def producer_sequences(self) -> dict[str, int]:
+        """A copy of every producer's :meth:`last_sequence`."""
+        return dict(self._seq_accepted)
+
+    # ------------------------------------------------------------ append
+
+    async def append(
+        self,
+        records: Sequence[bytes],
+        publish_times_ms: Sequence[int],
+        sequences: Sequence[tuple[str, int]] | None = None,
+    ) -> int:
+        """Store ``records`` at consecutive offsets; returns the first once they are durable.
+
+        Offsets are assigned at the call, in call order. Raises DiskFull / StorageFailed when the
+        commit failed (nothing of it was stored; the offsets are reused), LogClosed after
+        ``aclose``. Cancelling the caller does not withdraw the records. An empty call returns
+        ``next_offset`` at once."""
+        n = len(records)
+        if len(publish_times_ms) != n or (sequences is not None and len(sequences) != n):
+            raise ValueError("records, publish_times_ms and sequences must have the same length")
+        self._check_writable()
+        if n == 0:
+            return self._next_offset
+        while self._pending_bytes >= self._cfg.max_pending_bytes:
+            await self._space.wait()
+            self._check_writable()
+        if self._disk_full and self._committing:
+            raise DiskFull(f"WAL {self.directory}: disk full (a retry write is in progress)")
+
+        recs = list(records)
+        sizes = list(map(len, recs))
+        if max(sizes) > MAX_RECORD_BYTES:
+            raise MessageTooLarge(f"a WAL record is at most {MAX_RECORD_BYTES} bytes, got {max(sizes)}")
+        pts = list(publish_times_ms)
+        seqs: dict[str, int] | None = None
+        if sequences:
+            seqs = {}
+            for name, seq in sequences:
+                if seq > seqs.get(name, 0):
+                    seqs[name] = seq
+        # Everything that can raise (encoding: records must be bytes) comes before the offsets
+        # are taken, so a bad call never leaves a gap. No await from here to the queue.
+        first = self._next_offset
+        data = encode_frames(first, recs, pts)
+        self._next_offset = first + n
+        if seqs:
+            merge_sequences(self._seq_accepted, seqs)
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Batch(first, data, recs, pts, sizes, seqs, fut))
+        self._pending_bytes += len(data)
+        self._wake.set()
+        return await fut
+
+    def _check_writable(self) -> None:
+        if self._closing:
+            raise LogClosed(f"WAL {self.directory} is closed")
+        if self._broken is not None:
+            raise StorageFailed(self._broken.message)
+
+    # ------------------------------------------------------------ the writer (group commit)
+
+    async def _run_writer(self) -> None:
+        try:
+            while True:
+                if self._roll_requests:
+                    await self._serve_roll_requests()
+                elif self._queue:
+                    self._inflight = self._take()
+                    await self._commit(self._inflight)
+                    self._inflight = []
+                elif self._closing:
+                    return
+                else:
+                    self._wake.clear()
+                    await self._wake.wait()
+        except Exception as exc:
+            log.exception("WAL %s: the writer crashed; the log refuses appends from now on", self.directory)
+            self._broken = StorageFailed(f"WAL {self.directory}: writer crashed ({exc!r})")
+            self._fail_commit(self._inflight, self._broken)
+            for fut in self._roll_requests:
+                if not fut.done():
+                    fut.set_exception(StorageFailed(self._broken.message))
+            self._roll_requests.clear()
+
+    def _take(self) -> list[_Batch]:
+        """Whole batches up to max_batch_bytes_per_commit (at least one)."""
+        q = self._queue
+        cap = self._cfg.max_batch_bytes_per_commit
+        b = q.popleft()
+        out, total = [b], len(b.data)
+        while q and total + len(q[0].data) <= cap:
+            b = q.popleft()
+            out.append(b)
+            total += len(b.data)
+        return out
+
+    async def _commit(self, batches: list[_Batch]) -> None:
+        data = batches[0].data if len(batches) == 1 else b"".join([b.data for b in batches])
+        t0 = time.perf_counter()
+        self._committing = True
+        try:
+            if self._store.roll_due(len(data)):
+                await self._store.roll()
+            seg = self._store.active
+            fsync_s = await self._store.write(data)
+        except OSError as exc:
+            end = batches[-1].first + len(batches[-1].pts) - 1
+            what = f"WAL {self.directory}: committing offsets {batches[0].first}..{end}"
+            self._fail_commit(batches, storage_error(exc, what))
+            return
+        finally:
+            self._committing = False
+
+        pos = seg.size
+        seg.size = pos + len(data)
+        cache = self._cache
+        for b in batches:
+            seg.note_batch(pos, b.first, b.pts, b.sizes)
+            pos += len(b.data)
+            if b.seqs:
+                merge_sequences(seg.index.producer_sequences, b.seqs)
+                merge_sequences(self._seq_durable, b.seqs)
+            cache.extend(b.first, b.records, b.pts, b.sizes)
+        last = batches[-1]
+        self._durable_offset = last.first + len(last.pts)
+        self._disk_full = False
+        self._pending_bytes -= len(data)
+        self._commits += 1
+        self._appends += len(batches)
+        self._records += self._durable_offset - batches[0].first
+        self._commit_s.append(time.perf_counter() - t0)
+        if self._sync:
+            self._fsync_s.append(fsync_s)
+        for b in batches:
+            if not b.fut.done():
+                b.fut.set_result(b.first)
+        self._signal_advanced()
+        self._signal_space()
+
+    def _fail_commit(self, batches: list[_Batch], err: StorageError) -> None:
+        """Fail this commit and everything queued behind it; the log stays at durable_offset."""
+        failed = [*batches, *self._queue]
+        self._queue.clear()
+        self._next_offset = self._durable_offset
+        self._pending_bytes = 0
+        self._seq_accepted = dict(self._seq_durable)
+        self._disk_full = isinstance(err, DiskFull)
+        if failed:
+            self._failed_commits += 1
+            log.warning(
+                "%s; %d append(s) failed, the log stays at offset %d",
+                err.message,
+                len(failed),
+                self._durable_offset,
+            )
+        for b in failed:
+            if not b.fut.done():
+                b.fut.set_exception(type(err)(err.message))
+        self._signal_space()
+
+    async def roll(self) -> bool:
+        """Seal the active segment now (between commits) if it holds any frame; returns whether
+        it did. For the uploader and topic moves: an idle segment is otherwise never sealed."""
+        self._check_writable()
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._roll_requests.append(fut)
+        self._wake.set()
+        return await fut
+
+    async def _serve_roll_requests(self) -> None:
+        requests, self._roll_requests = self._roll_requests, []
+        rolled: bool | BaseException = False
+        if self._store.active.frames:
+            try:
+                await self._store.roll()
+                rolled = True
+            except OSError as exc:
+                rolled = storage_error(exc, f"WAL {self.directory}: sealing {self._store.active.path.name}")
+        for fut in requests:
+            if fut.done():
+                continue
+            if isinstance(rolled, BaseException):
+                fut.set_exception(rolled)
+            else:
+                fut.set_result(rolled)
+
+    def _signal_advanced(self) -> None:
+        ev, self._advanced = self._advanced, asyncio.Event()
+        ev.set()
+
+    def _signal_space(self) -> None:
+        ev, self._space = self._space, asyncio.Event()
+        ev.set()
+
+    # ------------------------------------------------------------ reads
+
+    async def wait_for(self, offset: int) -> None:
+        """Return once ``durable_offset > offset``; raises LogClosed if the log closes first."""
+        while self._durable_offset <= offset:
+            if self._closed:
+                raise LogClosed(f"WAL {self.directory} is closed")
+            if self._broken is not None:
+                raise StorageFailed(self._broken.message)
+            await self._advanced.wait()
+
+    def read(
+        self, from_offset: int, max_entries: int, max_bytes: int = DEFAULT_READ_BYTES
+    ) -> list[LogEntry] | None:
+        """Durable entries from ``from_offset`` out of the tail cache (at most ``max_entries`` and
+        ``max_bytes`` of records, at least one). None when ``from_offset`` is older than the
+        cache (use :meth:`read_async`); [] when there is nothing new."""
+        return self._cache.read(from_offset, max_entries, max_bytes)
+
+    async def read_async(
+        self, from_offset: int, max_entries: int, max_bytes: int = DEFAULT_READ_BYTES
+    ) -> list[LogEntry]:
+        """Like :meth:`read`, from the cache or the segment files. Offsets below first_offset
+        (removed by retention) are skipped. Raises CorruptData at a damaged frame."""
+        out: list[LogEntry] = []
+        got = 0
+        while len(out) < max_entries and (not out or got < max_bytes):
+            from_offset = max(from_offset, self.first_offset)
+            if from_offset >= self._durable_offset:
+                break
+            cached = self._cache.read(from_offset, max_entries - len(out), max_bytes - got)
+            if cached is not None:
+                if out and cached and len(cached[0].record) > max_bytes - got:
+                    break
+                out.extend(cached)
+                break
+            try:
+                frames = await self._store.read(from_offset, max_entries - len(out), max_bytes - got)
+            except CorruptData:
+                if out:
+                    break  # hand out the good entries; the next read, starting at the damage, raises
+                raise
+            if frames is None:
+                continue  # the segment was deleted meanwhile: start again from first_offset
+            if not frames:
+                break
+            out.extend([LogEntry(f.offset, f.publish_time_ms, f.record) for f in frames])
+            got += sum(len(f.record) for f in frames)
+            from_offset = frames[-1].offset + 1
+        return out
+
+    async def offset_for_time(self, publish_time_ms: int) -> int:
+        """The first offset whose publish time is >= ``publish_time_ms`` (durable_offset when
+        no stored record is that recent). Reads one index block of one segment."""
+        found = await self._store.offset_for_time(publish_time_ms)
+        if found is None:
+            return self._durable_offset
+        return max(found, self.first_offset)
+
+    # ------------------------------------------------------------ retention, stats, close
+
+    async def truncate_before(self, offset: int) -> int:
+        """Delete the sealed segments whose every offset is below ``offset`` (never the active
+        one, never part of a segment); returns the bytes freed. first_offset moves."""
+        victims = self._store.detach_before(offset)
+        if not victims:
+            return 0
+        self._cache.drop_before(self.first_offset)
+        freed = await self._store.delete(victims)
+        log.info(
+            "WAL %s: deleted %d segment(s) below offset %d (%d bytes)",
+            self.directory,
+            len(victims),
+            self.first_offset,
+            freed,
+        )
+        return freed
+
+    def stats(self) -> WalStats:
+        return WalStats(
+            bytes_on_disk=self._store.bytes_on_disk,
+            segments=self._store.segment_count,
+            first_offset=self.first_offset,
+            next_offset=self._next_offset,
+            durable_offset=self._durable_offset,
+            appends=self._appends,
+            records=self._records,
+            commits=self._commits,
+            failed_commits=self._failed_commits,
+            commit_p50_ms=_percentile_ms(self._commit_s, 0.5),
+            commit_p99_ms=_percentile_ms(self._commit_s, 0.99),
+            fsync_p50_ms=_percentile_ms(self._fsync_s, 0.5),
+            fsync_p99_ms=_percentile_ms(self._fsync_s, 0.99),
+            cache_entries=len(self._cache),
+            cache_bytes=self._cache.record_bytes,
+        )
+
+    async def aclose(self) -> None:
+        """Commit what is queued, stop the writer, close the files. Idempotent."""
+        self._closing = True
+        self._wake.set()
+        self._signal_space()
+        await asyncio.shield(self._writer)
+        if not self._closed:
+            self._closed = True
+            self._store.close()
+            self._signal_advanced()
+            log.debug("WAL %s closed at offset %d", self.directory, self._durable_offset)

@@ -1,0 +1,60 @@
+"""The cursor structure: any ack order gives the longest acknowledged prefix."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from danube_broker.dispatch.reliable.acks import NO_CURSOR, AckTracker
+
+pytestmark = pytest.mark.unit
+
+
+def longest_prefix(start: int, acked: set[int]) -> int:
+    cursor = start
+    while cursor + 1 in acked:
+        cursor += 1
+    return cursor
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    start=st.integers(min_value=-1, max_value=50),
+    acks=st.lists(st.integers(min_value=-5, max_value=120), max_size=200),
+)
+def test_any_ack_order_gives_the_longest_acked_prefix(start: int, acks: list[int]) -> None:
+    tracker = AckTracker(start)
+    seen: set[int] = set()
+    for offset in acks:
+        before = tracker.cursor
+        moved = tracker.ack(offset)
+        seen.add(offset)
+        assert tracker.cursor == longest_prefix(start, seen)
+        assert moved == (tracker.cursor != before)
+        assert tracker.acked_above == len({o for o in seen if o > tracker.cursor})
+    for offset in range(-5, 125):
+        assert tracker.is_acked(offset) == (offset <= tracker.cursor or offset in seen)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    acks=st.lists(st.integers(min_value=0, max_value=60), max_size=80),
+    through=st.integers(min_value=-1, max_value=70),
+)
+def test_cumulative_ack_is_every_offset_up_to_it(acks: list[int], through: int) -> None:
+    tracker = AckTracker()
+    tracker.ack_many(acks)
+    tracker.ack_through(through)
+    expected = longest_prefix(NO_CURSOR, set(acks) | set(range(through + 1)))
+    assert tracker.cursor == expected
+    assert tracker.acked_above == len({o for o in acks if o > expected})
+
+
+def test_reset_forgets_acks_and_bad_cursors_are_refused() -> None:
+    tracker = AckTracker()
+    tracker.ack_many([0, 1, 5])
+    tracker.reset(3)
+    assert tracker.cursor == 3 and tracker.acked_above == 0 and not tracker.is_acked(5)
+    with pytest.raises(ValueError, match="cursor"):
+        AckTracker(-2)

@@ -1,0 +1,84 @@
+"""Failure policies (backoff, exhaustion, stored JSON) and the retention rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from danube_broker.dispatch.reliable.policy import PolicyError, SubscriptionPolicy
+from danube_broker.dispatch.reliable.retention import estimated_segments, retention_point, size_point
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("failures", "delay_s"), [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 10.0), (64, 10.0), (10_000, 10.0)]
+)
+def test_backoff_doubles_and_is_capped(failures: int, delay_s: float) -> None:
+    policy = SubscriptionPolicy(redelivery_backoff_base_ms=1000, redelivery_backoff_max_ms=10_000)
+    assert policy.backoff_s(failures) == delay_s
+
+
+def test_exhaustion_counts_redeliveries_and_zero_is_unlimited() -> None:
+    assert not SubscriptionPolicy(max_redeliveries=0).exhausted(1_000_000)
+    policy = SubscriptionPolicy(max_redeliveries=2)
+    assert [policy.exhausted(n) for n in (1, 2, 3)] == [False, False, True]
+
+
+def test_stored_json_overrides_only_the_fields_it_has() -> None:
+    defaults = SubscriptionPolicy(ack_timeout_ms=30_000, poison_policy="block")
+    merged = defaults.merged({"max_redeliveries": 3, "poison_policy": "drop"})
+    assert (merged.max_redeliveries, merged.poison_policy, merged.ack_timeout_ms) == (3, "drop", 30_000)
+    assert defaults.merged(None) is defaults
+    assert defaults.merged({"poison_policy": ""}).poison_policy == "block"
+    assert SubscriptionPolicy(ack_timeout_ms=0).ack_timeout_s == float("inf")
+
+
+@pytest.mark.parametrize(
+    ("stored", "match"),
+    [
+        ({"poison_policy": "explode"}, "poison_policy"),
+        ({"poison_policy": "dead_letter"}, "dead_letter_topic"),
+        ({"max_redeliveries": -1}, "max_redeliveries"),
+        ({"ack_timeout_ms": "soon"}, "ack_timeout_ms"),
+        ({"colour": "red"}, "unknown"),
+        (["not", "an", "object"], "JSON object"),
+    ],
+)
+def test_bad_stored_policies_say_what_is_wrong(stored: object, match: str) -> None:
+    with pytest.raises(PolicyError, match=match):
+        SubscriptionPolicy().merged(stored)  # type: ignore[arg-type]
+
+
+SEGMENTS = [(0, 100), (10, 100), (20, 100), (30, 100)]
+
+
+@pytest.mark.parametrize(
+    ("acked_before", "time_point", "size", "expected"),
+    [
+        (25, None, 0, 25),  # acked by everyone, no retention: cut at the cursor
+        (None, None, 0, 0),  # no subscription, no limits: keep everything
+        (None, 15, 0, 15),  # no subscription: the time rule alone
+        (None, None, 250, 20),  # no subscription: the newest 200 bytes of segments fit in 250
+        (35, 12, 0, 12),  # time keeps more than the cursor would
+        (35, None, 150, 30),  # size keeps the newest segment
+        (5, 30, 150, 5),  # the slowest subscription wins over retention
+        (40, None, 0, 40),
+    ],
+)
+def test_retention_point(acked_before: int | None, time_point: int | None, size: int, expected: int) -> None:
+    got = retention_point(
+        first_offset=0,
+        next_offset=40,
+        acked_before=acked_before,
+        time_point=time_point,
+        size_limit_bytes=size,
+        segments=SEGMENTS,
+    )
+    assert got == expected
+
+
+def test_size_point_and_estimated_segments() -> None:
+    assert size_point(SEGMENTS, 99, 40) == 40
+    assert size_point(SEGMENTS, 400, 40) == 0
+    assert estimated_segments(0, 40, 400, 4) == SEGMENTS
+    assert estimated_segments(5, 5, 0, 1) == []

@@ -1,0 +1,387 @@
+"""Reliable topics through the registry, on the in-memory metadata store and fake logs:
+publish path (durability, dedup, storage errors), durable subscriptions, cursors, fencing,
+policies, retention."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from danube_broker.consumer import Consumer
+from danube_broker.dispatch.base import SubType
+from danube_broker.dispatch.reliable.dedup import UNKNOWN_OFFSET, Dedup
+from danube_broker.registry import BrokerRegistry
+from danube_broker.topic import Topic
+from danube_broker.wal import DiskFull, Durability, StorageFailed
+from danube_common.errors import FailedPrecondition, TopicNotOwned, Unavailable
+from danube_common.keys import Keys
+from danube_common.metadata.memory import MemoryStore
+from danube_common.metadata.store import Op
+from danube_common.pb import DanubeApi_pb2 as pb
+from danube_common.resources import Resources
+from danube_common.topic_name import TopicName
+from tests.support import wait_until
+from tests.unit.broker.fake_log import FakeLog, FakeLogs
+from tests.unit.broker.helpers import BROKER_URL, Clock, config
+
+pytestmark = pytest.mark.unit
+
+TOPIC = "/default/orders"
+T = TopicName.parse(TOPIC)
+
+
+@pytest.fixture
+async def resources(memory_store: MemoryStore) -> Resources:
+    res = Resources(memory_store, Keys("unit"))
+    await res.create_namespace("default")
+    return res
+
+
+class Rig:
+    def __init__(self, resources: Resources, logs: FakeLogs | None = None, **cfg: Any) -> None:
+        self.res = resources
+        self.keys = resources.keys
+        self.logs = logs or FakeLogs()
+        self.clock = Clock()
+        base: dict[str, Any] = {"cursor_flush_interval_ms": 1}
+        base.update(cfg)
+        self.reg = BrokerRegistry(
+            config(**base), resources, broker_url=BROKER_URL, clock=self.clock, id_seed=1, open_log=self.logs
+        )
+
+    @property
+    def topic(self) -> Topic:
+        return self.reg.topics[TOPIC]
+
+    @property
+    def log(self) -> FakeLog:
+        reliable = self.topic.reliable
+        assert reliable is not None
+        return reliable.log  # type: ignore[return-value]
+
+    async def producer(self, name: str = "p") -> Any:
+        return await self.reg.create_producer(TOPIC, name, exclusive=False, dispatch_strategy="reliable")
+
+    async def publish(self, producer: Any, payloads: list[bytes], seqs: list[int] | None = None) -> Any:
+        msgs = [pb.StreamMessage(payload=p) for p in payloads]
+        for m, s in zip(msgs, seqs or [], strict=False):
+            m.sequence_id = s
+        return await self.reg.publish(producer, msgs, self.reg.payload_bytes(msgs))
+
+    async def subscribe(
+        self, sub: str = "s", name: str = "c", kind: SubType = SubType.EXCLUSIVE, **kw: Any
+    ) -> Consumer:
+        c = await self.reg.subscribe(TOPIC, subscription=sub, consumer_name=name, sub_type=kind, **kw)
+        c.open_stream()
+        return c
+
+    async def stored(self, key: str) -> Any:
+        return await self.res.store.get_json(key)
+
+    async def close(self) -> None:
+        self.reg.close_all("test over")
+        await self.reg.wait_closed()
+
+
+async def received(c: Consumer, n: int) -> list[pb.StreamMessage]:
+    got: list[pb.StreamMessage] = []
+
+    def more() -> bool:
+        got.extend(c.queue.take(1000))
+        return len(got) >= n
+
+    await wait_until(more, what=f"{n} messages")
+    return got
+
+
+# ---------------------------------------------------------------- publish path
+async def test_publish_returns_only_once_the_batch_is_durable(resources: Resources) -> None:
+    rig = Rig(resources, FakeLogs(auto_commit=False))
+    p = await rig.producer()
+    c = await rig.subscribe()
+    pending = asyncio.create_task(rig.publish(p, [b"a", b"b"]))
+    await wait_until(lambda: rig.log.next_offset == 2, what="appended")
+    await asyncio.sleep(0)
+    assert not pending.done() and len(c.queue) == 0, "no ack and no delivery before durability"
+    rig.log.commit()
+    result = await pending
+    assert (result.first_offset, result.count, result.offsets) == (0, 2, None)
+    got = await received(c, 2)
+    stored = pb.StreamMessage.FromString(rig.log.read(0, 1)[0].record)  # type: ignore[index]
+    assert stored.msg_id.topic_offset == 0 and stored.msg_id.producer_id == p.id
+    assert stored.msg_id.topic_name == TOPIC and stored.msg_id.broker_addr == BROKER_URL
+    assert [m.payload for m in got] == [b"a", b"b"]
+    await rig.close()
+
+
+async def test_duplicates_are_acked_with_their_original_offsets(resources: Resources) -> None:
+    rig = Rig(resources)
+    p = await rig.producer()
+    first = await rig.publish(p, [b"1", b"2", b"3"], seqs=[1, 2, 3])
+    assert (first.first_offset, first.count, first.duplicates) == (0, 3, 0)
+    again = await rig.publish(p, [b"2", b"3", b"4", b"5"], seqs=[2, 3, 4, 5])
+    assert list(again.offsets) == [1, 2, 3, 4] and again.duplicates == 2 and again.count == 4
+    assert rig.log.next_offset == 5, "the duplicates were not stored again"
+    inner = await rig.publish(p, [b"6", b"6"], seqs=[6, 6])
+    assert list(inner.offsets) == [5, 5] and inner.duplicates == 1
+    plain = await rig.publish(p, [b"x"])
+    assert plain.offsets is None and plain.first_offset == 6
+    assert rig.reg.last_sequence(p) == 6
+    await rig.close()
+
+
+async def test_after_a_restart_duplicates_are_found_in_the_log_tail(resources: Resources) -> None:
+    logs = FakeLogs()
+    rig = Rig(resources, logs)
+    await rig.publish(await rig.producer(), [b"1", b"2", b"3"], seqs=[1, 2, 3])
+    await rig.close()
+    rig2 = Rig(resources, logs)
+    p = await rig2.producer()
+    assert rig2.reg.last_sequence(p) == 3, "what CreateProducer answers as last_sequence_id"
+    res = await rig2.publish(p, [b"2", b"3", b"4"], seqs=[2, 3, 4])
+    assert list(res.offsets) == [1, 2, 3] and res.duplicates == 2
+    assert rig2.log.next_offset == 4
+    await rig2.close()
+
+
+async def test_forgotten_sequence_ids_get_the_unknown_offset() -> None:
+    dedup = Dedup(lambda name: 0, recent_per_producer=2)
+    msgs = [pb.StreamMessage(sequence_id=s) for s in (1, 2, 3)]
+    first = dedup.split("p", msgs)
+    assert len(first.new) == 3 and not first.duplicates
+    again = dedup.split("p", [pb.StreamMessage(sequence_id=s) for s in (1, 3)])
+    assert again.new == [] and [(i, w is None) for i, w in again.duplicates] == [(0, True), (1, False)]
+    dedup.seed("p", [(1, 10), (3, 99)])
+    assert dedup.lookup("p", 3) != 99, "what is remembered wins over the log's tail"
+
+
+async def test_a_duplicate_of_a_message_still_being_committed_shares_its_fate(resources: Resources) -> None:
+    rig = Rig(resources, FakeLogs(auto_commit=False))
+    p = await rig.producer()
+    original = asyncio.create_task(rig.publish(p, [b"1"], seqs=[1]))
+    await wait_until(lambda: rig.log.next_offset == 1)
+    resend = asyncio.create_task(rig.publish(p, [b"1"], seqs=[1]))
+    await asyncio.sleep(0)
+    assert not resend.done()
+    rig.log.fail_pending(StorageFailed("fsync failed"))
+    with pytest.raises(StorageFailed):
+        await original
+    with pytest.raises(StorageFailed):
+        await resend
+    rig.log.auto_commit = True
+    res = await rig.publish(p, [b"1"], seqs=[1])
+    assert res.first_offset == 0 and res.offsets is None, "after the failure the resend is stored"
+    await rig.close()
+
+
+async def test_storage_errors_refuse_the_batch_and_the_topic_keeps_serving(resources: Resources) -> None:
+    rig = Rig(resources)
+    p = await rig.producer()
+    c = await rig.subscribe()
+    await rig.publish(p, [b"ok"])
+    rig.log.fail_next(DiskFull("disk full"))
+    with pytest.raises(DiskFull) as err:
+        await rig.publish(p, [b"lost"], seqs=[7])
+    assert err.value.code == "DISK_FULL" and err.value.retryable
+    assert rig.log.next_offset == 1
+    res = await rig.publish(p, [b"again"], seqs=[7])
+    assert res.first_offset == 1 and res.offsets is None
+    assert [m.payload for m in await received(c, 2)] == [b"ok", b"again"]
+    await rig.close()
+
+
+# ---------------------------------------------------------------- durable subscriptions
+async def test_subscription_metadata_and_initial_positions(resources: Resources) -> None:
+    rig = Rig(resources, FakeLogs(segment_entries=2))
+    p = await rig.producer()
+    await rig.publish(p, [b"0", b"1", b"2"])
+    latest = await rig.subscribe("late")
+    earliest = await rig.subscribe("early", initial_position="earliest")
+    meta = await rig.stored(rig.keys.subscription(T, "late"))
+    assert meta["type"] == "Exclusive" and meta["initial_position"] == "latest" and meta["start_offset"] == 3
+    assert (await rig.stored(rig.keys.subscription(T, "early")))["start_offset"] == 0
+    assert await rig.stored(rig.keys.subscription_cursor(T, "late")) is None
+    await rig.publish(p, [b"3"])
+    assert [m.msg_id.topic_offset for m in await received(latest, 1)] == [3]
+    assert [m.msg_id.topic_offset for m in await received(earliest, 4)] == [0, 1, 2, 3]
+    await rig.close()
+
+
+async def test_cursor_is_flushed_and_restored_on_reload(resources: Resources) -> None:
+    logs = FakeLogs()
+    rig = Rig(resources, logs)
+    p = await rig.producer()
+    c = await rig.subscribe(kind=SubType.SHARED)
+    await rig.publish(p, [b"%d" % i for i in range(5)])
+    await received(c, 5)
+    rig.reg.ack(TOPIC, "s", [0, 1, 3])
+    key = rig.keys.subscription_cursor(T, "s")
+    await wait_until(lambda: rig.stored(key), what="cursor flushed")
+    assert await rig.stored(key) == {"cursor": 1}
+    await rig.close()
+
+    rig2 = Rig(resources, logs)
+    c2 = await rig2.subscribe(kind=SubType.SHARED)
+    got = await received(c2, 3)
+    assert [m.msg_id.topic_offset for m in got] == [2, 3, 4]
+    await rig2.close()
+
+
+async def test_restore_happens_when_the_watch_loads_the_topic(resources: Resources) -> None:
+    logs = FakeLogs()
+    rig = Rig(resources, logs)
+    await rig.publish(await rig.producer(), [b"a"])
+    await rig.subscribe("s1", initial_position="earliest")
+    await rig.close()
+    rig2 = Rig(resources, logs)
+    own = await resources.assign_if_unowned(T, "b1")
+    rig2.reg.on_assigned(T, own.epoch)
+    await wait_until(lambda: "s1" in rig2.topic.subscriptions, what="subscription restored")
+    engine = rig2.topic.subscriptions["s1"].engine
+    assert engine is not None and engine.cursor == -1
+    await rig2.close()
+
+
+async def test_a_stale_owner_cannot_move_a_cursor(resources: Resources) -> None:
+    rig = Rig(resources)
+    p = await rig.producer()
+    c = await rig.subscribe()
+    await rig.publish(p, [b"a", b"b"])
+    await received(c, 2)
+    key = rig.keys.subscription_cursor(T, "s")
+    # someone else takes the topic over (the owner key moves on: a new epoch)
+    await resources.store.txn([], [Op.put(rig.keys.owner(T), {"broker_id": "other"})])
+    rig.reg.ack(TOPIC, "s", [0, 1])
+    reliable = rig.topic.reliable
+    assert reliable is not None
+    await reliable.flush_cursors()
+    assert await rig.stored(key) is None
+    with pytest.raises(TopicNotOwned):
+        await rig.subscribe("new-sub")
+    await rig.close()
+
+
+async def test_unsubscribe_deletes_metadata_and_cursor(resources: Resources) -> None:
+    rig = Rig(resources)
+    p = await rig.producer()
+    c = await rig.subscribe()
+    await rig.publish(p, [b"a"])
+    await received(c, 1)
+    rig.reg.ack(TOPIC, "s", [0])
+    await wait_until(lambda: rig.stored(rig.keys.subscription_cursor(T, "s")))
+    await rig.reg.close_consumer(c.id, unsubscribe=True)
+    assert "s" not in rig.topic.subscriptions
+    assert await rig.stored(rig.keys.subscription(T, "s")) is None
+    assert await rig.stored(rig.keys.subscription_cursor(T, "s")) is None
+    await rig.close()
+
+
+async def test_idle_reliable_subscriptions_are_not_swept(resources: Resources) -> None:
+    rig = Rig(resources, subscription_idle_timeout_s=1, consumer_reconnect_grace_s=1)
+    await rig.producer()
+    c = await rig.subscribe()
+    session = c._session
+    assert session is not None
+    rig.reg.stream_closed(c, session)
+    rig.clock.advance(100)
+    rig.reg.sweep()
+    assert c.id not in rig.reg.consumers and "s" in rig.topic.subscriptions
+    await rig.close()
+
+
+async def test_policy_changes_apply_at_once(resources: Resources) -> None:
+    rig = Rig(resources)
+    await rig.producer()
+    await rig.subscribe()
+    engine = rig.topic.subscriptions["s"].engine
+    assert engine is not None and engine.policy.poison_policy == "block"
+    key = rig.keys.subscription_policy(T, "s")
+    await resources.store.put(key, json.dumps({"max_redeliveries": 4, "poison_policy": "drop"}))
+    await wait_until(lambda: engine.policy.poison_policy == "drop", what="policy applied")
+    assert engine.policy.max_redeliveries == 4
+    await resources.store.put(key, json.dumps({"poison_policy": "nonsense"}))
+    await resources.store.delete(key)
+    await wait_until(lambda: engine.policy.poison_policy == "block", what="back to the defaults")
+    await rig.close()
+
+
+async def test_cumulative_ack_refused_on_shared_and_seek_refused_on_non_reliable(
+    resources: Resources,
+) -> None:
+    rig = Rig(resources)
+    await rig.producer()
+    await rig.subscribe("sh", kind=SubType.SHARED)
+    with pytest.raises(FailedPrecondition, match="cumulative"):
+        rig.reg.ack(TOPIC, "sh", [0], cumulative=True)
+    other = await rig.reg.create_producer(
+        "/default/plain", "p", exclusive=False, dispatch_strategy="non_reliable"
+    )
+    c = await rig.reg.subscribe(
+        "/default/plain", subscription="s", consumer_name="c", sub_type=SubType.SHARED
+    )
+    assert other.topic.reliable is None
+    with pytest.raises(FailedPrecondition, match="reliable"):
+        await rig.reg.seek(c.id, offset=0, publish_time_ms=None)
+    await rig.close()
+
+
+# ---------------------------------------------------------------- retention and durability policies
+async def test_retention_cuts_below_what_every_subscription_acked(resources: Resources) -> None:
+    rig = Rig(resources, FakeLogs(segment_entries=4))
+    p = await rig.producer()
+    fast = await rig.subscribe("fast", kind=SubType.SHARED, initial_position="earliest")
+    slow = await rig.subscribe("slow", kind=SubType.SHARED, initial_position="earliest")
+    await rig.publish(p, [b"%d" % i for i in range(12)])
+    await received(fast, 12)
+    await received(slow, 12)
+    rig.reg.ack(TOPIC, "fast", list(range(12)))
+    rig.reg.ack(TOPIC, "slow", list(range(9)))
+    reliable = rig.topic.reliable
+    assert reliable is not None
+    await wait_until(lambda: reliable._persisted == {"fast": 11, "slow": 8}, what="cursors flushed")
+    await reliable.apply_retention()
+    assert rig.log.first_offset == 8, "whole segments below the slowest cursor + 1"
+    await rig.close()
+
+
+async def test_topic_policies_choose_durability_and_retention(resources: Resources) -> None:
+    rig = Rig(resources, FakeLogs(segment_entries=4))
+    await resources.create_topic(T, dispatch_strategy="reliable")
+    rec = await resources.get_topic(T)
+    assert rec is not None
+    key = rig.keys.topic(T)
+    await resources.store.put(
+        key, {**rec.to_json(), "policies": {"durability": "none", "retention_time_s": 3600}}
+    )
+    p = await rig.producer()
+    assert rig.logs.opened[-1][1] is Durability.NONE
+    reliable = rig.topic.reliable
+    assert reliable is not None and reliable.policies.retention_time_s == 3600
+    await rig.publish(p, [b"%d" % i for i in range(12)])
+    await reliable.apply_retention()
+    assert rig.log.first_offset == 0, "no subscription, recent messages: kept for the retention time"
+    await rig.close()
+
+
+async def test_a_cancelled_publish_that_reached_the_log_makes_resends_duplicates(
+    resources: Resources,
+) -> None:
+    rig = Rig(resources, FakeLogs(auto_commit=False))
+    p = await rig.producer()
+    gone = asyncio.create_task(rig.publish(p, [b"1"], seqs=[1]))
+    await wait_until(lambda: rig.log.next_offset == 1)
+    waiting_dup = asyncio.create_task(rig.publish(p, [b"1"], seqs=[1]))
+    await asyncio.sleep(0)
+    gone.cancel()  # the client went away; the WAL keeps the batch
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    with pytest.raises(Unavailable):
+        await waiting_dup
+    rig.log.commit()
+    rig.log.auto_commit = True
+    res = await rig.publish(p, [b"1"], seqs=[1])
+    assert list(res.offsets) == [UNKNOWN_OFFSET] and rig.log.next_offset == 1, "stored once"
+    await rig.close()

@@ -1,0 +1,104 @@
+"""A tiny in-process broker for the lookup's stats forwarding: ``BrokerStatsService`` only.
+
+A real grpc.aio server on loopback port 0 with the real ``ErrorInterceptor``, answering
+``GetTopicStats`` from a dict (``TOPIC_NOT_OWNED`` for topics it does not have), recording
+every request, and able to hold answers (``hold``) to exercise deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc.aio
+
+from danube_common.errors import TopicNotOwned
+from danube_common.grpc_util import bind, new_server
+from danube_common.keys import Keys
+from danube_common.metadata.store import MetadataStore
+from danube_common.pb import DanubeAdmin_pb2 as apb
+from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
+from danube_common.resources import BrokerRecord
+
+
+class FakeStatsBroker(apb_grpc.BrokerStatsServiceServicer):
+    def __init__(self, broker_id: str) -> None:
+        self.broker_id = broker_id
+        self.addr = ""
+        self.stats: dict[str, apb.TopicStats] = {}
+        self.requests: list[apb.TopicStatsRequest] = []
+        #: Cleared: answers wait until it is set again.
+        self.hold = asyncio.Event()
+        self.hold.set()
+
+    async def GetTopicStats(self, request: apb.TopicStatsRequest, context: object) -> apb.TopicStats:
+        self.requests.append(request)
+        await self.hold.wait()
+        found = self.stats.get(request.name)
+        if found is None:
+            raise TopicNotOwned(f"topic {request.name} is not served by {self.broker_id}")
+        return found
+
+    async def GetBrokerStats(self, request: apb.BrokerStatsRequest, context: object) -> apb.BrokerStats:
+        return apb.BrokerStats(broker_id=self.broker_id, topics=len(self.stats))
+
+    def sample(self, topic: str) -> apb.TopicStats:
+        """Put a recognisable TopicStats for ``topic`` (two subscriptions) and return it."""
+        st = apb.TopicStats(
+            name=topic,
+            broker_id=self.broker_id,
+            dispatch_strategy="reliable",
+            durability="fsync",
+            first_offset=10,
+            next_offset=110,
+            wal_bytes=4096,
+            wal_segments=2,
+            msgs_in_total=110,
+            bytes_in_total=11_000,
+            msg_rate_in=12.5,
+            bytes_rate_in=1250.0,
+            producers=1,
+            subscriptions=[
+                apb.SubscriptionStats(
+                    name="billing",
+                    type="exclusive",
+                    consumers=1,
+                    backlog=7,
+                    cursor=102,
+                    has_cursor=True,
+                    unacked_in_flight=3,
+                    delivered_total=105,
+                    redelivered_total=4,
+                    dead_lettered_total=1,
+                    msg_rate_out=9.5,
+                ),
+                apb.SubscriptionStats(name="fresh", type="shared", backlog=100, has_cursor=False),
+            ],
+        )
+        self.stats[topic] = st
+        return st
+
+
+@contextlib.asynccontextmanager
+async def stats_broker(broker_id: str) -> AsyncIterator[FakeStatsBroker]:
+    """Serve a FakeStatsBroker on loopback for the duration of the block."""
+    fake = FakeStatsBroker(broker_id)
+    server: grpc.aio.Server = new_server()
+    apb_grpc.add_BrokerStatsServiceServicer_to_server(fake, server)
+    port = bind(server, "127.0.0.1:0")
+    await server.start()
+    fake.addr = f"127.0.0.1:{port}"
+    try:
+        yield fake
+    finally:
+        fake.hold.set()
+        await server.stop(grace=None)
+
+
+async def register(store: MetadataStore, keys: Keys, broker_id: str, addr: str) -> int:
+    """Act as a broker's registration (under a lease; revoking it = the broker is gone)."""
+    lease = await store.grant_lease(30)
+    rec = BrokerRecord(broker_id, addr, f"http://{addr}", "active", 1)
+    await store.put(keys.broker(broker_id), rec.to_json(), lease=lease)
+    return lease

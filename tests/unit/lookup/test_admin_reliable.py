@@ -1,0 +1,312 @@
+"""The admin API for reliable topics over the in-memory store: durability and retention at
+creation, subscription policies (validation, storage), and GetTopicStats forwarded to the
+owning broker (a fake BrokerStatsService on loopback)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+
+from danube_common.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    InvalidTopicName,
+    NotFound,
+    Timeout,
+    TopicNotFound,
+    TopicNotOwned,
+    Unavailable,
+)
+from danube_common.etcd_server import free_port
+from danube_common.keys import Keys
+from danube_common.metadata.memory import MemoryStore
+from danube_common.pb import DanubeAdmin_pb2 as apb
+from danube_common.resources import Resources, SubscriptionPolicyRecord, topic_policies
+from danube_common.topic_name import TopicName
+from tests.unit.lookup.fake_stats import register, stats_broker
+from tests.unit.lookup.test_admin_api import Admin
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
+
+CTX: Any = None
+
+
+@pytest.fixture
+async def res(memory_store: MemoryStore) -> Resources:
+    r = Resources(memory_store, Keys("c"))
+    await r.create_namespace("default")
+    return r
+
+
+@pytest.fixture
+async def admin(res: Resources) -> AsyncIterator[Admin]:
+    a = Admin(res, broker_rpc_timeout_s=0.5)
+    yield a
+    await a.stats.aclose()
+
+
+async def create(admin: Admin, name: str, **fields: Any) -> apb.TopicInfo:
+    return (await admin.topics.CreateTopic(apb.CreateTopicRequest(name=name, **fields), CTX)).topic
+
+
+# ---------------------------------------------------------------------------- durability, retention
+
+
+async def test_reliable_topic_keeps_durability_and_retention_in_every_record(
+    admin: Admin, res: Resources
+) -> None:
+    created = await create(
+        admin,
+        "/default/p",
+        partitions=2,
+        dispatch_strategy="reliable",
+        durability="cloud",
+        retention_time_s=3600,
+        retention_size_bytes=10_000,
+    )
+    expected = {"durability": "cloud", "retention_time_s": 3600, "retention_size_bytes": 10_000}
+    for name in ("/default/p", "/default/p-part-0", "/default/p-part-1"):
+        rec = await res.get_topic(TopicName.parse(name))
+        assert rec is not None and rec.policies == expected, name
+    assert (created.durability, created.retention_time_s, created.retention_size_bytes) == (
+        "cloud",
+        3600,
+        10_000,
+    )
+    assert {p.durability for p in created.partition_topics} == {"cloud"}
+
+    await create(admin, "/default/r", dispatch_strategy="reliable")  # durability defaults to fsync
+    await create(admin, "/default/plain")
+    listed = {t.name: t for t in (await admin.topics.ListTopics(apb.ListTopicsRequest(), CTX)).topics}
+    assert (listed["/default/r"].durability, listed["/default/r"].retention_time_s) == ("fsync", 0)
+    assert listed["/default/plain"].durability == "" and listed["/default/p"].retention_size_bytes == 10_000
+    described = await admin.topics.DescribeTopic(apb.DescribeTopicRequest(name="/default/r"), CTX)
+    assert described.durability == "fsync"
+    plain = await res.get_topic(TopicName.parse("/default/plain"))
+    assert plain is not None and plain.policies == {}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"durability": "fsync"}, "apply to reliable topics only"),
+        ({"retention_time_s": 60}, "retention_time_s=60"),
+        ({"dispatch_strategy": "non_reliable", "retention_size_bytes": 1}, "reliable topics only"),
+        ({"dispatch_strategy": "reliable", "durability": "sometimes"}, "fsync, none, cloud"),
+        ({"dispatch_strategy": "reliable", "durability": "none", "partitions": 2000}, "partitions"),
+    ],
+)
+async def test_create_refuses_bad_reliability_options(
+    admin: Admin, fields: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=message) as info:
+        await create(admin, "/default/t", **fields)
+    assert info.value.grpc_status == grpc.StatusCode.INVALID_ARGUMENT
+    assert not (await admin.topics.ListTopics(apb.ListTopicsRequest(), CTX)).topics
+
+
+def test_topic_policies_table() -> None:
+    assert topic_policies("non_reliable") == {}
+    assert topic_policies("reliable") == {
+        "durability": "fsync",
+        "retention_time_s": 0,
+        "retention_size_bytes": 0,
+    }
+    assert topic_policies("reliable", durability="none", retention_size_bytes=5)["durability"] == "none"
+    with pytest.raises(InvalidArgument, match="retention_time_s must be 0"):
+        topic_policies("reliable", retention_time_s=-1)
+
+
+# ---------------------------------------------------------------------------- subscription policies
+
+
+def policy(**fields: Any) -> apb.SubscriptionPolicy:
+    return apb.SubscriptionPolicy(**fields)
+
+
+async def set_policy(
+    admin: Admin, topic: str, sub: str, p: apb.SubscriptionPolicy
+) -> apb.SubscriptionPolicyResponse:
+    req = apb.SetSubscriptionPolicyRequest(topic=topic, subscription=sub, policy=p)
+    return await admin.topics.SetSubscriptionPolicy(req, CTX)
+
+
+async def get_policy(admin: Admin, topic: str, sub: str) -> apb.SubscriptionPolicyResponse:
+    req = apb.GetSubscriptionPolicyRequest(topic=topic, subscription=sub)
+    return await admin.topics.GetSubscriptionPolicy(req, CTX)
+
+
+async def test_subscription_policy_is_stored_for_the_topic_and_its_partitions(
+    admin: Admin, res: Resources
+) -> None:
+    await create(admin, "/default/p", partitions=3, dispatch_strategy="reliable")
+    p = policy(
+        max_redeliveries=5,
+        ack_timeout_ms=30_000,
+        redelivery_backoff_base_ms=100,
+        redelivery_backoff_max_ms=10_000,
+        poison_policy="dead_letter",
+        dead_letter_topic="/default/p-dlq",
+    )
+    resp = await set_policy(admin, "/default/p", "billing", p)
+    assert resp.policy == p and (resp.topic, resp.subscription) == ("/default/p", "billing")
+    expected = {
+        "max_redeliveries": 5,
+        "ack_timeout_ms": 30_000,
+        "redelivery_backoff_base_ms": 100,
+        "redelivery_backoff_max_ms": 10_000,
+        "poison_policy": "dead_letter",
+        "dead_letter_topic": "/default/p-dlq",
+    }
+    for name in ("/default/p", *(f"/default/p-part-{i}" for i in range(3))):
+        kv = await res.store.get(res.keys.subscription_policy(TopicName.parse(name), "billing"))
+        assert kv is not None and kv.json() == expected, name
+    assert (await get_policy(admin, "/default/p", "billing")).policy == p
+    assert (await get_policy(admin, "/default/p-part-2", "billing")).policy == p
+    # Replacing it replaces every copy.
+    await set_policy(admin, "/default/p", "billing", policy(poison_policy="drop"))
+    got = await get_policy(admin, "/default/p-part-1", "billing")
+    assert got.policy == policy(poison_policy="drop")
+    # The policy key is below the subscription, not a subscription of its own.
+    described = await admin.topics.DescribeTopic(apb.DescribeTopicRequest(name="/default/p"), CTX)
+    assert list(described.subscriptions) == []
+
+
+async def test_an_unset_policy_comes_back_empty(admin: Admin) -> None:
+    await create(admin, "/default/r", dispatch_strategy="reliable")
+    resp = await get_policy(admin, "/default/r", "nobody-set-this")
+    assert not resp.HasField("policy") and resp.subscription == "nobody-set-this"
+
+
+@pytest.mark.parametrize(
+    ("p", "message"),
+    [
+        (policy(), "poison_policy must be one of dead_letter, drop, block"),
+        (policy(poison_policy="retry"), "poison_policy must be one of"),
+        (policy(poison_policy="dead_letter"), "needs a dead_letter_topic"),
+        (policy(poison_policy="dead_letter", dead_letter_topic="dlq"), "invalid topic name 'dlq'"),
+        (policy(poison_policy="dead_letter", dead_letter_topic="/default/r"), "is the topic itself"),
+        (policy(poison_policy="dead_letter", dead_letter_topic="/default/r-part-1"), "is the topic itself"),
+        (
+            policy(poison_policy="drop", dead_letter_topic="/default/dlq"),
+            "only used with poison_policy dead_letter",
+        ),
+        (policy(poison_policy="block", redelivery_backoff_base_ms=500), "must be at least"),
+        (policy(poison_policy="block", redelivery_backoff_max_ms=10**12), "between 0 and"),
+        (policy(poison_policy="block", ack_timeout_ms=10**12), "ack_timeout_ms must be between"),
+        (policy(poison_policy="block", max_redeliveries=4_000_000), "max_redeliveries must be between"),
+    ],
+)
+async def test_bad_policies_are_refused_and_nothing_is_stored(
+    admin: Admin, res: Resources, p: apb.SubscriptionPolicy, message: str
+) -> None:
+    await create(admin, "/default/r", dispatch_strategy="reliable")
+    with pytest.raises(InvalidArgument, match=message):
+        await set_policy(admin, "/default/r", "s", p)
+    assert await res.get_subscription_policy(TopicName.parse("/default/r"), "s") is None
+
+
+async def test_policy_requests_about_the_wrong_thing(admin: Admin) -> None:
+    await create(admin, "/default/plain")
+    with pytest.raises(InvalidArgument, match="apply to reliable topics only"):
+        await set_policy(admin, "/default/plain", "s", policy(poison_policy="drop"))
+    with pytest.raises(TopicNotFound):
+        await set_policy(admin, "/default/ghost", "s", policy(poison_policy="drop"))
+    with pytest.raises(TopicNotFound):
+        await get_policy(admin, "/default/ghost", "s")
+    await create(admin, "/default/r", dispatch_strategy="reliable")
+    for bad_sub in ("", "a/b", "has space"):
+        with pytest.raises(InvalidArgument, match="invalid subscription name"):
+            await set_policy(admin, "/default/r", bad_sub, policy(poison_policy="drop"))
+    with pytest.raises(InvalidArgument, match="policy is required"):
+        await admin.topics.SetSubscriptionPolicy(
+            apb.SetSubscriptionPolicyRequest(topic="/default/r", subscription="s"), CTX
+        )
+    with pytest.raises(InvalidTopicName):
+        await get_policy(admin, "r", "s")
+
+
+def test_policy_record_round_trips_json() -> None:
+    rec = SubscriptionPolicyRecord(3, 1000, 10, 20, "dead_letter", "/d/dlq")
+    assert SubscriptionPolicyRecord.from_json(rec.to_json()) == rec
+    assert (
+        SubscriptionPolicyRecord.from_json({"poison_policy": "drop", "future_field": 1}).poison_policy
+        == "drop"
+    )
+
+
+# ---------------------------------------------------------------------------- topic stats
+
+
+async def test_stats_are_forwarded_to_the_owner(admin: Admin, res: Resources) -> None:
+    async with stats_broker("b1") as b1, stats_broker("b2") as b2:
+        await register(res.store, res.keys, "b1", b1.addr)
+        await register(res.store, res.keys, "b2", b2.addr)
+        created = await create(admin, "/default/p", partitions=2, dispatch_strategy="reliable")
+        owners = {p.name: p.broker_id for p in created.partition_topics}
+        fakes = {"b1": b1, "b2": b2}
+        for name, broker_id in owners.items():
+            expected = fakes[broker_id].sample(name)
+            got = await admin.topics.GetTopicStats(apb.TopicStatsRequest(name=name), CTX)
+            assert got == expected
+        assert sorted(r.name for r in b1.requests + b2.requests) == sorted(owners)
+        assert all(len(f.requests) == 1 for f in fakes.values())  # each asked only for its own
+
+
+async def test_stats_errors_say_what_is_wrong(admin: Admin, res: Resources) -> None:
+    stats = admin.topics.GetTopicStats
+    with pytest.raises(TopicNotFound):
+        await stats(apb.TopicStatsRequest(name="/default/ghost"), CTX)
+    await create(admin, "/default/p", partitions=2, dispatch_strategy="reliable")  # no broker: unassigned
+    with pytest.raises(NotFound, match=r"stats are per partition: ask for one of /default/p-part-0"):
+        await stats(apb.TopicStatsRequest(name="/default/p"), CTX)
+    with pytest.raises(NotFound, match="not assigned to a broker yet") as info:
+        await stats(apb.TopicStatsRequest(name="/default/p-part-0"), CTX)
+    assert info.value.grpc_status == grpc.StatusCode.NOT_FOUND
+
+    # Owned by a broker whose registration is gone.
+    await res.assign_if_unowned(TopicName.parse("/default/p-part-0"), "ghost-broker")
+    with pytest.raises(Unavailable, match="owned by broker ghost-broker, which is not registered"):
+        await stats(apb.TopicStatsRequest(name="/default/p-part-0"), CTX)
+
+    # Registered, but nothing answers at its address.
+    await register(res.store, res.keys, "down", f"127.0.0.1:{free_port()}")
+    await res.assign_if_unowned(TopicName.parse("/default/p-part-1"), "down")
+    with pytest.raises(
+        Unavailable, match=r"broker down \(owner of /default/p-part-1\) at 127\.0\.0\.1:\d+ is unreachable"
+    ):
+        await stats(apb.TopicStatsRequest(name="/default/p-part-1"), CTX)
+
+
+async def test_stats_deadline_and_broker_errors(admin: Admin, res: Resources) -> None:
+    async with stats_broker("slow") as slow:
+        await register(res.store, res.keys, "slow", slow.addr)
+        await create(admin, "/default/t", dispatch_strategy="reliable")
+        req = apb.TopicStatsRequest(name="/default/t")
+        # The broker's own error passes through (it says the topic is not there).
+        with pytest.raises(TopicNotOwned, match="not served by slow"):
+            await admin.topics.GetTopicStats(req, CTX)
+        slow.sample("/default/t")
+        slow.hold.clear()
+        with pytest.raises(Timeout, match=r"broker slow .* did not answer within 0\.5s"):
+            await admin.topics.GetTopicStats(req, CTX)
+        slow.hold.set()
+        assert (await admin.topics.GetTopicStats(req, CTX)).next_offset == 110
+
+
+async def test_a_broker_without_stats_service(admin: Admin, res: Resources) -> None:
+    from danube_common.grpc_util import bind, new_server
+
+    server = new_server()  # serves nothing: every method is UNIMPLEMENTED
+    port = bind(server, "127.0.0.1:0")
+    await server.start()
+    try:
+        await register(res.store, res.keys, "old", f"127.0.0.1:{port}")
+        await create(admin, "/default/t", dispatch_strategy="reliable")
+        with pytest.raises(FailedPrecondition, match="does not serve topic stats"):
+            await admin.topics.GetTopicStats(apb.TopicStatsRequest(name="/default/t"), CTX)
+    finally:
+        await server.stop(grace=None)

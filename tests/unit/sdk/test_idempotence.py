@@ -1,0 +1,202 @@
+"""Idempotent publishing against the fake broker: sequence ids, dedup, resends, batch refusals."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from danube_common.errors import (
+    ERRORS_BY_CODE,
+    DanubeError,
+    InvalidArgument,
+    ResourceExhausted,
+    Timeout,
+    Unavailable,
+)
+from danube_common.pb import DanubeApi_pb2 as pb
+from danube_sdk import DanubeClient, DispatchStrategy
+from danube_sdk.batch import error_from_detail
+from tests.support import wait_until
+from tests.unit.sdk.fake_broker import FakeCluster
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
+
+T = "/default/idem"
+
+
+def seqs(cluster: FakeCluster, broker: int | None = None) -> list[list[int]]:
+    """Sequence ids of every frame the broker(s) received, frame by frame."""
+    return [
+        [m.sequence_id for m in f.messages] for f in cluster.frames if broker is None or f.broker == broker
+    ]
+
+
+def refusal(code: str, status: grpc.StatusCode, *, retryable: bool) -> pb.ErrorDetail:
+    return pb.ErrorDetail(code=code, grpc_code=status.value[0], message=f"{code} (fake)", retryable=retryable)
+
+
+async def test_sequence_ids_start_above_the_brokers_last_and_increase(
+    client: DanubeClient, cluster: FakeCluster
+) -> None:
+    cluster.create_topic(T)
+    cluster.topics[T].sequences["p1"] = 41  # a previous run of producer p1 stored up to 41
+    producer = await client.create_producer(
+        T, producer_name="p1", dispatch_strategy=DispatchStrategy.RELIABLE
+    )
+    await producer.send(b"a")
+    await producer.send_many([b"b", b"c", b"d"])
+    assert [s for frame in seqs(cluster) for s in frame] == [42, 43, 44, 45]
+    create = cluster.calls_of("CreateProducer")[0]
+    assert isinstance(create, pb.ProducerRequest) and create.dispatch_strategy == pb.Reliable
+
+
+async def test_no_sequence_ids_without_idempotence(client: DanubeClient, cluster: FakeCluster) -> None:
+    producer = await client.create_producer(T, enable_idempotence=False)
+    await producer.send_many([b"a", b"b"])
+    assert {s for frame in seqs(cluster) for s in frame} == {0}
+
+
+async def test_a_lost_ack_is_resent_with_the_same_ids_and_not_stored_twice(
+    client: DanubeClient, cluster: FakeCluster
+) -> None:
+    producer = await client.create_producer(T, producer_name="lossy")
+    await producer.send(b"warm-up")
+    cluster.break_after_publish = 1  # the next batch is stored, then the stream breaks unacked
+    futs = [await producer.send_async(b"m%d" % i) for i in range(5)]
+    ids = await asyncio.gather(*futs)
+
+    assert [m.offset for m in ids] == [1, 2, 3, 4, 5]  # the offsets of the first (only) copies
+    assert cluster.payloads(T) == [b"warm-up"] + [b"m%d" % i for i in range(5)]
+    assert len(cluster.calls_of("CreateProducer")) == 2  # it did reconnect and resend
+    assert seqs(cluster) == [[1], [2, 3, 4, 5, 6], [2, 3, 4, 5, 6]]
+    assert cluster.unknown_duplicates == []
+    assert (await producer.send(b"after")).offset == 6
+
+
+async def test_an_ack_listing_offsets_maps_each_message(client: DanubeClient, cluster: FakeCluster) -> None:
+    cluster.create_topic(T)
+    producer = await client.create_producer(T, producer_name="p")
+    # Pretend sequence ids 1 and 2 of "p" were stored earlier, at offsets 1 and 3.
+    topic = cluster.topics[T]
+    topic.log.extend(pb.StreamMessage(payload=b"x%d" % i) for i in range(5))
+    topic.sequences["p"] = 2
+    topic.seq_offsets.update({("p", 1): 1, ("p", 2): 3})
+    futs = [await producer.send_async(b"m%d" % i) for i in range(4)]  # one batch: ids 1..4
+    ids = await asyncio.gather(*futs)
+    assert [m.offset for m in ids] == [1, 3, 5, 6]
+    assert seqs(cluster) == [[1, 2, 3, 4]]
+
+
+async def test_a_resend_after_a_move_keeps_its_sequence_ids(
+    client: DanubeClient, cluster: FakeCluster
+) -> None:
+    producer = await client.create_producer(T, producer_name="mover", batching_max_messages=3)
+    await producer.send(b"first")
+    cluster.ack_gate.clear()  # batches reach broker 0 and are never answered there
+    futs = [await producer.send_async(b"%d" % i) for i in range(6)]
+    await wait_until(lambda: len(cluster.frames) == 3, timeout_s=5, what="two batches on the wire")
+    cluster.move(T, 1)
+    cluster.ack_gate.set()
+    ids = await asyncio.gather(*futs)
+    assert [m.offset for m in ids] == list(range(1, 7))
+    assert seqs(cluster, broker=0)[1:] == seqs(cluster, broker=1) == [[2, 3, 4], [5, 6, 7]]
+    assert cluster.unknown_duplicates == []
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [("DISK_FULL", grpc.StatusCode.RESOURCE_EXHAUSTED), ("STORAGE_FAILED", grpc.StatusCode.UNAVAILABLE)],
+)
+async def test_a_retryable_refusal_is_retried_after_later_batches_without_loss(
+    client: DanubeClient, cluster: FakeCluster, code: str, status: grpc.StatusCode
+) -> None:
+    """Batch A is refused (not stored) while batch B behind it is stored: A is retried with ids
+    above B's, so the broker does not take it for a duplicate."""
+    producer = await client.create_producer(T, batching_max_publish_delay_ms=1)
+    cluster.ack_gate.clear()
+    a = await producer.send_async(b"A")
+    await wait_until(lambda: len(cluster.frames) == 1, timeout_s=5, what="A on the wire")
+    b = await producer.send_async(b"B")
+    await wait_until(lambda: len(cluster.frames) == 2, timeout_s=5, what="B on the wire")
+    cluster.refuse_next.append(refusal(code, status, retryable=True))  # A only
+    cluster.ack_gate.set()
+
+    assert (await b).offset == 0
+    assert (await a).offset == 1
+    assert cluster.payloads(T) == [b"B", b"A"]
+    assert cluster.unknown_duplicates == []
+    a_ids = [f.messages[0].sequence_id for f in cluster.frames if f.messages[0].payload == b"A"]
+    assert a_ids == [1, 3]  # B had 2: A's retry got a fresh id above it
+
+
+async def test_retryable_refusals_give_up_at_send_timeout(client: DanubeClient, cluster: FakeCluster) -> None:
+    producer = await client.create_producer(T, send_timeout_s=0.5)
+    cluster.refuse_next.extend(
+        refusal("DISK_FULL", grpc.StatusCode.RESOURCE_EXHAUSTED, retryable=True) for _ in range(1000)
+    )
+    with pytest.raises(Timeout, match="not acknowledged within"):
+        await producer.send(b"never stored")
+    assert producer.pending == 0
+    cluster.refuse_next.clear()
+
+    async def recovered() -> bool:  # sends may still time out while the producer backs off
+        try:
+            mid = await producer.send(b"disk has room again")
+        except Timeout:
+            return False
+        return cluster.payloads(T)[mid.offset] == b"disk has room again"
+
+    await wait_until(recovered, timeout_s=10, what="a send to succeed once the disk has room")
+
+
+@pytest.mark.parametrize(
+    ("detail", "error"),
+    [
+        (refusal("SCHEMA_MISMATCH", grpc.StatusCode.INVALID_ARGUMENT, retryable=False), InvalidArgument),
+        # The broker's flag decides, not the status's class.
+        (refusal("STORAGE_FAILED", grpc.StatusCode.UNAVAILABLE, retryable=False), Unavailable),
+    ],
+)
+async def test_a_non_retryable_refusal_fails_the_futures(
+    client: DanubeClient, cluster: FakeCluster, detail: pb.ErrorDetail, error: type[DanubeError]
+) -> None:
+    producer = await client.create_producer(T)
+    cluster.refuse_next.append(detail)
+    with pytest.raises(error, match=f"{detail.code} \\(fake\\)"):
+        await producer.send(b"refused")
+    assert (await producer.send(b"next")).offset == 0
+    assert len(cluster.frames) == 2 and len(cluster.calls_of("CreateProducer")) == 1
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "cls"),
+    [
+        ("DISK_FULL", grpc.StatusCode.RESOURCE_EXHAUSTED, ResourceExhausted),
+        ("STORAGE_FAILED", grpc.StatusCode.UNAVAILABLE, Unavailable),
+    ],
+)
+def test_storage_refusals_map_to_retryable_errors(
+    code: str, status: grpc.StatusCode, cls: type[DanubeError]
+) -> None:
+    """Known codes map to their class, codes this client does not know to their status's."""
+    err = error_from_detail(refusal(code, status, retryable=True))
+    assert isinstance(err, cls) and err.retryable
+    assert err.code == (code if code in ERRORS_BY_CODE else cls.code)
+
+
+async def test_a_reconnect_continues_above_a_higher_last_sequence_id(
+    client: DanubeClient, cluster: FakeCluster
+) -> None:
+    """Someone else stored higher ids under our name meanwhile: new messages go above them
+    rather than being dropped as duplicates."""
+    producer = await client.create_producer(T, producer_name="twin")
+    await producer.send(b"one")
+    cluster.topics[T].sequences["twin"] = 100
+    cluster.move(T, 1)
+    await wait_until(lambda: cluster.calls_of("CreateProducer", broker=1), timeout_s=5, what="re-created")
+    mid = await producer.send(b"two")
+    assert cluster.payloads(T)[mid.offset] == b"two"
+    assert seqs(cluster) == [[1], [101]]
+    assert cluster.unknown_duplicates == []
