@@ -29,18 +29,26 @@ from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
 
 
-def raw_fsync_rate(directory: Path, seconds: float = 2.0) -> float:
+def raw_fsync(directory: Path, seconds: float = 3.0) -> dict[str, float]:
+    """One 100-byte write + fdatasync per call, for ``seconds``: rate and latency tail."""
     path = directory / "fsync-probe.bin"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    lat: list[float] = []
     try:
-        n = 0
         payload = b"x" * 100
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
+            a = time.perf_counter()
             os.write(fd, payload)
-            os.fsync(fd)
-            n += 1
-        return n / (time.perf_counter() - t0)
+            os.fdatasync(fd)
+            lat.append(time.perf_counter() - a)
+        q = statistics.quantiles(lat, n=1000)
+        return {
+            "rate": len(lat) / (time.perf_counter() - t0),
+            "p50_ms": q[499] * 1000,
+            "p999_ms": q[998] * 1000,
+            "max_ms": max(lat) * 1000,
+        }
     finally:
         os.close(fd)
         path.unlink()
@@ -51,6 +59,35 @@ def create_topic(admin_url: str, name: str, dispatch: str, durability: str) -> N
         apb_grpc.TopicAdminStub(ch).CreateTopic(
             apb.CreateTopicRequest(name=name, dispatch_strategy=dispatch, durability=durability), timeout=10
         )
+
+
+async def publish_at_rate(
+    service_url: str, topic: str, rate: float, seconds: float, size: int
+) -> dict[str, float]:
+    """Publish at a fixed rate; latency counts from each message's intended send time, so a
+    stall delays the measurements of everything behind it (no coordinated omission)."""
+    from danube_sdk import DanubeClient, DispatchStrategy
+
+    payload = os.urandom(size)
+    lat: list[float] = []
+    n = int(rate * seconds)
+    async with DanubeClient(service_url) as client:
+        producer = await client.create_producer(topic, dispatch_strategy=DispatchStrategy.RELIABLE)
+        await producer.send(b"warm-up")
+        futures = []
+        t0 = time.perf_counter()
+        for i in range(n):
+            intended = t0 + i / rate
+            delay = intended - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            fut = await producer.send_async(payload)
+            fut.add_done_callback(lambda f, t=intended: lat.append(time.perf_counter() - t))
+            futures.append(fut)
+        await asyncio.gather(*futures)
+        await producer.close()
+    q = statistics.quantiles(lat, n=1000)
+    return {"rate": rate, "p50_ms": q[499] * 1000, "p99_ms": q[989] * 1000, "p999_ms": q[998] * 1000}
 
 
 async def publish(service_url: str, topic: str, reliable: bool, messages: int, size: int) -> dict[str, float]:
@@ -81,13 +118,16 @@ async def publish(service_url: str, topic: str, reliable: bool, messages: int, s
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", type=int, default=50_000)
+    p.add_argument("--rate", type=float, default=5_000, help="msg/s of the fixed-rate latency run")
+    p.add_argument("--rate-seconds", type=float, default=5.0)
     args = p.parse_args()
 
     from danube_local.cluster import LocalCluster
 
     rows: list[tuple[str, int, dict[str, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        fsync_rate = raw_fsync_rate(Path(tmp))
+        disk = raw_fsync(Path(tmp))
+        fsync_rate = disk["rate"]
         print(f"== raw fsync rate of this disk: {fsync_rate:,.0f}/s", flush=True)
         with LocalCluster(brokers=1, workdir=Path(tmp), log_level="WARNING") as c:
             for size in (100, 1024):
@@ -103,6 +143,12 @@ def main() -> None:
                         publish(c.service_url, topic, dispatch == "reliable", args.messages, size)
                     )
                     rows.append((label, size, res))
+            topic = "/default/bench-fixed-rate"
+            create_topic(c.admin_url, topic, "reliable", "fsync")
+            print(
+                f"== reliable, fsync, 100 B at a fixed {args.rate:,.0f} msg/s for {args.rate_seconds:.0f} s ..."
+            )
+            fixed = asyncio.run(publish_at_rate(c.service_url, topic, args.rate, args.rate_seconds, 100))
 
     print()
     print(
@@ -114,7 +160,15 @@ def main() -> None:
             f"{label:<18} {size:>6} {r['rate']:>10,.0f} {r['rate'] * size / 1e6:>7.1f} "
             f"{r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {per_fsync}"
         )
-    print(f"raw fsync rate: {fsync_rate:,.0f}/s (one 100-byte write + fsync each)")
+    print(
+        f"raw fsync: {fsync_rate:,.0f}/s (one 100-byte write + fdatasync each); latency p50 "
+        f"{disk['p50_ms']:.2f} ms, p99.9 {disk['p999_ms']:.2f} ms, max {disk['max_ms']:.1f} ms"
+    )
+    print("(max-rate latencies above are queueing behind the producer's pending window)")
+    print(
+        f"fixed rate {fixed['rate']:,.0f} msg/s, reliable fsync, 100 B: publish-to-ack p50 {fixed['p50_ms']:.2f} ms, "
+        f"p99 {fixed['p99_ms']:.2f} ms, p99.9 {fixed['p999_ms']:.2f} ms"
+    )
     for size in (100, 1024):
         rel = next(r for lbl, s, r in rows if s == size and lbl == "reliable, fsync")
         non = next(r for lbl, s, r in rows if s == size and lbl == "non-reliable")
