@@ -430,3 +430,36 @@ async def test_a_cancelled_open_leaves_the_directory_unlocked(tmp_path: Path) ->
     log = await open_log(tmp_path, cfg(lock_wait_s=10))
     assert await log.append([b"a"], [0]) == 0
     await log.aclose()
+
+
+@pytest.mark.parametrize(
+    ("durability", "inline_bytes", "on_loop"),
+    [
+        (Durability.FSYNC, 0, False),
+        (Durability.NONE, 0, False),  # the default: no disk call ever runs on the event loop
+        (Durability.NONE, 64 * 1024, True),  # opted in: small page-cache writes stay on the loop
+        (Durability.FSYNC, 64 * 1024, False),  # never with fsync
+    ],
+)
+async def test_where_commits_are_written(
+    tmp_path: Path, durability: Durability, inline_bytes: int, on_loop: bool
+) -> None:
+    ops = Ops()
+    threads: list[threading.Thread] = []
+    plain_pwrite = ops.pwrite
+
+    def recording_pwrite(fd: int, data: bytes | memoryview, pos: int) -> int:
+        threads.append(threading.current_thread())
+        return plain_pwrite(fd, data, pos)
+
+    ops.pwrite = recording_pwrite  # type: ignore[method-assign]
+    c = cfg(segment_max_bytes=1 << 20, inline_write_max_bytes=inline_bytes)
+    log = await open_log(tmp_path, c, ops=ops, durability=durability)
+    threads.clear()  # opening wrote the segment header (in the pool); look at commits only
+    try:
+        await append_all(log, records(5), batch=1)
+    finally:
+        await log.aclose()
+    main = threading.main_thread()
+    assert threads, "commits were written"
+    assert all((t is main) == on_loop for t in threads), [t.name for t in threads]

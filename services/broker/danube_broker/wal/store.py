@@ -31,10 +31,6 @@ log = logging.getLogger(__name__)
 
 _LOCK_RETRY_S = 0.02
 
-#: With durability "none", commits up to this size are written on the event loop (a page-cache
-#: write of this size takes microseconds; the thread hop would cost more).
-INLINE_WRITE_BYTES = 256 * 1024
-
 T = TypeVar("T")
 
 
@@ -122,9 +118,9 @@ class SegmentStore:
         """Write ``data`` at the active segment's durable end (+ fsync per the policy); returns
         the fsync's seconds. The caller then accounts the frames (``active.size``, index)."""
         seg = self.active
-        if self._sync or len(data) > INLINE_WRITE_BYTES:
+        if self._sync or len(data) > self._cfg.inline_write_max_bytes:
             return await self.in_thread(partial(seg.write, data, self._ops, self._sync))
-        return seg.write(data, self._ops, False)
+        return seg.write(data, self._ops, False)  # opted in: wal.inline_write_max_bytes
 
     def roll_due(self, incoming: int) -> bool:
         """Roll before a commit of ``incoming`` bytes? (size or age; never an empty segment)."""
