@@ -18,6 +18,7 @@ from danube_common.etcd_server import EtcdProcess, free_port
 from danube_common.keys import Keys
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.resources import BrokerRecord
+from danube_common.topic_name import TopicName
 from danube_lookup.app import running
 from danube_lookup.config import LookupConfig
 from tests.unit.lookup.fake_stats import register, stats_broker
@@ -187,7 +188,7 @@ async def test_reliable_topic_create_describe_and_refusal(admin_url: str) -> Non
     assert r.code == 1 and "reliable topics only" in r.err and "Traceback" not in r.err
 
 
-async def test_subscription_policy_commands(admin_url: str) -> None:
+async def test_subscription_policy_commands(admin_url: str, etcd_store: EtcdStore, keys: Keys) -> None:
     r = await cli("topics", "create", "/default/jobs", "--dispatch-strategy", "reliable", url=admin_url)
     assert r.code == 0, r.err
     r = await cli("subscriptions", "get-policy", "/default/jobs", "-s", "workers", url=admin_url)
@@ -228,8 +229,31 @@ async def test_subscription_policy_commands(admin_url: str) -> None:
         url=admin_url,
     )
     assert r.code == 1 and "error: poison_policy dead_letter needs a dead_letter_topic" in r.err
+    r = await cli("subscriptions", "set-policy", "/default/jobs", "-s", "workers", url=admin_url)
+    assert r.code == 1 and "pass at least one option" in r.err and "Traceback" not in r.err
     r = await cli("subscriptions", "get-policy", "/default/nope", "-s", "w", url=admin_url)
     assert r.code == 1 and "does not exist" in r.err and "hint: list topics" in r.err
+
+    # Options not given use the broker's defaults: nothing of the earlier policy is kept, and
+    # nothing is stored for them (an ack timeout of 0 would switch redelivery off).
+    r = await cli(
+        *("subscriptions", "set-policy", "/default/jobs", "-s", "workers", "--max-redeliveries", "5"),
+        url=admin_url,
+    )
+    assert (r.code, r.err) == (0, ""), r.err
+    kv = await etcd_store.get(keys.subscription_policy(TopicName("default", "jobs"), "workers"))
+    assert kv is not None and kv.json() == {"max_redeliveries": 5}
+    r = await cli("subscriptions", "get-policy", "/default/jobs", "-s", "workers", url=admin_url)
+    assert r.code == 0, r.err
+    rows = [ln.split(maxsplit=1) for ln in r.out.splitlines()[2:]]
+    assert rows == [
+        ["max_redeliveries", "5"],
+        ["ack_timeout_ms", "(broker default)"],
+        ["redelivery_backoff_base_ms", "(broker default)"],
+        ["redelivery_backoff_max_ms", "(broker default)"],
+        ["poison_policy", "(broker default)"],
+        ["dead_letter_topic", "(broker default)"],
+    ]
 
 
 async def test_topic_stats_command(admin_url: str, etcd_store: EtcdStore, keys: Keys) -> None:

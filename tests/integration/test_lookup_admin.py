@@ -197,12 +197,39 @@ async def test_subscription_policy_round_trip(admin: Admin, etcd_store: EtcdStor
         apb.SetSubscriptionPolicyRequest(topic="/default/jobs", subscription="workers", policy=policy),
         timeout=5,
     )
-    kv = await etcd_store.get(keys.subscription_policy(TopicName("default", "jobs"), "workers"))
-    assert kv is not None and kv.json()["dead_letter_topic"] == "/default/jobs-dlq"
+    key = keys.subscription_policy(TopicName("default", "jobs"), "workers")
+    kv = await etcd_store.get(key)
+    # Only the fields given: the backoffs are left to the broker's defaults, not stored as 0.
+    assert kv is not None and kv.json() == {
+        "max_redeliveries": 3,
+        "ack_timeout_ms": 5000,
+        "poison_policy": "dead_letter",
+        "dead_letter_topic": "/default/jobs-dlq",
+    }
     got = await admin.topics.GetSubscriptionPolicy(
         apb.GetSubscriptionPolicyRequest(topic="/default/jobs", subscription="workers"), timeout=5
     )
-    assert got.policy == policy
+    assert got.policy == policy and not got.policy.HasField("redelivery_backoff_base_ms")
+
+    # A set replaces the stored policy: the fields not given now are gone too.
+    await admin.topics.SetSubscriptionPolicy(
+        apb.SetSubscriptionPolicyRequest(
+            topic="/default/jobs", subscription="workers", policy=apb.SubscriptionPolicy(max_redeliveries=5)
+        ),
+        timeout=5,
+    )
+    kv = await etcd_store.get(key)
+    assert kv is not None and kv.json() == {"max_redeliveries": 5}
+
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await admin.topics.SetSubscriptionPolicy(
+            apb.SetSubscriptionPolicyRequest(
+                topic="/default/jobs", subscription="workers", policy=apb.SubscriptionPolicy()
+            ),
+            timeout=5,
+        )
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "pass at least one option" in (info.value.details() or "")
 
     bad = apb.SubscriptionPolicy(poison_policy="dead_letter")
     with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -212,6 +239,8 @@ async def test_subscription_policy_round_trip(admin: Admin, etcd_store: EtcdStor
         )
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "needs a dead_letter_topic" in (info.value.details() or "")
+    kv = await etcd_store.get(key)
+    assert kv is not None and kv.json() == {"max_redeliveries": 5}  # refusals store nothing
 
 
 async def test_topic_stats_are_forwarded_to_the_owning_broker(

@@ -451,24 +451,27 @@ def validate_subscription_name(sub: str) -> str:
 @dataclass(frozen=True, slots=True)
 class SubscriptionPolicyRecord:
     """A subscription's failure policy as stored at ``Keys.subscription_policy`` (JSON keys are
-    the field names of ``danube.admin.v1.SubscriptionPolicy``). The admin API always stores all
-    six fields: a set policy replaces the broker's defaults entirely."""
+    the field names of ``danube.admin.v1.SubscriptionPolicy``). Every field is optional: None
+    means not set, and the owning broker's configured default applies. The JSON holds only the
+    fields that are set; setting a policy replaces the stored one as a whole (fields not given
+    are not kept from an earlier policy, they fall back to the broker's defaults)."""
 
     #: Redeliveries of one message (after its first delivery) before the poison policy
     #: applies: N allows 1 + N deliveries (0: unlimited, the poison policy never applies).
-    max_redeliveries: int = 0
+    max_redeliveries: int | None = None
     #: Unacked this long after delivery -> redelivered (0: never).
-    ack_timeout_ms: int = 0
+    ack_timeout_ms: int | None = None
     #: Redelivery delay: base * 2^(attempt-1), capped at max (0/0: redeliver at once).
-    redelivery_backoff_base_ms: int = 0
-    redelivery_backoff_max_ms: int = 0
+    redelivery_backoff_base_ms: int | None = None
+    redelivery_backoff_max_ms: int | None = None
     #: "dead_letter" | "drop" | "block"
-    poison_policy: str = ""
+    poison_policy: str | None = None
     #: With dead_letter: the reliable topic poison messages are published to.
-    dead_letter_topic: str = ""
+    dead_letter_topic: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields that are set (an unset field is absent, not null)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SubscriptionPolicyRecord:
@@ -476,33 +479,39 @@ class SubscriptionPolicyRecord:
 
     def validate(self, topic: TopicName) -> SubscriptionPolicyRecord:
         """Raise InvalidArgument (saying what is allowed) unless this policy makes sense for
-        a subscription of ``topic``; return self."""
+        a subscription of ``topic``; return self. Only the fields that are set are checked."""
+        if not self.to_json():
+            raise InvalidArgument(
+                "the policy sets nothing: pass at least one option "
+                f"({', '.join(self.__dataclass_fields__)}); options not given use the broker's defaults"
+            )
 
-        def bounded(name: str, value: int, high: int) -> None:
-            if not 0 <= value <= high:
+        def bounded(name: str, value: int | None, high: int) -> None:
+            if value is not None and not 0 <= value <= high:
                 raise InvalidArgument(f"{name} must be between 0 and {high}, got {value}")
 
         bounded("max_redeliveries", self.max_redeliveries, _MAX_REDELIVERIES)
         bounded("ack_timeout_ms", self.ack_timeout_ms, _MAX_ACK_TIMEOUT_MS)
         bounded("redelivery_backoff_base_ms", self.redelivery_backoff_base_ms, _MAX_BACKOFF_MS)
         bounded("redelivery_backoff_max_ms", self.redelivery_backoff_max_ms, _MAX_BACKOFF_MS)
-        if self.redelivery_backoff_max_ms < self.redelivery_backoff_base_ms:
+        base, cap = self.redelivery_backoff_base_ms, self.redelivery_backoff_max_ms
+        if base is not None and cap is not None and cap < base:
             raise InvalidArgument(
-                f"redelivery_backoff_max_ms ({self.redelivery_backoff_max_ms}) must be at least "
-                f"redelivery_backoff_base_ms ({self.redelivery_backoff_base_ms})"
+                f"redelivery_backoff_max_ms ({cap}) must be at least redelivery_backoff_base_ms ({base})"
             )
-        if self.poison_policy not in POISON_POLICIES:
+        if self.poison_policy is not None and self.poison_policy not in POISON_POLICIES:
             raise InvalidArgument(
-                f"poison_policy must be one of {', '.join(POISON_POLICIES)}, got {self.poison_policy!r}"
+                f"poison_policy must be one of {', '.join(POISON_POLICIES)} (or left out for the "
+                f"broker's default), got {self.poison_policy!r}"
             )
-        if self.poison_policy != "dead_letter":
-            if self.dead_letter_topic:
-                raise InvalidArgument(
-                    f"dead_letter_topic is only used with poison_policy dead_letter (not {self.poison_policy})"
-                )
-            return self
-        if not self.dead_letter_topic:
+        if self.poison_policy == "dead_letter" and not self.dead_letter_topic:
             raise InvalidArgument("poison_policy dead_letter needs a dead_letter_topic (/namespace/topic)")
+        if self.dead_letter_topic is None:
+            return self
+        if self.poison_policy is not None and self.poison_policy != "dead_letter":
+            raise InvalidArgument(
+                f"dead_letter_topic is only used with poison_policy dead_letter (not {self.poison_policy})"
+            )
         dlq = TopicName.parse(self.dead_letter_topic)
         if dlq.base == topic.base:
             raise InvalidArgument(

@@ -96,7 +96,8 @@ class BrokerConfig(ServiceConfig):
     #: Redelivery delay after the n-th failure: base * 2^(n-1), capped at max.
     redelivery_backoff_base_ms: int = Field(default=1_000, ge=0)
     redelivery_backoff_max_ms: int = Field(default=60_000, ge=0)
-    #: What happens after max_redeliveries: "block" (Danube's default), "drop" or "dead_letter".
+    #: What happens after max_redeliveries: "block" (Danube's default) or "drop"; "dead_letter"
+    #: needs a topic per subscription, so it is set per subscription (danube-admin), not here.
     poison_policy: PoisonPolicy = "block"
     # Topic retention defaults (a topic's own policies override them).
     #: Keep acknowledged messages this long (0: delete once every subscription acked them).
@@ -107,6 +108,18 @@ class BrokerConfig(ServiceConfig):
     # ---- process
     #: Seconds in-flight RPCs get to finish at shutdown before they are cancelled.
     shutdown_grace_s: float = Field(default=5.0, ge=0)
+
+    @field_validator("poison_policy")
+    @classmethod
+    def _poison(cls, v: str) -> str:
+        if v == "dead_letter":
+            raise ValueError(
+                "poison_policy dead_letter cannot be a broker default: it needs a dead_letter_topic per "
+                "subscription; use block or drop here and set dead_letter per subscription with "
+                "`danube-admin subscriptions set-policy TOPIC -s SUB --poison-policy dead_letter "
+                "--dead-letter-topic T`"
+            )
+        return v
 
     @field_validator("broker_id")
     @classmethod

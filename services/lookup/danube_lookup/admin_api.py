@@ -36,10 +36,14 @@ def topic_info(view: TopicView) -> apb.TopicInfo:
 
 
 def policy_record(msg: apb.SubscriptionPolicy) -> SubscriptionPolicyRecord:
-    return SubscriptionPolicyRecord(**{name: getattr(msg, name) for name in _POLICY_FIELDS})
+    """The fields set in ``msg`` (explicit presence); an unset one stays None (broker default)."""
+    return SubscriptionPolicyRecord(
+        **{name: getattr(msg, name) for name in _POLICY_FIELDS if msg.HasField(name)}
+    )
 
 
 def policy_message(rec: SubscriptionPolicyRecord) -> apb.SubscriptionPolicy:
+    """Only the fields set in ``rec``; the others stay unset (HasField is False)."""
     return apb.SubscriptionPolicy(**rec.to_json())
 
 
@@ -127,8 +131,12 @@ class TopicAdminApi(apb_grpc.TopicAdminServicer):
     async def SetSubscriptionPolicy(
         self, request: apb.SetSubscriptionPolicyRequest, context: grpc.aio.ServicerContext
     ) -> apb.SubscriptionPolicyResponse:
+        """Replace the stored policy with exactly the fields given; a field not given uses the
+        owning broker's default (nothing is kept from an earlier policy)."""
         if not request.HasField("policy"):
-            raise InvalidArgument("policy is required (at least poison_policy: dead_letter, drop or block)")
+            raise InvalidArgument(
+                "policy is required: set at least one of its fields (fields not set use the broker's defaults)"
+            )
         stored = await self._catalog.set_subscription_policy(
             request.topic, request.subscription, policy_record(request.policy)
         )

@@ -47,6 +47,7 @@ def test_flags_override_env_override_yaml(tmp_path) -> None:  # type: ignore[no-
         ("registration_ttl_s", 1, "at least 2"),
         ("log_level", "LOUD", "log level"),
         ("poison_policy", "explode", "poison_policy"),
+        ("poison_policy", "dead_letter", "set-policy"),
         ("default_durability", "sometimes", "default_durability"),
         ("max_unacked_messages_per_consumer", 0, "max_unacked_messages_per_consumer"),
         ("cursor_flush_interval_ms", 0, "cursor_flush_interval_ms"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from danube_broker.dispatch.reliable.policy import PolicyError, SubscriptionPolicy
@@ -31,6 +33,32 @@ def test_stored_json_overrides_only_the_fields_it_has() -> None:
     assert defaults.merged(None) is defaults
     assert defaults.merged({"poison_policy": ""}).poison_policy == "block"
     assert SubscriptionPolicy(ack_timeout_ms=0).ack_timeout_s == float("inf")
+
+
+def test_a_partial_stored_policy_keeps_the_defaults_it_does_not_name() -> None:
+    """What the admin API stores for `set-policy --max-redeliveries 5`: the ack timeout and the
+    backoff stay the broker's (not 0, which would switch redelivery off)."""
+    defaults = SubscriptionPolicy(
+        ack_timeout_ms=30_000, redelivery_backoff_base_ms=1_000, redelivery_backoff_max_ms=60_000
+    )
+    merged = defaults.merged({"max_redeliveries": 5})
+    assert merged == SubscriptionPolicy(
+        max_redeliveries=5,
+        ack_timeout_ms=30_000,
+        redelivery_backoff_base_ms=1_000,
+        redelivery_backoff_max_ms=60_000,
+        poison_policy="block",
+        dead_letter_topic="",
+    )
+    assert merged.ack_timeout_s == 30.0 and merged.backoff_s(1) == 1.0
+    # No poison_policy and no dead_letter_topic stored: both stay the defaults.
+    assert defaults.merged({"ack_timeout_ms": 5_000}).poison_policy == "block"
+    drop = SubscriptionPolicy(poison_policy="drop")
+    assert drop.merged({"redelivery_backoff_max_ms": 10}) == replace(drop, redelivery_backoff_max_ms=10)
+    # A dead_letter_topic alone (the poison policy left to the broker) is accepted and kept.
+    assert defaults.merged({"dead_letter_topic": "/d/dlq"}).dead_letter_topic == "/d/dlq"
+    # A base above the default cap is capped, not refused.
+    assert defaults.merged({"redelivery_backoff_base_ms": 120_000}).backoff_s(1) == 60.0
 
 
 @pytest.mark.parametrize(

@@ -64,6 +64,20 @@ def test_stats_and_policy_commands_parse() -> None:
     assert (a.func, a.subscription) == (admin.subscriptions_get_policy, "billing")
 
 
+def test_set_policy_options_not_given_are_none() -> None:
+    a = parse("subscriptions", "set-policy", "/d/t", "-s", "billing", "--max-redeliveries", "0")
+    assert a.max_redeliveries == 0
+    assert (a.ack_timeout_ms, a.backoff_base_ms, a.backoff_max_ms, a.poison_policy, a.dead_letter_topic) == (
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
+    # No option at all parses: the server refuses it with a message saying what to pass.
+    assert parse("subscriptions", "set-policy", "/d/t", "-s", "billing").poison_policy is None
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -71,7 +85,6 @@ def test_stats_and_policy_commands_parse() -> None:
         ["topics", "create", "/a/b", "--retention-time-s", "-1"],
         ["topics", "create", "/a/b", "--retention-size-bytes", "lots"],
         ["topics", "stats"],
-        ["subscriptions", "set-policy", "/a/b", "-s", "x"],  # --poison-policy is required
         ["subscriptions", "set-policy", "/a/b", "--poison-policy", "drop"],  # -s is required
         ["subscriptions", "set-policy", "/a/b", "-s", "x", "--poison-policy", "retry"],
         [
@@ -189,3 +202,88 @@ def test_policy_printing(capsys: pytest.CaptureFixture[str]) -> None:
     assert "poison_policy               dead_letter" in out
     (req,) = topics.requests
     assert req.policy == p and (req.topic, req.subscription) == ("/d/t", "s")
+    assert sorted(f.name for f, _ in req.policy.ListFields()) == [
+        "dead_letter_topic",
+        "max_redeliveries",
+        "poison_policy",
+    ]
+    assert "note:" not in capsys.readouterr().err
+
+
+def _table(out: str) -> dict[str, str]:
+    """The FIELD/VALUE rows of a printed policy."""
+    lines = out.splitlines()
+    header = next(i for i, ln in enumerate(lines) if ln.split() == ["FIELD", "VALUE"])
+    return {k: v for k, v in (ln.split(maxsplit=1) for ln in lines[header + 1 :])}
+
+
+def test_get_policy_shows_unset_fields_as_broker_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    p = apb.SubscriptionPolicy(max_redeliveries=0, poison_policy="drop")
+    topics = _Topics(
+        GetSubscriptionPolicy=apb.SubscriptionPolicyResponse(topic="/d/t", subscription="s", policy=p)
+    )
+    run(admin_commands.subscriptions_get_policy, topics, "subscriptions", "get-policy", "/d/t", "-s", "s")
+    out = capsys.readouterr().out
+    assert out.startswith("policy of subscription s on /d/t")
+    assert _table(out) == {
+        "max_redeliveries": "0",  # set to 0 explicitly: shown as 0, not as a default
+        "ack_timeout_ms": "(broker default)",
+        "redelivery_backoff_base_ms": "(broker default)",
+        "redelivery_backoff_max_ms": "(broker default)",
+        "poison_policy": "drop",
+        "dead_letter_topic": "(broker default)",
+    }
+    run(
+        admin_commands.subscriptions_get_policy,
+        topics,
+        *("subscriptions", "get-policy", "/d/t", "-s", "s", "-o", "json"),
+    )
+    assert json.loads(capsys.readouterr().out)["policy"] == {
+        "max_redeliveries": 0,
+        "ack_timeout_ms": None,
+        "redelivery_backoff_base_ms": None,
+        "redelivery_backoff_max_ms": None,
+        "poison_policy": "drop",
+        "dead_letter_topic": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("argv", "sent", "note"),
+    [
+        (["--ack-timeout-ms", "60000"], {"ack_timeout_ms": 60000}, ""),
+        (
+            ["--max-redeliveries", "0", "--poison-policy", "drop"],
+            {"max_redeliveries": 0, "poison_policy": "drop"},
+            "note: --max-redeliveries 0 means unlimited: the drop policy never applies",
+        ),
+        (
+            ["--max-redeliveries", "0"],
+            {"max_redeliveries": 0},
+            "note: --max-redeliveries 0 means unlimited: the poison policy never applies",
+        ),
+        (["--backoff-max-ms", "0"], {"redelivery_backoff_max_ms": 0}, ""),
+        ([], {}, ""),
+    ],
+)
+def test_set_policy_sends_only_the_options_given(
+    argv: list[str], sent: dict[str, Any], note: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    resp = apb.SubscriptionPolicyResponse(
+        topic="/d/t", subscription="s", policy=apb.SubscriptionPolicy(**sent)
+    )
+    topics = _Topics(SetSubscriptionPolicy=resp)
+    run(
+        admin_commands.subscriptions_set_policy,
+        topics,
+        "subscriptions",
+        "set-policy",
+        "/d/t",
+        "-s",
+        "s",
+        *argv,
+    )
+    (req,) = topics.requests
+    assert {f.name: v for f, v in req.policy.ListFields()} == sent
+    assert req.HasField("policy")  # even when empty: the server says what to pass
+    assert capsys.readouterr().err.strip() == note

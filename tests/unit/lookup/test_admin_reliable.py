@@ -166,13 +166,60 @@ async def test_subscription_policy_is_stored_for_the_topic_and_its_partitions(
         assert kv is not None and kv.json() == expected, name
     assert (await get_policy(admin, "/default/p", "billing")).policy == p
     assert (await get_policy(admin, "/default/p-part-2", "billing")).policy == p
-    # Replacing it replaces every copy.
+    # Replacing it replaces every copy, and nothing of the earlier policy is kept.
     await set_policy(admin, "/default/p", "billing", policy(poison_policy="drop"))
     got = await get_policy(admin, "/default/p-part-1", "billing")
     assert got.policy == policy(poison_policy="drop")
+    assert [f.name for f, _ in got.policy.ListFields()] == ["poison_policy"]
+    for name in ("/default/p", *(f"/default/p-part-{i}" for i in range(3))):
+        kv = await res.store.get(res.keys.subscription_policy(TopicName.parse(name), "billing"))
+        assert kv is not None and kv.json() == {"poison_policy": "drop"}, name
     # The policy key is below the subscription, not a subscription of its own.
     described = await admin.topics.DescribeTopic(apb.DescribeTopicRequest(name="/default/p"), CTX)
     assert list(described.subscriptions) == []
+
+
+async def test_a_partial_policy_stores_only_the_given_fields(admin: Admin, res: Resources) -> None:
+    """The bug this pins: fields not given must not be stored as 0 (ack_timeout_ms 0 would
+    switch redelivery off); the broker's defaults apply to them."""
+    await create(admin, "/default/r", dispatch_strategy="reliable")
+    p = policy(max_redeliveries=5, poison_policy="dead_letter", dead_letter_topic="/default/r-dlq")
+    resp = await set_policy(admin, "/default/r", "s", p)
+    assert resp.policy == p
+    assert not any(resp.policy.HasField(f) for f in ("ack_timeout_ms", "redelivery_backoff_base_ms"))
+    kv = await res.store.get(res.keys.subscription_policy(TopicName.parse("/default/r"), "s"))
+    assert kv is not None
+    assert kv.json() == {
+        "max_redeliveries": 5,
+        "poison_policy": "dead_letter",
+        "dead_letter_topic": "/default/r-dlq",
+    }
+    got = await get_policy(admin, "/default/r", "s")
+    assert got.policy == p and not got.policy.HasField("ack_timeout_ms")
+    # One field alone is a policy too; an explicit 0 is stored (it is not "unset").
+    await set_policy(admin, "/default/r", "s", policy(ack_timeout_ms=0))
+    kv = await res.store.get(res.keys.subscription_policy(TopicName.parse("/default/r"), "s"))
+    assert kv is not None and kv.json() == {"ack_timeout_ms": 0}
+    # A dead_letter_topic with the poison policy left to the broker is accepted.
+    await set_policy(admin, "/default/r", "s", policy(dead_letter_topic="/default/r-dlq"))
+    kv = await res.store.get(res.keys.subscription_policy(TopicName.parse("/default/r"), "s"))
+    assert kv is not None and kv.json() == {"dead_letter_topic": "/default/r-dlq"}
+
+
+async def test_backoff_bounds_are_compared_only_when_both_are_given(admin: Admin, res: Resources) -> None:
+    await create(admin, "/default/r", dispatch_strategy="reliable")
+    key = res.keys.subscription_policy(TopicName.parse("/default/r"), "s")
+    # Either one alone is fine, whatever the broker's default of the other is.
+    for p in (policy(redelivery_backoff_base_ms=120_000), policy(redelivery_backoff_max_ms=10)):
+        await set_policy(admin, "/default/r", "s", p)
+        kv = await res.store.get(key)
+        assert kv is not None and kv.json() == {f.name: v for f, v in p.ListFields()}
+    with pytest.raises(InvalidArgument, match=r"redelivery_backoff_max_ms \(10\) must be at least"):
+        await set_policy(
+            admin, "/default/r", "s", policy(redelivery_backoff_base_ms=20, redelivery_backoff_max_ms=10)
+        )
+    kv = await res.store.get(key)
+    assert kv is not None and kv.json() == {"redelivery_backoff_max_ms": 10}  # the refused one left no trace
 
 
 async def test_an_unset_policy_comes_back_empty(admin: Admin) -> None:
@@ -184,9 +231,13 @@ async def test_an_unset_policy_comes_back_empty(admin: Admin) -> None:
 @pytest.mark.parametrize(
     ("p", "message"),
     [
-        (policy(), "poison_policy must be one of dead_letter, drop, block"),
-        (policy(poison_policy="retry"), "poison_policy must be one of"),
+        (policy(), "sets nothing: pass at least one option"),
+        (policy(poison_policy="retry"), "poison_policy must be one of dead_letter, drop, block"),
+        (policy(poison_policy=""), "poison_policy must be one of .* got ''"),
         (policy(poison_policy="dead_letter"), "needs a dead_letter_topic"),
+        (policy(poison_policy="dead_letter", dead_letter_topic=""), "needs a dead_letter_topic"),
+        (policy(dead_letter_topic=""), "invalid topic name ''"),
+        (policy(dead_letter_topic="/default/r"), "is the topic itself"),
         (policy(poison_policy="dead_letter", dead_letter_topic="dlq"), "invalid topic name 'dlq'"),
         (policy(poison_policy="dead_letter", dead_letter_topic="/default/r"), "is the topic itself"),
         (policy(poison_policy="dead_letter", dead_letter_topic="/default/r-part-1"), "is the topic itself"),
@@ -194,7 +245,15 @@ async def test_an_unset_policy_comes_back_empty(admin: Admin) -> None:
             policy(poison_policy="drop", dead_letter_topic="/default/dlq"),
             "only used with poison_policy dead_letter",
         ),
-        (policy(poison_policy="block", redelivery_backoff_base_ms=500), "must be at least"),
+        (
+            policy(poison_policy="block", redelivery_backoff_base_ms=500, redelivery_backoff_max_ms=0),
+            "must be at least",
+        ),
+        (
+            policy(dead_letter_topic="/default/dlq", poison_policy="block"),
+            "only used with poison_policy dead_letter",
+        ),
+        (policy(max_redeliveries=4_000_000), "max_redeliveries must be between"),
         (policy(poison_policy="block", redelivery_backoff_max_ms=10**12), "between 0 and"),
         (policy(poison_policy="block", ack_timeout_ms=10**12), "ack_timeout_ms must be between"),
         (policy(poison_policy="block", max_redeliveries=4_000_000), "max_redeliveries must be between"),
@@ -232,6 +291,10 @@ async def test_policy_requests_about_the_wrong_thing(admin: Admin) -> None:
 def test_policy_record_round_trips_json() -> None:
     rec = SubscriptionPolicyRecord(3, 1000, 10, 20, "dead_letter", "/d/dlq")
     assert SubscriptionPolicyRecord.from_json(rec.to_json()) == rec
+    partial = SubscriptionPolicyRecord(max_redeliveries=0, poison_policy="drop")
+    assert partial.to_json() == {"max_redeliveries": 0, "poison_policy": "drop"}
+    assert SubscriptionPolicyRecord.from_json(partial.to_json()) == partial
+    assert SubscriptionPolicyRecord().to_json() == {}
     assert (
         SubscriptionPolicyRecord.from_json({"poison_policy": "drop", "future_field": 1}).poison_policy
         == "drop"

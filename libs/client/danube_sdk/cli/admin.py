@@ -273,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
         [
             "danube-admin subscriptions get-policy /default/orders -s billing",
             "danube-admin subscriptions set-policy /default/orders -s billing --poison-policy drop",
+            "danube-admin subscriptions set-policy /default/orders -s etl --max-redeliveries 5",
         ],
     )
     p = leaf(
@@ -280,13 +281,15 @@ def build_parser() -> argparse.ArgumentParser:
         "set-policy",
         "set how a subscription handles failing messages: redeliveries, ack timeout, backoff, "
         "and what happens to a message delivered too often (applied by the broker at once). The "
-        "policy replaces the broker's defaults as a whole: an option left out is 0 (see each option)",
+        "policy replaces the one stored before: options not given use the broker's defaults "
+        "(they are not kept from an earlier set-policy). Give at least one option",
         subscriptions_set_policy,
         [
             "danube-admin subscriptions set-policy /default/orders -s billing --max-redeliveries 5 \\",
             "    --ack-timeout-ms 30000 --backoff-base-ms 100 --backoff-max-ms 10000 \\",
             "    --poison-policy dead_letter --dead-letter-topic /default/orders-dlq",
             "danube-admin subscriptions set-policy /default/orders -s audit --poison-policy block",
+            "danube-admin subscriptions set-policy /default/orders -s etl --ack-timeout-ms 60000",
         ],
     )
     p.add_argument("topic", help="reliable topic, /namespace/topic (a partitioned topic: every partition)")
@@ -294,44 +297,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-redeliveries",
         type=_non_negative_int,
-        default=0,
         metavar="N",
         help="redeliveries of one message after its first delivery before the poison policy "
-        "applies: N allows 1 + N deliveries (0, default: unlimited, so the poison policy never applies)",
+        "applies: N allows 1 + N deliveries; 0 is unlimited, so the poison policy never applies "
+        "(default: the broker's)",
     )
     p.add_argument(
         "--ack-timeout-ms",
         type=_non_negative_int,
-        default=0,
         metavar="N",
-        help="redeliver a message not acknowledged N ms after delivery (0, default: never)",
+        help="redeliver a message not acknowledged N ms after delivery; 0 is never (default: the broker's)",
     )
     p.add_argument(
         "--backoff-base-ms",
         type=_non_negative_int,
-        default=0,
         metavar="N",
-        help="redelivery delay base * 2^(attempt-1) ... (0, default: redeliver at once)",
+        help="redelivery delay base * 2^(attempt-1) ...; 0 redelivers at once (default: the broker's)",
     )
     p.add_argument(
         "--backoff-max-ms",
         type=_non_negative_int,
-        default=0,
         metavar="N",
-        help="... capped at N ms (must be at least --backoff-base-ms)",
+        help="... capped at N ms; at least --backoff-base-ms when both are given (default: the broker's)",
     )
     p.add_argument(
         "--poison-policy",
-        required=True,
         choices=POISON_POLICY_CHOICES,
         help="after --max-redeliveries: dead_letter (publish it to --dead-letter-topic), drop (skip "
-        "it), or block (it stalls its slot or key)",
+        "it), or block (it stalls its slot or key) (default: the broker's)",
     )
-    p.add_argument("--dead-letter-topic", metavar="TOPIC", help="with dead_letter: /namespace/topic")
+    p.add_argument(
+        "--dead-letter-topic",
+        metavar="TOPIC",
+        help="with --poison-policy dead_letter (required there): /namespace/topic",
+    )
     p = leaf(
         sp,
         "get-policy",
-        "show a subscription's failure policy ('defaults (broker config)' when none was set)",
+        "show a subscription's failure policy ('defaults (broker config)' when none was set; "
+        "'(broker default)' for a field the policy leaves out, null in JSON)",
         subscriptions_get_policy,
         ["danube-admin subscriptions get-policy /default/orders -s billing -o json"],
     )

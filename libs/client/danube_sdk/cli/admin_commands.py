@@ -332,8 +332,13 @@ POLICY_FIELDS = (
 )
 
 
+#: How the table shows a field the stored policy leaves out (JSON: null).
+BROKER_DEFAULT = "(broker default)"
+
+
 def policy_dict(p: apb.SubscriptionPolicy) -> dict[str, Any]:
-    return {name: getattr(p, name) for name in POLICY_FIELDS}
+    """Every policy field; None for one that is not set (the owning broker's default applies)."""
+    return {name: getattr(p, name) if p.HasField(name) else None for name in POLICY_FIELDS}
 
 
 def _print_policy(resp: apb.SubscriptionPolicyResponse, args: argparse.Namespace, heading: str) -> None:
@@ -350,27 +355,31 @@ def _print_policy(resp: apb.SubscriptionPolicyResponse, args: argparse.Namespace
         print(f"subscription {resp.subscription} on {resp.topic}: defaults (broker config)")
         return
     print(heading)
-    rows = [{"field": name, "value": value} for name, value in policy_dict(resp.policy).items()]
+    rows = [
+        {"field": name, "value": BROKER_DEFAULT if value is None else value}
+        for name, value in policy_dict(resp.policy).items()
+    ]
     print(render_table(rows, ("field", "value")))
 
 
 def subscriptions_set_policy(admin: Admin, args: argparse.Namespace) -> None:
-    policy = apb.SubscriptionPolicy(
-        max_redeliveries=args.max_redeliveries,
-        ack_timeout_ms=args.ack_timeout_ms,
-        redelivery_backoff_base_ms=args.backoff_base_ms,
-        redelivery_backoff_max_ms=args.backoff_max_ms,
-        poison_policy=args.poison_policy,
-        dead_letter_topic=args.dead_letter_topic or "",
-    )
+    """Send only the options given: the request replaces the stored policy, and a field left
+    out uses the broker's default."""
+    given = {
+        "max_redeliveries": args.max_redeliveries,
+        "ack_timeout_ms": args.ack_timeout_ms,
+        "redelivery_backoff_base_ms": args.backoff_base_ms,
+        "redelivery_backoff_max_ms": args.backoff_max_ms,
+        "poison_policy": args.poison_policy,
+        "dead_letter_topic": args.dead_letter_topic,
+    }
+    policy = apb.SubscriptionPolicy(**{k: v for k, v in given.items() if v is not None})
     req = apb.SetSubscriptionPolicyRequest(topic=args.topic, subscription=args.subscription, policy=policy)
     resp = admin.topics.SetSubscriptionPolicy(req, timeout=admin.timeout_s)
     _print_policy(resp, args, f"set the policy of subscription {resp.subscription} on {resp.topic}")
-    if not args.max_redeliveries:
-        print(
-            f"note: --max-redeliveries 0 means unlimited: the {args.poison_policy} policy never applies",
-            file=sys.stderr,
-        )
+    if args.max_redeliveries == 0:
+        which = f"the {args.poison_policy} policy" if args.poison_policy else "the poison policy"
+        print(f"note: --max-redeliveries 0 means unlimited: {which} never applies", file=sys.stderr)
 
 
 def subscriptions_get_policy(admin: Admin, args: argparse.Namespace) -> None:

@@ -340,7 +340,9 @@ class TopicAdminServicer:
 
     def SetSubscriptionPolicy(self, request, context):
         """Failure handling of one subscription (reliable topics); stored in etcd, applied by the
-        owning broker at once.
+        owning broker at once. Set replaces the stored policy with exactly the fields given: a
+        field left unset keeps the owning broker's configured default (it is not merged with the
+        previously stored policy). At least one field must be set.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
