@@ -3,9 +3,11 @@ dead-letter topic on another broker, re-sent messages (idempotent producers)."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +172,109 @@ async def test_idempotent_producer_over_grpc(broker: Broker) -> None:  # noqa: F
     await stream.done_writing()
     resp = await producer(broker, topic, "idem")
     assert resp.last_sequence_id == 3, "a reconnecting producer continues above it"
+
+
+class GatedDisk:
+    """pwrite that can be held (until ``open`` is set) and told which calls fail (ENOSPC)."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.open.set()
+        self.held = threading.Event()
+        self.fail_at: set[int] = set()
+        self.writes = 0
+
+    def hold(self) -> None:
+        self.held.clear()
+        self.open.clear()
+
+    def pwrite(self, fd: int, data: bytes | memoryview, pos: int) -> int:
+        if not self.open.is_set():
+            self.held.set()
+            self.open.wait(10)
+        self.writes += 1
+        if self.writes in self.fail_at:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.pwrite(fd, data, pos)
+
+
+async def _gated_broker(
+    etcd: EtcdProcess, cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, disk: GatedDisk
+) -> Broker:
+    class GatedLog:
+        @staticmethod
+        async def open(directory: Path, **kw: Any) -> TopicLog:
+            return await TopicLog.open(directory, ops=DiskOps(pwrite=disk.pwrite), **kw)
+
+    monkeypatch.setattr(reliable_topic, "TopicLog", GatedLog)
+    return await reliable_broker(etcd, cluster, tmp_path / "wal")
+
+
+async def _hold_first_commit(b: Broker, topic: str, disk: GatedDisk, stream: Any, pid: int, n: int) -> None:
+    """Batch 1 goes into a commit held at its write; batches 2..n are then appended behind it
+    on the same stream (taking their offsets before batch 1 is acked)."""
+    reliable = b.registry.topics[topic].reliable
+    assert reliable is not None
+    disk.hold()
+    await stream.write(batch(pid, 1, [b"m1"]))
+    await wait_until(disk.held.is_set, what="the first commit is writing")
+    for seq in range(2, n + 1):
+        await stream.write(batch(pid, seq, [f"m{seq}".encode()]))
+    await wait_until(
+        lambda: reliable.log.next_offset == n, what="every batch appended before batch 1 is acked"
+    )
+
+
+async def test_one_stream_pipelines_its_batches_into_shared_commits_acked_in_order(
+    etcd_server: EtcdProcess, cluster_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk = GatedDisk()
+    b = await _gated_broker(etcd_server, cluster_name, tmp_path, monkeypatch, disk)
+    try:
+        topic = f"/default/{unique('pipe')}"
+        pid = (await producer(b, topic)).producer_id
+        stream = b.producers.PublishBatches()
+        await _hold_first_commit(b, topic, disk, stream, pid, 4)
+        writes = disk.writes
+        disk.open.set()
+        acks = [await asyncio.wait_for(stream.read(), 10) for _ in range(4)]
+        assert [(a.batch_seq, a.first_offset, a.count) for a in acks] == [(s, s - 1, 1) for s in range(1, 5)]
+        assert not any(a.HasField("error") for a in acks)
+        assert disk.writes - writes == 2, "batches 2-4 shared one commit behind batch 1's"
+        await stream.done_writing()
+        assert await stream.read() == grpc.aio.EOF
+    finally:
+        await stop(b)
+
+
+async def test_a_failed_commit_refuses_exactly_its_batches_on_a_pipelined_stream(
+    etcd_server: EtcdProcess, cluster_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk = GatedDisk()
+    b = await _gated_broker(etcd_server, cluster_name, tmp_path, monkeypatch, disk)
+    try:
+        topic = f"/default/{unique('pipefail')}"
+        pid = (await producer(b, topic)).producer_id
+        cid = await subscribe(b, topic)
+        consumer = b.consumers.ReceiveBatches(pb.ReceiveBatchRequest(consumer_id=cid))
+        await connected(b, cid)
+        stream = b.producers.PublishBatches()
+        await _hold_first_commit(b, topic, disk, stream, pid, 3)
+        # The held write is batch 1's commit (succeeds); the next is batches 2 + 3's (fails).
+        disk.fail_at = {disk.writes + 2}
+        disk.open.set()
+        acks = [await asyncio.wait_for(stream.read(), 10) for _ in range(3)]
+        assert [a.batch_seq for a in acks] == [1, 2, 3], "acks in batch order"
+        assert not acks[0].HasField("error") and acks[0].first_offset == 0
+        for refused in acks[1:]:
+            assert refused.error.code == "DISK_FULL" and refused.error.retryable and refused.count == 0
+        # The stream goes on; the failed offsets are reused, nothing of batches 2-3 is delivered.
+        await stream.write(batch(pid, 4, [b"m4"]))
+        ok = await asyncio.wait_for(stream.read(), 10)
+        assert (ok.batch_seq, ok.first_offset, ok.HasField("error")) == (4, 1, False)
+        assert [m.payload for m in await receive(consumer, 2)] == [b"m1", b"m4"]
+        await stream.done_writing()
+        assert await stream.read() == grpc.aio.EOF
+        consumer.cancel()
+    finally:
+        await stop(b)

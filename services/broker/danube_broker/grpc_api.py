@@ -9,6 +9,7 @@ stream goes on.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -34,6 +35,10 @@ _SUB_TYPES = {
 _DISPATCH = {pb.NonReliable: "non_reliable", pb.Reliable: "reliable"}
 _POSITIONS = {pb.ConsumerRequest.Latest: "latest", pb.ConsumerRequest.Earliest: "earliest"}
 _ACCESS_MODES = {pb.Shared: False, pb.Exclusive: True}
+#: Batches of one PublishBatches stream being published at once (acks still go in order), and
+#: their encoded size: the stream reads no further batch while either is reached.
+_PUBLISH_PIPELINE_DEPTH = 64
+_PUBLISH_PIPELINE_BYTES = 8 * 1024 * 1024
 #: Messages taken from a consumer queue at a time on the one-message-per-frame stream.
 _RECEIVE_MESSAGES_CHUNK = 64
 #: A delivery frame must stay under gRPC's message limit (headroom for framing).
@@ -87,6 +92,12 @@ class ProducerApi(pb_grpc.ProducerServiceServicer):
     async def PublishBatches(
         self, request_iterator: AsyncIterator[pb.PublishBatch], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.PublishAck]:
+        """Batches are published as they arrive, up to ``_PUBLISH_PIPELINE_DEPTH`` batches or
+        ``_PUBLISH_PIPELINE_BYTES`` at a time (so one stream's batches share the WAL's group
+        commits), and acked in arrival order. Each batch enters its topic in arrival order (the
+        publish path keeps call order) and is answered on its own: a refused batch does not
+        refuse its neighbours, except that a failed WAL commit fails every batch in it or
+        queued behind it."""
         requests = aiter(request_iterator)
         batch = await anext(requests, None)
         if batch is None:
@@ -95,25 +106,59 @@ class ProducerApi(pb_grpc.ProducerServiceServicer):
         self._reg.publish_stream_opened(producer)
         detached = asyncio.create_task(producer.detached.wait(), name=f"producer-{producer.id}-detached")
         reader: asyncio.Task[pb.PublishBatch | None] | None = None
+        inflight: collections.deque[asyncio.Task[pb.PublishAck]] = collections.deque()
+        sizes: collections.deque[int] = collections.deque()
+        inflight_bytes = 0
         try:
-            while batch is not None:
-                # Read the next batch while this one is published (and to notice a detach).
-                reader = asyncio.create_task(_next(requests), name=f"producer-{producer.id}-read")
-                yield await self._publish_batch(producer, batch)
-                await asyncio.wait({reader, detached}, return_when=asyncio.FIRST_COMPLETED)
+            inflight.append(self._start_publish(producer, batch))
+            sizes.append(size := batch.ByteSize())
+            inflight_bytes += size
+            reader = asyncio.create_task(_next(requests), name=f"producer-{producer.id}-read")
+            while inflight or reader is not None:
+                waits: set[asyncio.Future[Any]] = set()
+                if inflight:
+                    waits.add(inflight[0])
+                if (
+                    reader is not None
+                    and len(inflight) < _PUBLISH_PIPELINE_DEPTH
+                    and inflight_bytes < _PUBLISH_PIPELINE_BYTES
+                ):
+                    waits.add(reader)
+                if producer.live:
+                    waits.add(detached)
+                if waits:
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                while inflight and inflight[0].done():
+                    inflight_bytes -= sizes.popleft()
+                    yield inflight.popleft().result()
                 if not producer.live:
-                    break
-                batch = reader.result()
-                reader = None
+                    # Answer what is already being published, read nothing more.
+                    if reader is not None:
+                        reader.cancel()
+                        reader = None
+                    continue
+                if reader is not None and reader.done():
+                    batch = reader.result()
+                    reader = None
+                    if batch is not None:
+                        inflight.append(self._start_publish(producer, batch))
+                        sizes.append(size := batch.ByteSize())
+                        inflight_bytes += size
+                        reader = asyncio.create_task(_next(requests), name=f"producer-{producer.id}-read")
             if not producer.live and producer.detach_error is not None:
                 raise producer.detach_error
         finally:
             self._reg.publish_stream_closed(producer)
-            for task in (reader, detached):
+            for task in (reader, detached, *inflight):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
+
+    def _start_publish(self, producer: Producer, batch: pb.PublishBatch) -> asyncio.Task[pb.PublishAck]:
+        return asyncio.create_task(
+            self._publish_batch(producer, batch), name=f"producer-{producer.id}-batch-{batch.batch_seq}"
+        )
 
     async def _publish_batch(self, producer: Producer, batch: pb.PublishBatch) -> pb.PublishAck:
         if batch.producer_id not in (0, producer.id):

@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer
@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from danube_broker.topic import Topic
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 LogOpener = Callable[[Path, Durability], Awaitable[TopicLogPort]]
 #: Later, the WAL uploader: (topic, proposed cut) -> the cut it allows (not above the proposal).
@@ -120,6 +122,8 @@ class ReliableTopic:
         self._opened_at = log_.next_offset
         self._dedup_seeded = False
         self._seed_lock = asyncio.Lock()
+        #: Held from a publish's start until its batch is in the log's queue (see ``publish``).
+        self._admission = asyncio.Lock()
         self._defaults = cfg.default_subscription_policy()
         #: Cursor last written to etcd, per subscription.
         self._persisted: dict[str, int] = {}
@@ -216,39 +220,46 @@ class ReliableTopic:
 
     # ------------------------------------------------------------------ publish
     async def publish(self, producer: Producer, msgs: list[Msg], nbytes: int) -> PublishResult:
-        """Store ``msgs`` (``nbytes`` of payload; minus duplicates); return once durable."""
-        split = self._dedup.split(producer.name, msgs)
-        if not self._dedup_seeded and any(where is None for _, where in split.duplicates):
-            await self._seed_dedup()
-            split.duplicates = [
-                (i, where if where is not None else self._dedup.lookup(producer.name, msgs[i].sequence_id))
-                for i, where in split.duplicates
-            ]
-        new = split.new
-        first = self.log.next_offset
-        if new:
-            now_ms = int(time.time() * 1000)
-            self.topic.stamp(producer, new, first, now_ms)
-            records = [m.SerializeToString() for m in new]
-            times = [m.publish_time for m in new]
-            seqs = (
-                [(producer.name, m.sequence_id) for m in new]
-                if split.duplicates or any(m.sequence_id for m in new)
-                else None
-            )
-            try:
-                # The WAL assigns offsets at the call, in call order, and nothing awaits between
-                # reading next_offset above and this call, so the stamped offsets are the real
-                # ones (unless the WAL makes the call wait for room first; deliveries take the
-                # offset from the log entry, never from the record).
-                first = await self.log.append(records, times, seqs)
-            except (StorageError, LogClosed) as exc:  # nothing of the batch was stored
-                self._dedup.failed(producer.name, split.append)
-                split.append.failed(exc)
-                raise
-            except BaseException:  # cancelled: the WAL keeps what it had accepted
-                self._abandoned(producer.name, split.append, new)
-                raise
+        """Store ``msgs`` (``nbytes`` of payload; minus duplicates); return once durable.
+
+        Calls enter the log in call order, also when one waits (for dedup seeding, or for room
+        in the log): the part up to the log's queue runs under ``_admission`` (a FIFO lock,
+        free on the hot path), the wait for durability outside it. So a publish stream can keep
+        several batches in flight and they share group commits."""
+        async with self._admission:
+            split = self._dedup.split(producer.name, msgs)
+            if not self._dedup_seeded and any(where is None for _, where in split.duplicates):
+                await self._seed_dedup()
+                split.duplicates = [
+                    (
+                        i,
+                        where
+                        if where is not None
+                        else self._dedup.lookup(producer.name, msgs[i].sequence_id),
+                    )
+                    for i, where in split.duplicates
+                ]
+            new = split.new
+            first = self.log.next_offset
+            durable: asyncio.Future[int] | None = None
+            if new:
+                now_ms = int(time.time() * 1000)
+                self.topic.stamp(producer, new, first, now_ms)
+                records = [m.SerializeToString() for m in new]
+                times = [m.publish_time for m in new]
+                seqs = (
+                    [(producer.name, m.sequence_id) for m in new]
+                    if split.duplicates or any(m.sequence_id for m in new)
+                    else None
+                )
+                # The WAL assigns offsets at the call, in call order, and only this lock's holder
+                # appends, so the stamped offsets are the real ones unless the WAL makes the
+                # call wait for room first (deliveries take the offset from the log entry).
+                durable = await self._appending(
+                    producer.name, split.append, new, self.log.enqueue(records, times, seqs)
+                )
+        if durable is not None:
+            first = await self._appending(producer.name, split.append, new, durable)
             split.append.stored(first)
             self._published(new, nbytes if len(new) == len(msgs) else sum(len(m.payload) for m in new))
         if not split.duplicates:
@@ -262,6 +273,21 @@ class ReliableTopic:
         for i, where in split.duplicates:
             offsets[i] = await original_offset(where)
         return PublishResult(first, len(msgs), offsets, len(split.duplicates))
+
+    async def _appending(
+        self, producer_name: str, append: PendingAppend, new: list[Msg], step: Awaitable[T]
+    ) -> T:
+        """Await one step of an append (queueing, then durability), undoing the batch's dedup
+        bookkeeping when it fails (nothing stored) or is cancelled."""
+        try:
+            return await step
+        except (StorageError, LogClosed) as exc:  # nothing of the batch was stored
+            self._dedup.failed(producer_name, append)
+            append.failed(exc)
+            raise
+        except BaseException:  # cancelled: the WAL keeps what it had accepted
+            self._abandoned(producer_name, append, new)
+            raise
 
     async def _seed_dedup(self) -> None:
         """Once per open, on the first duplicate whose original is not remembered (a producer

@@ -53,7 +53,7 @@ class FakeLog:
         self._durable = first_offset
         self._seq_durable: dict[str, int] = {}
         self._seq_accepted: dict[str, int] = {}
-        self._commit_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._commit_waiters: list[tuple[int, int, asyncio.Future[int]]] = []
         self._durable_changed = asyncio.Event()
         self._fail: list[BaseException] = []
         self.read_failures: list[BaseException] = []
@@ -84,6 +84,14 @@ class FakeLog:
         publish_times_ms: Sequence[int],
         sequences: Sequence[tuple[str, int]] | None = None,
     ) -> int:
+        return await (await self.enqueue(records, publish_times_ms, sequences))
+
+    async def enqueue(
+        self,
+        records: Sequence[bytes],
+        publish_times_ms: Sequence[int],
+        sequences: Sequence[tuple[str, int]] | None = None,
+    ) -> asyncio.Future[int]:
         if self.closed:
             raise LogClosed("log closed")
         if self._fail:
@@ -96,22 +104,22 @@ class FakeLog:
         end = self.next_offset
         for name, seq in sequences or ():
             self._seq_accepted[name] = max(self._seq_accepted.get(name, 0), seq)
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         if self.auto_commit:
             self.commit()
-            return first
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._commit_waiters.append((end, fut))
-        await fut
-        return first
+            fut.set_result(first)
+            return fut
+        self._commit_waiters.append((end, first, fut))
+        return fut
 
     def commit(self) -> None:
         """Make everything appended durable (one group commit)."""
         self._durable = self.next_offset
         self._seq_durable = dict(self._seq_accepted)
         waiters, self._commit_waiters = self._commit_waiters, []
-        for _, fut in waiters:
+        for _, first, fut in waiters:
             if not fut.done():
-                fut.set_result(None)
+                fut.set_result(first)
         self._durable_changed.set()
         self._durable_changed = asyncio.Event()
 
@@ -121,7 +129,7 @@ class FakeLog:
         del self._entries[keep:]
         self._seq_accepted = dict(self._seq_durable)
         waiters, self._commit_waiters = self._commit_waiters, []
-        for _, fut in waiters:
+        for _, _, fut in waiters:
             if not fut.done():
                 fut.set_exception(exc)
 

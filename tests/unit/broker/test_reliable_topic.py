@@ -117,6 +117,32 @@ async def test_publish_returns_only_once_the_batch_is_durable(resources: Resourc
     await rig.close()
 
 
+async def test_concurrent_publishes_enter_the_log_in_call_order_and_fail_with_their_commit(
+    resources: Resources,
+) -> None:
+    rig = Rig(resources, FakeLogs(auto_commit=False))
+    p = await rig.producer()
+    a = asyncio.create_task(rig.publish(p, [b"a1", b"a2"], seqs=[1, 2]))
+    b = asyncio.create_task(rig.publish(p, [b"b"], seqs=[3]))
+    await wait_until(lambda: rig.log.next_offset == 3, what="both appended before either is durable")
+    rig.log.commit()
+    assert ((await a).first_offset, (await b).first_offset) == (0, 2)
+    c = asyncio.create_task(rig.publish(p, [b"c"], seqs=[4]))
+    d = asyncio.create_task(rig.publish(p, [b"d"], seqs=[5]))
+    await wait_until(lambda: rig.log.next_offset == 5, what="both appended")
+    rig.log.fail_pending(StorageFailed("disk gone"))
+    for t in (c, d):
+        with pytest.raises(StorageFailed):
+            await t
+    assert rig.reg.last_sequence(p) == 3, "the failed commit's sequence ids are taken back"
+    again = asyncio.create_task(rig.publish(p, [b"c", b"d"], seqs=[4, 5]))
+    await wait_until(lambda: rig.log.next_offset == 5, what="re-sent")
+    rig.log.commit()
+    res = await again
+    assert (res.first_offset, res.count, res.duplicates) == (3, 2, 0), "re-sends are new, not duplicates"
+    await rig.close()
+
+
 async def test_duplicates_are_acked_with_their_original_offsets(resources: Resources) -> None:
     rig = Rig(resources)
     p = await rig.producer()

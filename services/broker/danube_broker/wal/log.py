@@ -202,12 +202,27 @@ class TopicLog:
         commit failed (nothing of it was stored; the offsets are reused), LogClosed after
         ``aclose``. Cancelling the caller does not withdraw the records. An empty call returns
         ``next_offset`` at once."""
+        return await (await self.enqueue(records, publish_times_ms, sequences))
+
+    async def enqueue(
+        self,
+        records: Sequence[bytes],
+        publish_times_ms: Sequence[int],
+        sequences: Sequence[tuple[str, int]] | None = None,
+    ) -> asyncio.Future[int]:
+        """The first half of :meth:`append`: wait for room (back-pressure), take the offsets and
+        queue the batch for the writer; return the future of its first offset, resolved once
+        durable (or failed with the commit). A caller that must keep several batches in order
+        (one publish stream) awaits this in order and the futures concurrently."""
         n = len(records)
         if len(publish_times_ms) != n or (sequences is not None and len(sequences) != n):
             raise ValueError("records, publish_times_ms and sequences must have the same length")
         self._check_writable()
+        loop = asyncio.get_running_loop()
         if n == 0:
-            return self._next_offset
+            done: asyncio.Future[int] = loop.create_future()
+            done.set_result(self._next_offset)
+            return done
         while self._pending_bytes >= self._cfg.max_pending_bytes:
             await self._space.wait()
             self._check_writable()
@@ -232,11 +247,11 @@ class TopicLog:
         self._next_offset = first + n
         if seqs:
             merge_sequences(self._seq_accepted, seqs)
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[int] = loop.create_future()
         self._queue.append(_Batch(first, data, recs, pts, sizes, seqs, fut))
         self._pending_bytes += len(data)
         self._wake.set()
-        return await fut
+        return fut
 
     def _check_writable(self) -> None:
         if self._closing:

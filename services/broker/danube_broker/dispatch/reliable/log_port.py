@@ -11,6 +11,7 @@ delivered to consumers.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -45,6 +46,16 @@ class TopicLogPort(Protocol):
         sequences: Sequence[tuple[str, int]] | None = None,
     ) -> int:
         """Store ``records``; return the first offset once durable (StorageError: nothing stored)."""
+        ...
+
+    async def enqueue(
+        self,
+        records: Sequence[bytes],
+        publish_times_ms: Sequence[int],
+        sequences: Sequence[tuple[str, int]] | None = None,
+    ) -> asyncio.Future[int]:
+        """Take offsets for ``records`` (after waiting for room) and queue them; the future gives
+        the first offset once durable. ``append`` = ``await (await enqueue(...))``."""
         ...
 
     def last_sequence(self, producer_name: str) -> int: ...

@@ -1,0 +1,150 @@
+"""What a run prints and writes: the table, ratios (ours / each peer), results.json, PNG plots."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+OURS = ("danube", "danube-none")
+PEERS_OF_OURS = {"danube": "fsync", "danube-none": "no fsync"}
+
+
+def _lat(d: dict[str, float] | None, key: str) -> str:
+    return f"{d[key]:.2f}" if d else "-"
+
+
+def _rate(r: dict[str, Any]) -> str:
+    return "max" if not r["target_rate"] else f"{r['target_rate']:,}"
+
+
+def table(rows: Iterable[dict[str, Any]]) -> str:
+    head = (
+        f"{'workload':<24} {'driver':<15} {'rate':>7} {'durability':<34} {'pub msg/s':>10} {'cons msg/s':>10} "
+        f"{'MB/s':>6} {'pub p50':>8} {'p99':>8} {'p99.9':>8} {'e2e p50':>8} {'p99':>8} {'p99.9':>8} {'CPU s/M':>8}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        pub, e2e = r["publish_latency"], r["e2e_latency"]
+        mb = max(r["publish_mb_s"], r["consume_mb_s"])
+        cpu = r["cpu_s_per_million"]
+        lines.append(
+            f"{r['workload']:<24} {r['driver']:<15} {_rate(r):>7} {r['durability'][:34]:<34} "
+            f"{r['publish_rate']:>10,.0f} {r['consume_rate']:>10,.0f} {mb:>6.1f} "
+            f"{_lat(pub, 'p50_ms'):>8} {_lat(pub, 'p99_ms'):>8} {_lat(pub, 'p99.9_ms'):>8} "
+            f"{_lat(e2e, 'p50_ms'):>8} {_lat(e2e, 'p99_ms'):>8} {_lat(e2e, 'p99.9_ms'):>8} "
+            f"{cpu:>8.1f}" + (f"  [{'; '.join(r['notes'])}]" if r.get("notes") else "")
+        )
+    lines.append(
+        "latencies in ms (fixed rates: from the intended send time); CPU s/M = CPU seconds per million messages"
+    )
+    legend = dict.fromkeys((r["driver"], r["reliable"], r["durability"]) for r in rows)
+    if any(len(d) > 34 for _, _, d in legend):
+        lines.append("durability in full:")
+        lines.extend(
+            f"  {drv} ({'reliable' if rel else 'non-reliable'} topics): {d}" for drv, rel, d in legend
+        )
+    return "\n".join(lines)
+
+
+def ratios(rows: list[dict[str, Any]]) -> list[str]:
+    """For each workload x rate: each of ours / each peer, on throughput (max of publish and consume)
+    and on p99 end-to-end (or publish) latency. > 1 on throughput, < 1 on latency: ours is better."""
+    out: list[str] = []
+    keyed: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        keyed.setdefault((r["workload"], r["target_rate"]), []).append(r)
+    for (wl, rate), group in keyed.items():
+        for ours in (r for r in group if r["driver"] in OURS):
+            for peer in (r for r in group if r["driver"] not in OURS):
+                t_ours, t_peer = _thr(ours), _thr(peer)
+                l_ours, l_peer = _p99(ours), _p99(peer)
+                thr = f"{t_ours / t_peer:.2f}" if t_peer else "-"
+                lat = f"{l_ours / l_peer:.2f}" if l_ours and l_peer else "-"
+                out.append(
+                    f"{wl} @ {rate or 'max'}: {ours['driver']} / {peer['driver']}: "
+                    f"throughput x{thr}, p99 latency x{lat}"
+                )
+    return out
+
+
+def _thr(r: dict[str, Any]) -> float:
+    return float(max(r["publish_rate"], r["consume_rate"]))
+
+
+def _p99(r: dict[str, Any]) -> float | None:
+    d = r["e2e_latency"] or r["publish_latency"]
+    return d["p99_ms"] if d else None
+
+
+def write_json(out_dir: Path, meta: dict[str, Any], rows: list[dict[str, Any]], skipped: list[str]) -> Path:
+    path = out_dir / "results.json"
+    path.write_text(json.dumps({"meta": meta, "results": rows, "skipped": skipped}, indent=2, default=_nan))
+    return path
+
+
+def _nan(obj: Any) -> Any:
+    return None if isinstance(obj, float) and math.isnan(obj) else str(obj)
+
+
+def plot(out_dir: Path, rows: list[dict[str, Any]]) -> list[Path]:
+    """Throughput bars per workload; latency vs rate lines for workloads run at several fixed rates."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    written: list[Path] = []
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    for wl in workloads:
+        group = [r for r in rows if r["workload"] == wl]
+        rates = sorted({r["target_rate"] for r in group})
+        if len(rates) > 1:
+            fig, ax = plt.subplots(figsize=(7, 4.5))
+            for drv in dict.fromkeys(r["driver"] for r in group):
+                mine = sorted(
+                    (r for r in group if r["driver"] == drv and r["e2e_latency"]),
+                    key=lambda r: r["target_rate"],
+                )
+                if not mine:  # publish-only drivers have no end-to-end latency
+                    continue
+                xs = [r["target_rate"] for r in mine]
+                line = ax.plot(
+                    xs, [r["e2e_latency"]["p99_ms"] for r in mine], marker="o", label=f"{drv} p99"
+                )[0]
+                ax.plot(
+                    xs,
+                    [r["e2e_latency"]["p50_ms"] for r in mine],
+                    marker=".",
+                    linestyle="--",
+                    color=line.get_color(),
+                    label=f"{drv} p50",
+                )
+            ax.set_xlabel("target rate (msg/s)")
+            ax.set_ylabel("end-to-end latency (ms, log)")
+            ax.set_yscale("log")
+            ax.set_title(f"{wl}: latency vs rate")
+            ax.legend(fontsize=8)
+            ax.grid(True, alpha=0.3)
+            fig.tight_layout()
+            path = out_dir / f"{wl}-latency.png"
+            fig.savefig(path, dpi=110)
+            plt.close(fig)
+            written.append(path)
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        labels = [f"{r['driver']}\n@{_rate(r)}" for r in group]
+        ax.bar(range(len(group)), [_thr(r) for r in group], color="tab:blue")
+        ax.set_xticks(range(len(group)), labels, fontsize=7, rotation=0)
+        ax.set_ylabel("msg/s (max of publish, consume)")
+        ax.set_title(f"{wl}: throughput ({group[0]['message_size_bytes']} B messages)")
+        ax.grid(True, axis="y", alpha=0.3)
+        fig.tight_layout()
+        path = out_dir / f"{wl}-throughput.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
