@@ -37,6 +37,11 @@ class ProducerOptions:
     batching_max_messages: int = 1000
     batching_max_bytes: int = 1024 * 1024
     batching_max_publish_delay_ms: float = 2.0
+    #: Batches written to the broker but not acknowledged yet, per partition. At the cap the
+    #: open batch keeps filling until an ack frees a slot, so batches grow with the load
+    #: instead of many small batches queueing at the broker (like Kafka's
+    #: ``max.in.flight.requests.per.connection``).
+    max_inflight_batches: int = 5
     max_pending_messages: int = 20_000
     #: A message not acknowledged this long after ``send`` fails with Timeout (0: never).
     send_timeout_s: float = 30.0
@@ -48,6 +53,7 @@ class ProducerOptions:
         _require(self.batching_max_messages >= 1, "batching_max_messages must be >= 1")
         _require(self.batching_max_bytes >= 1, "batching_max_bytes must be >= 1")
         _require(self.batching_max_publish_delay_ms >= 0, "batching_max_publish_delay_ms must be >= 0")
+        _require(self.max_inflight_batches >= 1, "max_inflight_batches must be >= 1")
         _require(self.max_pending_messages >= 1, "max_pending_messages must be >= 1")
         _require(self.send_timeout_s >= 0, "send_timeout_s must be >= 0 (0 disables the timeout)")
 

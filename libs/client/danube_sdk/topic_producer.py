@@ -5,7 +5,8 @@ reaches ``batching_max_messages`` or ``batching_max_bytes``, when it has been op
 ``batching_max_publish_delay_ms``, or at once when no batch is in flight (an idle producer
 does not linger); sealed batches wait in ``ready`` for the sender. The sender
 writes them on the ``PublishBatches`` stream without waiting for acks, keeping them in
-``inflight`` (ordered by ``batch_seq``) until the broker's ``PublishAck`` resolves them.
+``inflight`` (ordered by ``batch_seq``) until the broker's ``PublishAck`` resolves them; with
+``max_inflight_batches`` unacknowledged it waits for an ack (the open batch keeps filling).
 
 When the stream fails with a retryable error (topic moved, broker gone, back-pressure) the
 supervisor backs off, looks the topic up again, re-creates the producer under the same name
@@ -65,6 +66,7 @@ class TopicProducer:
         self._linger_s = opts.batching_max_publish_delay_ms / 1000.0
         self._max_messages = opts.batching_max_messages
         self._max_bytes = opts.batching_max_bytes
+        self._max_inflight = opts.max_inflight_batches
         self.producer_id = 0
         #: Largest payload the broker accepts (0: it did not say).
         self.max_message_size = 0
@@ -76,6 +78,8 @@ class TopicProducer:
         self._next_seq = 1
         self._wake = asyncio.Event()
         self._writes_allowed = asyncio.Event()
+        #: Set when fewer than ``max_inflight_batches`` batches are unacknowledged.
+        self._slot_free = asyncio.Event()
         self._retry_error: DanubeError | None = None
         self._refused: list[Batch] = []
         self._acked_in_session = False
@@ -240,6 +244,7 @@ class TopicProducer:
                 break
             del self.inflight[seq]
             expired.append(batch)
+            self._slot_free.set()
         for batch in [b for b in self._refused if b.deadline is not None and b.deadline <= now]:
             self._refused.remove(batch)
             expired.append(batch)
@@ -333,6 +338,12 @@ class TopicProducer:
                 await call.write(batch.frame)
             while True:
                 await self._writes_allowed.wait()
+                if len(self.inflight) >= self._max_inflight:
+                    # The open batch keeps filling meanwhile: under load batches grow instead
+                    # of piling up at the broker one small batch at a time.
+                    self._slot_free.clear()
+                    await self._slot_free.wait()
+                    continue
                 batch = await self._next_batch()  # no await between this and `inflight`
                 seq = self._next_seq
                 self._next_seq += 1
@@ -369,6 +380,8 @@ class TopicProducer:
                 raise await call_error(call, what)
             assert isinstance(ack, pb.PublishAck)
             batch = self.inflight.pop(ack.batch_seq, None)
+            if len(self.inflight) < self._max_inflight:
+                self._slot_free.set()
             if not self.inflight and self.open is not None:
                 self._wake.set()  # the pipe is idle: the open batch need not linger
             if batch is not None:

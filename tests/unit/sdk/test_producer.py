@@ -6,9 +6,10 @@ import asyncio
 
 import pytest
 
-from danube_common.errors import MessageTooLarge, Timeout
+from danube_common.errors import InvalidArgument, MessageTooLarge, Timeout
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_sdk import ClientClosed, DanubeClient, MessageId
+from danube_sdk.options import ProducerOptions
 from tests.support import wait_until
 from tests.unit.sdk.fake_broker import FakeCluster
 
@@ -173,3 +174,30 @@ async def test_client_close_closes_its_producers(cluster: FakeCluster) -> None:
         fut = await producer.send_async(b"in flight at close")
     assert fut.result().offset == 0
     assert producer.closed
+
+
+async def test_in_flight_batches_are_capped_and_the_open_batch_grows(
+    client: DanubeClient, cluster: FakeCluster
+) -> None:
+    producer = await client.create_producer(
+        T, max_inflight_batches=2, batching_max_messages=1000, batching_max_publish_delay_ms=0
+    )
+    cluster.ack_gate.clear()
+    futs = [await producer.send_async(b"a")]  # idle pipe: goes at once
+    await wait_until(lambda: len(cluster.frames) == 1, timeout_s=5, what="first batch in flight")
+    futs.append(await producer.send_async(b"b"))  # no linger: a second batch
+    await wait_until(lambda: len(cluster.frames) == 2, timeout_s=5, what="second batch in flight")
+    for i in range(8):
+        futs.append(await producer.send_async(b"c%d" % i))
+        for _ in range(10):  # give the sender every chance to send a third batch (it must not)
+            await asyncio.sleep(0)
+    assert len(cluster.frames) == 2
+    cluster.ack_gate.set()
+    ids = await asyncio.gather(*futs)
+    assert [i.offset for i in ids] == list(range(10))
+    assert [f.count for f in cluster.frames] == [1, 1, 8]  # the waiting messages went as one batch
+
+
+def test_max_inflight_batches_must_be_positive() -> None:
+    with pytest.raises(InvalidArgument, match="max_inflight_batches"):
+        ProducerOptions(max_inflight_batches=0)
