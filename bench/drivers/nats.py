@@ -35,14 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import shutil
-import signal
-import socket
 from pathlib import Path
 from typing import Any, cast
 
+from bench.drivers._proc import free_port, port_open, stop_process_group
 from bench.drivers.base import ConsumerHandle, Driver, DriverUnavailable, ProducerHandle
 
 try:
@@ -100,37 +98,6 @@ def durable_name(subscription: str) -> str:
 # ---- the server process
 
 
-def free_port(host: str = HOST) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-async def _port_open(host: str, port: int) -> bool:
-    try:
-        _reader, writer = await asyncio.open_connection(host, port)
-    except OSError:
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
-
-
-async def stop_process_group(proc: asyncio.subprocess.Process, *, timeout_s: float = STOP_TIMEOUT_S) -> None:
-    """SIGTERM the child's process group, wait, then SIGKILL whatever is left."""
-    pgid = proc.pid  # the child was started in its own session: pgid == pid
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    try:
-        await asyncio.wait_for(proc.wait(), timeout_s)
-    except TimeoutError:
-        pass
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
-    await proc.wait()
-
-
 class NatsServer:
     """One ``nats-server`` child process on loopback; JetStream enabled when ``jetstream``."""
 
@@ -173,7 +140,7 @@ class NatsServer:
                 rc = self.proc.returncode
                 self.proc = None
                 raise RuntimeError(f"nats-server exited with {rc} at start; see {self.log_path}")
-            if await _port_open(HOST, self.port):
+            if await port_open(HOST, self.port):
                 return
             await asyncio.sleep(0.02)
         await self.stop()
@@ -184,7 +151,7 @@ class NatsServer:
     async def stop(self) -> None:
         proc, self.proc = self.proc, None
         if proc is not None:
-            await stop_process_group(proc)
+            await stop_process_group(proc, timeout_s=STOP_TIMEOUT_S)
 
     def pids(self) -> list[int]:
         return [self.proc.pid] if self.proc is not None and self.proc.returncode is None else []

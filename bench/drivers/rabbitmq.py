@@ -37,11 +37,10 @@ import itertools
 import os
 import re
 import shutil
-import signal
-import socket
 from pathlib import Path
 from typing import Any
 
+from bench.drivers._proc import free_port, port_open, stop_process_group
 from bench.drivers.base import ConsumerHandle, Driver, DriverUnavailable, ProducerHandle
 
 try:
@@ -84,37 +83,6 @@ def queue_names(topic: str, subscription: str, partitions: int) -> list[str]:
 
 
 # ---- processes
-
-
-def free_port(host: str = HOST) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-async def _port_open(host: str, port: int) -> bool:
-    try:
-        _reader, writer = await asyncio.open_connection(host, port)
-    except OSError:
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
-
-
-async def _stop_process_group(proc: asyncio.subprocess.Process, *, timeout_s: float) -> None:
-    """SIGTERM the child's process group, wait, then SIGKILL whatever is left of it."""
-    pgid = proc.pid  # started with start_new_session: pgid == pid
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    try:
-        await asyncio.wait_for(proc.wait(), timeout_s)
-    except TimeoutError:
-        pass
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
-    await proc.wait()
 
 
 def _open_log(path: Path) -> Any:
@@ -216,7 +184,7 @@ class RabbitNode:
         while loop.time() < deadline:
             if proc.returncode is not None:
                 raise RuntimeError(f"{what} exited with {proc.returncode} at start; see {self.dir}")
-            if await _port_open(HOST, port):
+            if await port_open(HOST, port):
                 return
             await asyncio.sleep(0.05)
         raise RuntimeError(f"{what} did not listen on {HOST}:{port} in {START_TIMEOUT_S}s; see {self.dir}")
@@ -253,10 +221,10 @@ class RabbitNode:
                     try:
                         await asyncio.wait_for(ctl.wait(), STOP_TIMEOUT_S)
                     finally:
-                        await _stop_process_group(ctl, timeout_s=1.0)
-            await _stop_process_group(server, timeout_s=STOP_TIMEOUT_S)
+                        await stop_process_group(ctl, timeout_s=1.0)
+            await stop_process_group(server, timeout_s=STOP_TIMEOUT_S)
         if epmd is not None:
-            await _stop_process_group(epmd, timeout_s=STOP_TIMEOUT_S)
+            await stop_process_group(epmd, timeout_s=STOP_TIMEOUT_S)
 
     def pids(self) -> list[int]:
         return [p.pid for p in (self.server, self.epmd) if p is not None and p.returncode is None]
