@@ -25,7 +25,8 @@ from typing import Any, Protocol, TypeVar
 from pydantic import Field, field_validator
 
 from danube_common.config import EtcdConfig, Frozen
-from danube_common.errors import DanubeError, InvalidNamespaceName, MetadataUnavailable, Timeout
+from danube_common.errors import ConfigError, DanubeError, InvalidNamespaceName, MetadataUnavailable, Timeout
+from danube_common.logs import setup_logging
 from danube_common.topic_name import validate_namespace
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,27 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     except ImportError:
         return None
     return uvloop.new_event_loop
+
+
+C = TypeVar("C", bound=ServiceConfig)
+
+
+def service_main(
+    load: Callable[[], C],
+    run: Callable[[C], Coroutine[Any, Any, None]],
+    *,
+    name: Callable[[C], str],
+    fatal: tuple[type[BaseException], ...] = (),
+) -> int:
+    """A service's whole ``main()``: load the config (a bad one: message, exit 2), set up
+    logging under ``name(cfg)``, then :func:`run_main`."""
+    try:
+        cfg = load()
+    except ConfigError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    setup_logging(cfg.log_level, service=name(cfg))
+    return run_main(lambda: run(cfg), etcd_endpoints=cfg.etcd.endpoints, fatal=fatal)
 
 
 def run_main(

@@ -14,9 +14,7 @@ from typing import Any
 from danube_broker.app import BrokerFailure, run
 from danube_broker.config import BrokerConfig
 from danube_common.config import load_config
-from danube_common.errors import ConfigError
-from danube_common.logs import setup_logging
-from danube_common.service import add_common_flags, common_flags, run_main
+from danube_common.service import add_common_flags, common_flags, service_main
 
 ENV_PREFIX = "DANUBE_BROKER"
 
@@ -86,13 +84,9 @@ def load(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        cfg = load(argv)
-    except ConfigError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        return 2
-    setup_logging(cfg.log_level, service=f"broker[{cfg.broker_id}]")
-    return run_main(lambda: run(cfg), etcd_endpoints=cfg.etcd.endpoints, fatal=(BrokerFailure,))
+    return service_main(
+        lambda: load(argv), run, name=lambda c: f"broker[{c.broker_id}]", fatal=(BrokerFailure,)
+    )
 
 
 if __name__ == "__main__":

@@ -8,9 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from danube_common.config import load_config
-from danube_common.errors import ConfigError
-from danube_common.logs import setup_logging
-from danube_common.service import add_common_flags, common_flags, run_main
+from danube_common.service import add_common_flags, common_flags, service_main
 from danube_lookup.app import run
 from danube_lookup.config import LookupConfig
 
@@ -70,13 +68,7 @@ def load(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        cfg = load(argv)
-    except ConfigError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        return 2
-    setup_logging(cfg.log_level, service="lookup")
-    return run_main(lambda: run(cfg), etcd_endpoints=cfg.etcd.endpoints)
+    return service_main(lambda: load(argv), run, name=lambda c: "lookup")
 
 
 if __name__ == "__main__":
