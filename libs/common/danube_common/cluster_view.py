@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from danube_common.errors import DanubeError
 from danube_common.metadata.store import WatchCompacted, WatchEvent
@@ -27,6 +28,9 @@ class ClusterView:
         self.owners: dict[str, Ownership] = {}
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
+        self._waiters: list[asyncio.Future[None]] = []
+        #: Election keys (``/leaders/{role}/{candidate}``) -> create_revision: who campaigns.
+        self.election_keys: dict[str, int] = {}
         self.revision = 0
 
     async def start(self) -> None:
@@ -36,9 +40,12 @@ class ClusterView:
     async def _load(self) -> int:
         brokers = await self._res.list_brokers()
         owners, rev = await self._res.list_owners()
+        elections, _ = await self._res.store.get_prefix(self._keys.leaders_prefix())
         self.brokers = {b.broker_id: b for b in brokers}
         self.owners = owners
+        self.election_keys = {kv.key: kv.create_revision for kv in elections}
         self.revision = rev
+        self._wake()
         return rev
 
     async def _follow(self, start: int) -> None:
@@ -67,6 +74,24 @@ class ClusterView:
 
     def _apply(self, ev: WatchEvent) -> None:
         self.revision = ev.revision
+        try:
+            self._apply_event(ev)
+        finally:
+            self._wake()
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def _apply_event(self, ev: WatchEvent) -> None:
+        if ev.key.startswith(self._keys.leaders_prefix()):
+            if ev.kind == "put":
+                self.election_keys[ev.key] = ev.create_revision or ev.revision
+            else:
+                self.election_keys.pop(ev.key, None)
+            return
         brokers_prefix = self._keys.brokers_prefix()
         if ev.key.startswith(brokers_prefix) and "/" not in ev.key[len(brokers_prefix) :]:
             broker_id = ev.key[len(brokers_prefix) :]
@@ -79,7 +104,7 @@ class ClusterView:
         topic = self._keys.parse_owner(ev.key)
         if topic is not None:
             if ev.kind == "put":
-                self.owners[str(topic)] = Ownership(str(topic), ev.json()["broker_id"], ev.revision)
+                self.owners[str(topic)] = Ownership.of(str(topic), ev.json(), ev.revision)
             else:
                 self.owners.pop(str(topic), None)
             self._changed.set()
@@ -96,6 +121,27 @@ class ClusterView:
             return None
         broker = self.brokers.get(own.broker_id)
         return broker.advertised_url if broker else None
+
+    def has_leader(self, role: str) -> bool:
+        """Some candidate holds or campaigns for ``role`` (a hint; the election decides)."""
+        prefix = self._keys.leader_candidates_prefix(role)
+        return any(k.startswith(prefix) for k in self.election_keys)
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``predicate()`` holds after some change of the view; False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not predicate():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, remaining)
+            except TimeoutError:
+                return predicate()
+        return True
 
     async def wait_changed(self) -> None:
         await self._changed.wait()

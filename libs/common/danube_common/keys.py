@@ -4,6 +4,8 @@ Layout (values are JSON unless noted)::
 
     /{cluster}/brokers/{broker_id}                         registration; lease
     /{cluster}/load/{broker_id}                            load report; lease
+    /{cluster}/broker_states/{broker_id}                   admin state {state}: draining, drained, active
+    /{cluster}/move_requests/{ns}/{topic}                  topic move requests {to} (admin -> load manager)
     /{cluster}/unassigned/{ns}/{topic}                     placement requests
     /{cluster}/owners/{ns}/{topic}                         ownership {broker_id}; epoch = mod_revision
     /{cluster}/assignments/{broker_id}/{ns}/{topic}        the same ownership, per broker (watched)
@@ -15,6 +17,7 @@ Layout (values are JSON unless noted)::
     /{cluster}/topics/{ns}/{topic}/subscriptions/{sub}     subscription metadata
     /{cluster}/topics/{ns}/{topic}/subscriptions/{sub}/cursor   acked cursor (reliable)
     /{cluster}/topics/{ns}/{topic}/subscriptions/{sub}/policy   failure policy (reliable)
+    /{cluster}/storage/{ns}/{topic}/state                  where the log ends {next_offset} (hand-over)
     /{cluster}/storage/{ns}/{topic}/segments/{start:020d}  segment descriptors
     /{cluster}/schemas/{subject}/...                       schema registry
     /{cluster}/auth/...                                    roles and bindings
@@ -50,6 +53,32 @@ class Keys:
 
     def load(self, broker_id: str) -> str:
         return f"/{self.cluster}/load/{broker_id}"
+
+    def broker_states_prefix(self) -> str:
+        return f"/{self.cluster}/broker_states/"
+
+    def broker_state(self, broker_id: str) -> str:
+        """``{"state": "draining" | "drained" | "active"}`` set by admins and the load manager.
+
+        Not leased: a drained broker that restarts stays drained until activated.
+        """
+        return f"/{self.cluster}/broker_states/{broker_id}"
+
+    def move_requests_prefix(self) -> str:
+        return f"/{self.cluster}/move_requests/"
+
+    def move_request(self, topic: TopicName) -> str:
+        """``{"to": broker_id | ""}``: an admin asks the load manager to move a topic."""
+        return f"/{self.cluster}/move_requests/{topic.namespace}/{topic.local}"
+
+    def parse_topic_suffix(self, prefix: str, key: str) -> TopicName | None:
+        """``{prefix}{ns}/{topic}`` -> TopicName (None if ``key`` is not exactly that)."""
+        if not key.startswith(prefix):
+            return None
+        parts = key[len(prefix) :].split("/")
+        if len(parts) != 2:
+            return None
+        return TopicName(parts[0], parts[1])
 
     # ---- placement and ownership
     def unassigned_prefix(self) -> str:
@@ -93,6 +122,28 @@ class Keys:
     # ---- control plane
     def leader(self, role: str) -> str:
         return f"/{self.cluster}/leaders/{role}"
+
+    def leaders_prefix(self) -> str:
+        return f"/{self.cluster}/leaders/"
+
+    def leader_candidates_prefix(self, role: str) -> str:
+        """Every candidate of ``role`` (the trailing ``/`` keeps ``lm`` apart from ``lm-2``)."""
+        return f"{self.leader(role)}/"
+
+    def leader_candidate(self, role: str, candidate_id: str) -> str:
+        """``{candidate_id, metadata, ttl_s}``; leased. The live key with the lowest
+        create_revision leads the role, and that revision is its term (fencing token)."""
+        return f"{self.leader(role)}/{candidate_id}"
+
+    def parse_leader_candidate(self, key: str) -> tuple[str, str] | None:
+        """``/{cluster}/leaders/{role}/{candidate_id}`` -> (role, candidate_id); None if not one."""
+        prefix = self.leaders_prefix()
+        if not key.startswith(prefix):
+            return None
+        parts = key[len(prefix) :].split("/")
+        if len(parts) != 2 or not parts[0] or not parts[1]:
+            return None
+        return parts[0], parts[1]
 
     def load_report(self) -> str:
         return f"/{self.cluster}/load_report"
@@ -140,6 +191,11 @@ class Keys:
     # ---- storage, schemas, auth, counters
     def segments_prefix(self, topic: TopicName) -> str:
         return f"/{self.cluster}/storage/{topic.namespace}/{topic.local}/segments/"
+
+    def storage_state(self, topic: TopicName) -> str:
+        """``{"next_offset": N, "broker_id", "epoch", "at_ms"}``: where a reliable topic's log ends,
+        written when an owner hands the topic over or releases it (the next owner starts at N)."""
+        return f"/{self.cluster}/storage/{topic.namespace}/{topic.local}/state"
 
     def segment(self, topic: TopicName, start_offset: int) -> str:
         return f"{self.segments_prefix(topic)}{start_offset:020d}"

@@ -17,7 +17,10 @@ what notices dead owners, lazily, at the next TopicLookup.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
+from collections.abc import Callable
 
 from danube_common.cluster_view import ClusterView
 from danube_common.errors import NoBrokerAvailable, TopicNotFound
@@ -69,7 +72,11 @@ async def take_over_dead_owner(res: Resources, topic: TopicName, dead: Ownership
     current = result.gets[0]
     if current is None:  # released or deleted meanwhile: place it like a new topic
         return await res.place_new_topic(topic)
-    return Ownership(str(topic), current.json()["broker_id"], current.mod_revision)
+    return Ownership.of(str(topic), current.json(), current.mod_revision)
+
+
+#: The role whose holder places topics (see services/load_manager).
+LOAD_MANAGER_ROLE = "load-manager"
 
 
 class Resolver:
@@ -77,6 +84,13 @@ class Resolver:
 
     Reads go to the watch-fed :class:`ClusterView` first; any doubt (not cached, owner not
     registered in the cache) is settled against etcd, and every change is a transaction.
+
+    When a load manager campaigns for its role, placement is its job: a new topic gets a
+    placement request (``/unassigned/{topic}``) and the answer waits until the load manager has
+    assigned it; a dead owner's topics are left for it to re-place. Without one (a single
+    broker, tests), placement happens here. Either way, a topic being handed over between
+    brokers (``moving_to``) is answered once the move is over, so clients go straight to the
+    new owner. Waits are bounded by ``wait_s``.
     """
 
     def __init__(
@@ -86,40 +100,89 @@ class Resolver:
         *,
         auto_create_topics: bool = True,
         max_attempts: int = 3,
+        wait_s: float = 15.0,
     ) -> None:
         self._res = resources
         self._view = view
         self._auto_create = auto_create_topics
         self._max_attempts = max_attempts
+        self._wait_s = wait_s
 
     async def resolve(self, topic: TopicName) -> tuple[str, str]:
         """(broker_id, advertised_url) of the topic's live owner."""
-        cached = self._view.owners.get(str(topic))
-        if cached is not None:
+        name = str(topic)
+        cached = self._view.owners.get(name)
+        if cached is not None and not cached.moving_to:
             broker = self._view.brokers.get(cached.broker_id)
             if broker is not None:
                 return cached.broker_id, broker.advertised_url
-        for _ in range(self._max_attempts):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._wait_s
+        attempts = 0
+        while True:
             own = await self._res.get_owner(topic)
+            managed = self._view.has_leader(LOAD_MANAGER_ROLE)
             if own is None:
+                if managed:
+                    await self._request_placement(topic)
+                    await self._wait(deadline, lambda: name in self._view.owners)
+                    if loop.time() < deadline:
+                        continue
+                    raise NoBrokerAvailable(
+                        f"topic {topic} was not placed within {self._wait_s:g}s: the load manager is "
+                        "busy or changing leader, or no broker is active; retry shortly"
+                    )
                 own = await self._place(topic)
+            epoch = own.epoch
+            if own.moving_to:
+                if await self._wait(deadline, functools.partial(self._settled, name, epoch)):
+                    continue
+                raise NoBrokerAvailable(
+                    f"topic {topic} is still moving from broker {own.broker_id} to {own.moving_to}; retry shortly"
+                )
             broker = await self._res.get_broker(own.broker_id)
+            if broker is None and managed:
+                if await self._wait(deadline, functools.partial(self._settled, name, epoch)):
+                    continue
+                raise NoBrokerAvailable(
+                    f"topic {topic} is owned by broker {own.broker_id}, which is gone; the load manager "
+                    "has not re-placed it yet; retry shortly"
+                )
             if broker is None:
                 own = await take_over_dead_owner(self._res, topic, own)
                 broker = await self._res.get_broker(own.broker_id)
             if broker is not None:
                 return own.broker_id, broker.advertised_url
-        raise NoBrokerAvailable(
-            f"no live owner found for topic {topic} (brokers are changing); retry shortly"
-        )
+            attempts += 1
+            if attempts >= self._max_attempts:
+                raise NoBrokerAvailable(
+                    f"no live owner found for topic {topic} (brokers are changing); retry shortly"
+                )
 
-    async def _place(self, topic: TopicName) -> Ownership:
+    def _settled(self, name: str, epoch: int) -> bool:
+        """The topic's ownership changed since ``epoch`` and is not mid-move."""
+        own = self._view.owners.get(name)
+        return own is not None and own.epoch > epoch and not own.moving_to
+
+    async def _wait(self, deadline: float, predicate: Callable[[], bool]) -> bool:
+        remaining = deadline - asyncio.get_running_loop().time()
+        return remaining > 0 and await self._view.wait_for(predicate, remaining)
+
+    async def _request_placement(self, topic: TopicName) -> None:
+        await self._check_creatable(topic)
+        if await self._res.store.create(self._res.keys.unassigned(topic), {"requested_at_ms": now_ms()}):
+            log.info("asked the load manager to place topic %s", topic)
+
+    async def _check_creatable(self, topic: TopicName) -> None:
         if not self._auto_create and await self._res.get_topic(topic) is None:
             raise TopicNotFound(
                 f"topic {topic} does not exist and auto-creation is off; "
                 f"create it with `danube-admin topics create {topic}`"
             )
         await self._res.require_namespace(topic.namespace)
+
+    async def _place(self, topic: TopicName) -> Ownership:
+        await self._check_creatable(topic)
         own = await self._res.place_new_topic(topic)
         log.info("placed topic %s on broker %s (epoch %d)", topic, own.broker_id, own.epoch)
         return own

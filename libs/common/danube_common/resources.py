@@ -12,7 +12,7 @@ just its own prefix.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -83,6 +83,12 @@ class Ownership:
     topic: str
     broker_id: str
     epoch: int
+    #: Set while the owner hands the topic over to this broker (a topic move in progress).
+    moving_to: str = ""
+
+    @staticmethod
+    def of(topic: str, value: dict[str, Any], epoch: int) -> Ownership:
+        return Ownership(topic, value["broker_id"], epoch, str(value.get("moving_to") or ""))
 
 
 def pick_broker(
@@ -293,7 +299,7 @@ class Resources:
 
     @staticmethod
     def _ownership(topic: TopicName, kv: KeyValue) -> Ownership:
-        return Ownership(str(topic), kv.json()["broker_id"], kv.mod_revision)
+        return Ownership.of(str(topic), kv.json(), kv.mod_revision)
 
     async def list_owners(self) -> tuple[dict[str, Ownership], int]:
         """topic name -> ownership, and the revision of the read (to start a watch from)."""
@@ -334,14 +340,94 @@ class Resources:
             return await self.assign_if_unowned(topic, broker_id)
         return self._ownership(topic, kv)
 
-    async def release(self, own: Ownership) -> bool:
-        """Give up ownership, only if still at the same epoch (fenced)."""
+    async def release(self, own: Ownership, *, next_offset: int | None = None) -> bool:
+        """Give up ownership, only if still at the same epoch (fenced). ``next_offset``: a
+        reliable topic's log end, recorded so the next owner continues from it."""
         t = TopicName.parse(own.topic)
+        ops = [Op.delete(self.keys.owner(t)), Op.delete(self.keys.assignment(own.broker_id, t))]
+        if next_offset is not None:
+            ops.append(self._storage_state_op(t, own, next_offset))
+        res = await self.store.txn([Compare.mod_revision_is(self.keys.owner(t), own.epoch)], ops)
+        return res.succeeded
+
+    # ------------------------------------------------------------------ topic moves
+    async def mark_moving(
+        self,
+        own: Ownership,
+        to_broker: str,
+        *,
+        fence: Sequence[Compare] = (),
+        by: dict[str, Any] | None = None,
+    ) -> Ownership | None:
+        """Step 1 of a move (the load manager): tell the owner to hand ``own.topic`` to ``to_broker``.
+
+        Applied only if the owner key is still at ``own.epoch``, ``to_broker`` is registered and
+        every ``fence`` compare holds (the load manager's term). Returns the ownership at the new
+        epoch (the owner's hand-over is fenced on it), or None if a condition failed.
+        """
+        t = TopicName.parse(own.topic)
+        ts = now_ms()
+        mark = {"moving_to": to_broker, "assigned_at_ms": ts, **({"by": by} if by else {})}
+        res = await self.store.txn(
+            [
+                *fence,
+                Compare.mod_revision_is(self.keys.owner(t), own.epoch),
+                Compare.exists(self.keys.broker(to_broker)),
+            ],
+            [
+                Op.put(self.keys.owner(t), {"broker_id": own.broker_id, **mark}),
+                Op.put(self.keys.assignment(own.broker_id, t), mark),
+            ],
+        )
+        if not res.succeeded:
+            return None
+        return Ownership(own.topic, own.broker_id, res.revision, to_broker)
+
+    async def hand_over(self, own: Ownership, *, next_offset: int | None) -> bool:
+        """Step 2 of a move (the old owner, once sealed): make ``own.moving_to`` the owner.
+
+        Fenced on ``own.epoch`` (the epoch step 1 set). One transaction moves the owner key and
+        both assignment keys and, for a reliable topic, records where its log ends."""
+        t = TopicName.parse(own.topic)
+        ts = now_ms()
+        ops = [
+            Op.put(
+                self.keys.owner(t),
+                {"broker_id": own.moving_to, "assigned_at_ms": ts, "moved_from": own.broker_id},
+            ),
+            Op.delete(self.keys.assignment(own.broker_id, t)),
+            Op.put(
+                self.keys.assignment(own.moving_to, t), {"assigned_at_ms": ts, "moved_from": own.broker_id}
+            ),
+        ]
+        if next_offset is not None:
+            ops.append(self._storage_state_op(t, own, next_offset))
+        res = await self.store.txn([Compare.mod_revision_is(self.keys.owner(t), own.epoch)], ops)
+        return res.succeeded
+
+    async def abort_move(self, own: Ownership) -> Ownership | None:
+        """The old owner could not seal in time: keep the topic (fenced on ``own.epoch``)."""
+        t = TopicName.parse(own.topic)
+        ts = now_ms()
         res = await self.store.txn(
             [Compare.mod_revision_is(self.keys.owner(t), own.epoch)],
-            [Op.delete(self.keys.owner(t)), Op.delete(self.keys.assignment(own.broker_id, t))],
+            [
+                Op.put(self.keys.owner(t), {"broker_id": own.broker_id, "assigned_at_ms": ts}),
+                Op.put(self.keys.assignment(own.broker_id, t), {"assigned_at_ms": ts}),
+            ],
         )
-        return res.succeeded
+        return Ownership(own.topic, own.broker_id, res.revision) if res.succeeded else None
+
+    def _storage_state_op(self, t: TopicName, own: Ownership, next_offset: int) -> Op:
+        return Op.put(
+            self.keys.storage_state(t),
+            {"next_offset": next_offset, "broker_id": own.broker_id, "epoch": own.epoch, "at_ms": now_ms()},
+        )
+
+    async def storage_next_offset(self, topic: TopicName) -> int | None:
+        """Where the reliable topic's log ended at its last hand-over or release (None: never)."""
+        kv = await self.store.get(self.keys.storage_state(topic))
+        return int(kv.json()["next_offset"]) if kv is not None else None
 
     async def place_new_topic(self, topic: TopicName) -> Ownership:
         """Place an unowned topic on the active broker with the fewest topics (ties: by id).

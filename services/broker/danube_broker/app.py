@@ -30,6 +30,8 @@ from typing import Any, NoReturn
 from danube_broker.config import BrokerConfig
 from danube_broker.dead_letter_publisher import DeadLetterPublisher
 from danube_broker.grpc_api import ConsumerApi, HealthApi, ProducerApi
+from danube_broker.handoff import TopicMover
+from danube_broker.load_reporter import LoadReporter
 from danube_broker.membership import Membership
 from danube_broker.registry import BrokerRegistry
 from danube_broker.stats_api import BrokerStatsApi
@@ -124,6 +126,8 @@ async def _serve(
     stop: asyncio.Event,
 ) -> None:
     membership = Membership(resources, registry, registration_ttl_s=cfg.registration_ttl_s)
+    mover = TopicMover(registry, resources, move_timeout_s=cfg.move_timeout_s)
+    membership.mover = mover
     view = ClusterView(resources)
     discovery = DiscoveryServicer(
         resources, view, self_broker_id=cfg.broker_id, auto_create_topics=cfg.auto_create_topics
@@ -144,6 +148,16 @@ async def _serve(
         loops[asyncio.create_task(_sweep_forever(registry, cfg.sweep_interval_s), name="sweep")] = (
             "the expiry sweep"
         )
+        reporter = LoadReporter(
+            registry,
+            resources.store,
+            resources.keys,
+            lease_id=lambda: lease.lease_id if lease is not None else 0,
+            interval_s=cfg.load_report_interval_s,
+            max_topics=cfg.load_report_max_topics,
+        )
+        await reporter.publish()
+        loops[asyncio.create_task(reporter.run(), name="load-report")] = "the load reporter"
         await view.start()
         for task, what in (
             (view.task, "the cluster view watch"),
@@ -174,6 +188,7 @@ async def _serve(
             ready(info)
         failure = await _wait_for_stop(stop, lease, loops, registry)
     finally:
+        await mover.aclose()
         await _shutdown(cfg, server, registry, membership, view, lease, loops, served=served)
         await dead_letters.aclose()
     if failure is not None:
@@ -232,10 +247,16 @@ async def _shutdown(
         await membership.mark_draining()
     except DanubeError as exc:
         log.warning("could not mark broker %s draining: %s", cfg.broker_id, exc)
+    loaded = dict(registry.topics)
     held = registry.close_all("the broker is shutting down")
     # Reliable topics: dispatch stopped; cursors written and logs closed before ownership goes.
     await registry.wait_closed()
-    own_loops = [t for t, what in loops.items() if what in ("the assignment watch", "the expiry sweep")]
+    log_ends = {name: t.reliable.log.next_offset for name, t in loaded.items() if t.reliable is not None}
+    own_loops = [
+        t
+        for t, what in loops.items()
+        if what in ("the assignment watch", "the expiry sweep", "the load reporter")
+    ]
     for task in own_loops:
         task.cancel()
     for task in own_loops:
@@ -244,7 +265,7 @@ async def _shutdown(
     lease_ok = lease is not None and not lease.lost.is_set()
     if lease_ok:
         try:
-            await membership.release_all(held)
+            await membership.release_all(held, log_ends)
         except DanubeError as exc:
             log.warning("could not release topic ownership (peers take over after the lease TTL): %s", exc)
     await server_stop

@@ -48,6 +48,13 @@ class BrokerConfig(ServiceConfig):
     registration_ttl_s: int = 10
     #: Claim unowned topics (and create topic metadata) when a producer or consumer arrives.
     auto_create_topics: bool = True
+    #: How often the load report (/{cluster}/load/{id}: CPU, memory, per-topic rates) is written.
+    load_report_interval_s: float = Field(default=5.0, gt=0)
+    #: Most topics listed in one load report (the busiest first; totals always cover every topic).
+    load_report_max_topics: int = Field(default=2000, ge=0)
+    #: A topic move hands ownership over within this; past it the move is abandoned (the topic
+    #: stays here) and the load manager may try again.
+    move_timeout_s: float = Field(default=30.0, gt=0)
 
     # ---- limits and timers
     #: Largest payload accepted; larger messages are refused with MESSAGE_TOO_LARGE.

@@ -16,6 +16,7 @@ import logging
 from dataclasses import replace
 from typing import NoReturn
 
+from danube_broker.handoff import TopicMover
 from danube_broker.registry import BrokerRegistry
 from danube_common.errors import MetadataUnavailable
 from danube_common.metadata.lease import KeptLease
@@ -27,6 +28,10 @@ log = logging.getLogger(__name__)
 
 #: How often a start-up that found a stale registration checks whether it has expired.
 _STALE_POLL_S = 0.25
+
+
+def _moving_to(value: object) -> str:
+    return str(value.get("moving_to") or "") if isinstance(value, dict) else ""
 
 
 class Membership:
@@ -47,6 +52,8 @@ class Membership:
         self._stale_wait_s = registration_ttl_s + 2.0 if stale_wait_s is None else stale_wait_s
         self.lease: KeptLease | None = None
         self.record: BrokerRecord | None = None
+        #: Carries out moves the load manager marks on our assignments (None: moves are ignored).
+        self.mover: TopicMover | None = None
 
     @property
     def broker_id(self) -> str:
@@ -103,8 +110,17 @@ class Membership:
         assigned: dict[str, tuple[TopicName, int]] = {}
         for kv in kvs:
             parsed = self._keys.parse_assignment(kv.key)
-            if parsed is not None and parsed[0] == self.broker_id:
-                assigned[str(parsed[1])] = (parsed[1], kv.mod_revision)
+            if parsed is None or parsed[0] != self.broker_id:
+                continue
+            moving_to = _moving_to(kv.json())
+            if moving_to and self.mover is not None:
+                marked = Ownership(str(parsed[1]), self.broker_id, kv.mod_revision, moving_to)
+                if str(parsed[1]) in self._registry.topics:
+                    self.mover.on_move(parsed[1], marked)
+                else:  # marked while we were away (a restart): we hold nothing of it yet, so keep it
+                    await self.mover.abandon_at_start(parsed[1], marked)
+                continue
+            assigned[str(parsed[1])] = (parsed[1], kv.mod_revision)
         self._registry.sync_assignments(assigned, revision)
         return revision
 
@@ -120,7 +136,13 @@ class Membership:
                     if parsed is None or parsed[0] != self.broker_id:
                         continue
                     if ev.kind == "put":
-                        self._registry.on_assigned(parsed[1], ev.revision)
+                        moving_to = _moving_to(ev.json())
+                        if moving_to and self.mover is not None:
+                            self.mover.on_move(
+                                parsed[1], Ownership(str(parsed[1]), self.broker_id, ev.revision, moving_to)
+                            )
+                        else:
+                            self._registry.on_assigned(parsed[1], ev.revision)
                     else:
                         self._registry.on_unassigned(parsed[1], ev.revision)
             except WatchCompacted:
@@ -131,17 +153,19 @@ class Membership:
                 continue
             raise MetadataUnavailable(f"the assignment watch on {prefix} ended unexpectedly")
 
-    async def release_all(self, held: list[Ownership]) -> None:
+    async def release_all(self, held: list[Ownership], log_ends: dict[str, int] | None = None) -> None:
         """Give up every topic we own, fenced by epoch (peers can take them over at once).
 
-        ``held`` are the loaded topics; assignments made to us but never loaded (e.g. during
-        shutdown) are found by listing our prefix.
+        ``held`` are the loaded topics; ``log_ends`` the reliable ones' next offsets (recorded so
+        the next owner continues from them). Assignments made to us but never loaded (e.g.
+        during shutdown) are found by listing our prefix.
         """
+        ends = log_ends or {}
         released = 0
         seen: set[str] = set()
         for own in held:
             seen.add(own.topic)
-            released += await self._release(own)
+            released += await self._release(own, ends.get(own.topic))
         kvs, _ = await self._store.get_prefix(self._keys.broker_assignments_prefix(self.broker_id))
         for kv in kvs:
             parsed = self._keys.parse_assignment(kv.key)
@@ -149,8 +173,8 @@ class Membership:
                 released += await self._release(Ownership(str(parsed[1]), self.broker_id, kv.mod_revision))
         log.info("released ownership of %d topic(s)", released)
 
-    async def _release(self, own: Ownership) -> int:
-        if await self._res.release(own):
+    async def _release(self, own: Ownership, next_offset: int | None = None) -> int:
+        if await self._res.release(own, next_offset=next_offset):
             return 1
         log.warning("topic %s: not released (ownership changed since epoch %d)", own.topic, own.epoch)
         return 0

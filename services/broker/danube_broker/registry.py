@@ -185,6 +185,14 @@ class BrokerRegistry:
             len(consumers),
         )
 
+    def seal(self, topic: Topic, error: TopicNotOwned) -> None:
+        """Start handing ``topic`` over: its producers are told to look it up again."""
+        producers = topic.begin_seal(error)
+        self._forget(producers, (), topic.name)
+        log.info(
+            "topic %s sealed for a move (%d producer(s) told to look it up again)", topic.name, len(producers)
+        )
+
     def _forget(self, producers: Iterable[Producer], consumers: Iterable[Consumer], topic: str) -> None:
         for p in producers:
             self.producers.pop(p.id, None)

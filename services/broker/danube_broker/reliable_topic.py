@@ -46,6 +46,7 @@ from danube_broker.wal import Durability, LogClosed, StorageError, TopicLog
 from danube_common.errors import DanubeError, FailedPrecondition, Unavailable
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.resources import Resources, TopicRecord
+from danube_common.topic_name import TopicName
 
 if TYPE_CHECKING:
     from danube_broker.topic import Topic
@@ -101,6 +102,44 @@ class TopicPolicies:
             return cls(cfg.default_durability, cfg.retention_time_s, cfg.retention_size_bytes)
 
 
+async def _open_continuing(
+    directory: Path, name: TopicName, cfg: BrokerConfig, ctx: ReliableContext, durability: Durability
+) -> TopicLog:
+    """Open the topic's WAL so that it continues where the previous owner's log ended.
+
+    A topic that moved here starts at the offset its last owner recorded when handing it over
+    (``storage/{topic}/state``). A local log that ends *before* that offset is left from an
+    earlier stay of the topic on this broker: its messages were all acknowledged before the
+    topic moved away, so it is set aside (renamed ``<dir>.superseded-<offset>``) and a fresh log
+    starts at the recorded offset. One that ends *after* it is newer than the record (the
+    record predates a crash here) and is kept.
+    """
+    recorded = await ctx.resources.storage_next_offset(name)
+    log_ = await TopicLog.open(directory, cfg=cfg.wal, durability=durability, initial_offset=recorded or 0)
+    if recorded is None or log_.next_offset >= recorded:
+        if recorded is not None and log_.next_offset > recorded:
+            log.warning(
+                "topic %s: the local log ends at %d, past the recorded hand-over offset %d; keeping it",
+                name,
+                log_.next_offset,
+                recorded,
+            )
+        return log_
+    stale_end = log_.next_offset
+    await log_.aclose()
+    aside = directory.with_name(f"{directory.name}.superseded-{stale_end}")
+    await asyncio.to_thread(directory.rename, aside)
+    log.warning(
+        "topic %s: local log (offsets up to %d) is from an earlier stay here; the topic continues at %d. "
+        "Set aside as %s (safe to delete)",
+        name,
+        stale_end,
+        recorded,
+        aside,
+    )
+    return await TopicLog.open(directory, cfg=cfg.wal, durability=durability, initial_offset=recorded)
+
+
 class ReliableTopic:
     def __init__(
         self,
@@ -145,7 +184,7 @@ class ReliableTopic:
         if ctx.open_log is not None:
             log_ = await ctx.open_log(directory, policies.durability)
         else:
-            log_ = await TopicLog.open(directory, cfg=cfg.wal, durability=policies.durability)
+            log_ = await _open_continuing(directory, name, cfg, ctx, policies.durability)
         rt = cls(topic, log_, cfg=cfg, ctx=ctx, policies=policies)
         try:
             await rt._restore()

@@ -67,6 +67,9 @@ class Topic:
         self.subscriptions: dict[str, Subscription] = {}
         self.counters = Counters()
         self.closed_error: DanubeError | None = None
+        #: Set while the topic is being handed to another broker: producers are refused (and
+        #: told to look the topic up again), consumers keep draining what is stored.
+        self.sealing_error: DanubeError | None = None
         self._dispatch = NonReliableDispatch(
             lambda: self.subscriptions,
             block=cfg.slow_consumer_policy == "block",
@@ -91,6 +94,25 @@ class Topic:
     def check_open(self) -> None:
         if self.closed_error is not None:
             raise self.closed_error
+
+    def check_accepting(self) -> None:
+        """Open, and not being handed over: producers may attach and publish."""
+        self.check_open()
+        if self.sealing_error is not None:
+            raise self.sealing_error
+
+    def begin_seal(self, error: DanubeError) -> list[Producer]:
+        """Refuse producers from now on; detach those attached (their streams end with ``error``)."""
+        self.sealing_error = error
+        producers = list(self.producers.values())
+        for p in producers:
+            p.detach(error)
+        self.producers.clear()
+        return producers
+
+    def end_seal(self) -> None:
+        """The hand-over was abandoned: accept producers again."""
+        self.sealing_error = None
 
     # ---- metadata
     @property
@@ -133,7 +155,7 @@ class Topic:
         self, name: str, *, exclusive: bool, new_id: int, now: float
     ) -> tuple[Producer, bool]:
         """Attach ``name`` (or return it if attached: takeover); (producer, created)."""
-        self.check_open()
+        self.check_accepting()
         existing = self.producers.get(name)
         others = [p for p in self.producers.values() if p.name != name]
         holder = next((p for p in others if p.exclusive), None)
@@ -258,7 +280,7 @@ class Topic:
     async def publish_batch(self, producer: Producer, msgs: list[Msg], nbytes: int) -> PublishResult:
         """Publish ``msgs`` (sizes already checked) on either path."""
         if self.is_reliable:
-            self.check_open()
+            self.check_accepting()
             return await self._reliable_or_raise().publish(producer, msgs, nbytes)
         return PublishResult(await self.publish(producer, msgs, nbytes), len(msgs))
 
@@ -266,11 +288,11 @@ class Topic:
         """Assign offsets to ``msgs``, stamp them and dispatch; return the first offset."""
         if self._dispatch.block:
             async with self._order:
-                self.check_open()
+                self.check_accepting()
                 first = self._stamp(producer, msgs, nbytes)
                 await self._dispatch.dispatch(msgs, nbytes)
                 return first
-        self.check_open()
+        self.check_accepting()
         first = self._stamp(producer, msgs, nbytes)
         await self._dispatch.dispatch(msgs, nbytes)
         return first

@@ -1,0 +1,174 @@
+"""The old owner's side of a topic move: seal, drain, hand over (or keep the topic).
+
+A move starts when the load manager marks our assignment ``{"moving_to": B}`` (a fenced
+transaction that also bumps the owner key's epoch). Then, here:
+
+1. **Seal**: producers are detached with TOPIC_NOT_OWNED ("moving"); new producers are refused
+   the same way. Their clients look the topic up again; Discovery holds that lookup until the
+   move is over and answers with the new owner.
+2. **Drain** (reliable topics): wait until every batch in the log is durable and every
+   subscription has acknowledged everything up to the log's end. Consumers stay attached and
+   keep receiving, so nothing stored here is left behind. Non-reliable topics skip this (their
+   queued messages are at-most-once and dropped with the topic).
+3. **Hand over**: unload the topic (consumers get TOPIC_NOT_OWNED and follow), wait until it is
+   closed (cursors written under the move's epoch, log closed), then one transaction fenced on
+   that epoch makes B the owner, moves the assignment keys and records where the log ends
+   (``storage/{topic}/state``), so B's log continues at the same offset.
+
+If the drain does not finish within ``move_timeout_s`` (e.g. a subscription with a backlog and
+no consumer), the move is **abandoned**: producers are accepted again and a transaction fenced on
+the move's epoch puts the ownership back as it was. Nothing acknowledged is lost either way.
+
+A crash at any step leaves the owner key saying ``moving_to``: the load manager sees the old
+owner unregistered (its lease expires) and re-places the topic like any dead broker's topic.
+A restart of the same broker finds the mark in its assignments and abandons the move at once.
+
+Until history lives in object storage (the WAL uploader), the drain is what keeps a reliable
+move lossless; with it, the drain can be skipped because the new owner reads older offsets
+from the object store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from danube_broker.registry import BrokerRegistry
+from danube_broker.topic import Topic, not_owned
+from danube_common.errors import DanubeError
+from danube_common.resources import Ownership, Resources
+from danube_common.topic_name import TopicName
+
+log = logging.getLogger(__name__)
+
+#: How often a draining move re-checks the subscriptions' acks.
+_DRAIN_POLL_S = 0.05
+
+
+def drained(topic: Topic) -> bool:
+    """Everything in the topic's log is durable and acknowledged by every subscription."""
+    rt = topic.reliable
+    if rt is None:
+        return True
+    if rt.log.durable_offset < rt.log.next_offset:
+        return False
+    return all(sub.engine is None or sub.engine.backlog() == 0 for sub in topic.subscriptions.values())
+
+
+class TopicMover:
+    def __init__(self, registry: BrokerRegistry, resources: Resources, *, move_timeout_s: float) -> None:
+        self._reg = registry
+        self._res = resources
+        self._timeout_s = move_timeout_s
+        self._moves: dict[str, asyncio.Task[None]] = {}
+        #: Outcomes, for tests and stats: topic -> "handed over" | "abandoned" | "lost".
+        self.outcomes: dict[str, str] = {}
+
+    @property
+    def in_progress(self) -> list[str]:
+        return list(self._moves)
+
+    def on_move(self, topic: TopicName, own: Ownership) -> None:
+        """Our assignment of ``topic`` was marked ``moving_to`` at epoch ``own.epoch``."""
+        name = str(topic)
+        if name in self._moves:
+            return
+        task = asyncio.create_task(self._move(topic, own), name=f"move-{name}")
+        self._moves[name] = task
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        name = task.get_name().removeprefix("move-")
+        if self._moves.get(name) is task:
+            del self._moves[name]
+        if not task.cancelled() and task.exception() is not None:
+            self._reg.tasks.report_failure(f"the move of topic {name}", task.exception())  # type: ignore[arg-type]
+
+    async def abandon_at_start(self, topic: TopicName, own: Ownership) -> None:
+        """A mark found when (re)starting: we hold nothing of the topic yet, so keep it."""
+        if await self._res.abort_move(own) is not None:
+            log.warning(
+                "topic %s: a move to %s was interrupted by a restart; kept here", topic, own.moving_to
+            )
+
+    async def _move(self, topic: TopicName, own: Ownership) -> None:
+        name = str(topic)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        t = self._reg.topics.get(name)
+        next_offset: int | None = None
+        try:
+            if t is not None:
+                t.epoch = max(t.epoch, own.epoch)
+                self._reg.seal(t, not_owned(name, f"moving to broker {own.moving_to}"))
+                if t.is_reliable and not await self._drain(t, start + self._timeout_s):
+                    await self._abandon(t, own)
+                    return
+                if t.reliable is not None:
+                    next_offset = t.reliable.log.next_offset
+                self._reg.unload(name, not_owned(name, f"moved to broker {own.moving_to}"))
+                await self._reg.tasks.before_open(name)
+            handed = await self._res.hand_over(own, next_offset=next_offset)
+        except DanubeError as exc:
+            log.error(
+                "topic %s: the move to %s failed (%s); the load manager will re-place it",
+                name,
+                own.moving_to,
+                exc,
+            )
+            self.outcomes[name] = "failed"
+            return
+        if handed:
+            self.outcomes[name] = "handed over"
+            log.info(
+                "topic %s handed over to broker %s in %.0f ms%s",
+                name,
+                own.moving_to,
+                (loop.time() - start) * 1000,
+                f" (log ends at offset {next_offset})" if next_offset is not None else "",
+            )
+        else:
+            self.outcomes[name] = "lost"
+            log.warning(
+                "topic %s: ownership changed during its move to %s; not handed over", name, own.moving_to
+            )
+
+    async def _drain(self, t: Topic, deadline: float) -> bool:
+        loop = asyncio.get_running_loop()
+        while not drained(t):
+            if loop.time() >= deadline or t.closed:
+                return False
+            await asyncio.sleep(_DRAIN_POLL_S)
+        return True
+
+    async def _abandon(self, t: Topic, own: Ownership) -> None:
+        backlog = {
+            s.name: s.engine.backlog()
+            for s in t.subscriptions.values()
+            if s.engine is not None and s.engine.backlog()
+        }
+        kept = await self._res.abort_move(own)
+        if kept is None:
+            self.outcomes[t.name] = "lost"
+            log.warning("topic %s: ownership changed while its move was abandoned; unloading", t.name)
+            self._reg.unload(t.name, not_owned(t.name, "ownership changed"))
+            return
+        t.epoch = max(t.epoch, kept.epoch)
+        t.end_seal()
+        self.outcomes[t.name] = "abandoned"
+        log.warning(
+            "topic %s: move to %s abandoned after %.0fs: subscriptions still had unacknowledged messages %s; "
+            "the topic stays here",
+            t.name,
+            own.moving_to,
+            self._timeout_s,
+            backlog,
+        )
+
+    async def aclose(self) -> None:
+        for task in list(self._moves.values()):
+            task.cancel()
+        for task in list(self._moves.values()):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
