@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Quickstart: set up (etcd, venvs) and run a local cluster with one broker and a short demo.
+# Quickstart: set up (etcd, venvs) and run a local cluster (3 brokers, 2 load managers, 2 leader
+# replicas, one lookup) with a short demo.
 #
 #   ./quickstart.sh                  # stays up until Ctrl-C
-#   ./quickstart.sh --brokers 3      # any `danube-local up` option can be added
+#   ./quickstart.sh --brokers 5      # any `danube-local up` option can be added
 #
 # When stdin is not a terminal (CI, pipes) it stops after the demo and exits with its result.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 bash scripts/setup.sh
-args=(--brokers 1 --demo)
+args=(--demo)
 if [ ! -t 0 ]; then
   args+=(--exit-after-demo)
 fi

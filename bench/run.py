@@ -1,12 +1,16 @@
 """Run OMB-style workloads (bench/workloads/*.yaml) against Danube and its peers; print and save results.
 
     .venv/bin/python bench/run.py --workloads w1,w2,np-1p1c-100b --drivers danube,raw-grpc \
-        [--duration-s 10] [--warmup-s 2] [--out bench/results/<timestamp>/]
+        [--duration-s 10] [--warmup-s 2] [--client-procs 1] [--out bench/results/<timestamp>/]
 
 ``--workloads all`` / ``--drivers all`` run everything. Each driver starts its own servers once (loopback,
 free ports) and runs every selected workload on fresh topics; a driver whose servers or client library
 are not installed is skipped with the reason. Prints one row per workload x driver x rate and the ratios
 of ours (danube, danube-none) to each peer; writes results.json and PNG plots to --out.
+
+Producers run in producer worker processes and consumers in consumer worker processes, ``--client-procs``
+of each per run (default 1; never more than there are producers or consumers); ``--client-procs 0``
+runs them all inside this process, as the harness did before workers.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ if str(ROOT) not in sys.path:
 
 from bench.drivers import Driver, DriverUnavailable, known_names, make_driver  # noqa: E402
 from bench.harness import report  # noqa: E402
-from bench.harness.runner import RunResult, run_workload  # noqa: E402
+from bench.harness.runner import DEFAULT_CLIENT_PROCS, RunResult, run_workload  # noqa: E402
 from bench.harness.workload import Workload, find_workloads  # noqa: E402
 
 WORKLOAD_DIR = ROOT / "bench" / "workloads"
@@ -46,7 +50,11 @@ def _skip_reason(driver: Driver, wl: Workload) -> str | None:
 
 
 async def run_all(
-    drivers: list[str], workloads: list[Workload], out_dir: Path, workdir: Path
+    drivers: list[str],
+    workloads: list[Workload],
+    out_dir: Path,
+    workdir: Path,
+    client_procs: int = DEFAULT_CLIENT_PROCS,
 ) -> tuple[list[RunResult], list[str]]:
     results: list[RunResult] = []
     skipped: list[str] = []
@@ -83,7 +91,7 @@ async def run_all(
                         flush=True,
                     )
                     try:
-                        res = await run_workload(driver, wl, rate)
+                        res = await run_workload(driver, wl, rate, client_procs=client_procs)
                     except Exception as exc:
                         print(
                             f"-- {name}: {wl.key} at {label} failed: {type(exc).__name__}: {exc}", flush=True
@@ -125,10 +133,19 @@ def main() -> None:
     )
     p.add_argument("--warmup-s", type=float, default=None, help="override warmupDurationSeconds")
     p.add_argument(
+        "--client-procs",
+        type=int,
+        default=DEFAULT_CLIENT_PROCS,
+        help="producer worker processes and as many consumer worker processes per run "
+        f"(default {DEFAULT_CLIENT_PROCS}); 0 = every client inside the harness process",
+    )
+    p.add_argument(
         "--out", type=Path, default=None, help="results directory (default bench/results/<timestamp>/)"
     )
     p.add_argument("--workloads-dir", type=Path, default=WORKLOAD_DIR)
     args = p.parse_args()
+    if args.client_procs < 0:
+        p.error("--client-procs must be >= 0")
 
     workloads = [
         w.with_durations(duration_s=args.duration_s, warmup_s=args.warmup_s)
@@ -145,7 +162,7 @@ def main() -> None:
         pass
     workdir = Path(tempfile.mkdtemp(prefix="danube-bench-"))
     try:
-        results, skipped = asyncio.run(run_all(drivers, workloads, out_dir, workdir))
+        results, skipped = asyncio.run(run_all(drivers, workloads, out_dir, workdir, args.client_procs))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     rows = [r.to_json() for r in results]
@@ -158,7 +175,12 @@ def main() -> None:
     if skipped:
         print("\nskipped:")
         print("\n".join("  " + s for s in skipped))
-    meta = {"machine": machine(), "argv": sys.argv[1:], "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    meta = {
+        "machine": machine(),
+        "argv": sys.argv[1:],
+        "client_procs": args.client_procs,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     path = report.write_json(out_dir, meta, rows, skipped)
     plots = report.plot(out_dir, rows)
     print(f"\nwrote {path} and {len(plots)} plot(s) to {out_dir}")

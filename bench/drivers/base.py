@@ -13,6 +13,12 @@ Topic and subscription names the harness passes are plain ``[a-z0-9-]+`` (e.g. `
 ``sub-0``); a driver maps them onto its system (Danube: ``/default/<topic>``; NATS: a subject/stream
 name). A driver is registered by being a ``Driver`` subclass with a distinct ``name`` in any module of
 bench/drivers (bench/drivers/__init__.py finds it).
+
+Client worker processes (bench/harness/workers.py): the driver object the harness made starts and
+stops the servers and creates the topics; producers and consumers may run in other processes. There,
+``type(driver).attach(driver.client_spec())`` rebuilds the client side only: a driver connected to
+the running servers, which starts none, knows the topics created so far (``client_spec`` is taken
+after ``create_topic``), and whose ``stop`` closes its own client connections only.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import abc
 import asyncio
 from pathlib import Path
+from typing import Any
 
 
 class DriverUnavailable(RuntimeError):
@@ -87,3 +94,17 @@ class Driver(abc.ABC):
     def client_pids(self) -> list[int]:
         """Helper client processes it runs (their CPU counts with the harness's own); default none."""
         return []
+
+    def client_spec(self) -> dict[str, Any]:
+        """What ``attach`` needs in another process to reach the running servers: JSON-serialisable
+        (addresses, per-topic settings of the topics created so far, client options). Started only."""
+        raise NotImplementedError(
+            f"{self.name} cannot run its clients in worker processes (no client_spec): use --client-procs 0"
+        )
+
+    @classmethod
+    async def attach(cls, spec: dict[str, Any]) -> Driver:
+        """A driver of this class on the client side only, built from ``client_spec()`` (normally in
+        a client worker process): connected to servers started elsewhere, it starts none; ``producer``
+        and ``consumer`` work, ``stop`` closes its client connections and nothing else."""
+        raise NotImplementedError(f"{cls.__name__} has no attach(spec): use --client-procs 0")

@@ -91,6 +91,19 @@ class DanubeDriver(Driver):
         if cluster is not None:
             await asyncio.to_thread(cluster.stop)
 
+    def client_spec(self) -> dict[str, Any]:
+        assert self._cluster is not None, "start() the driver first"
+        return {"service_url": self._cluster.service_url, "reliable": dict(self._reliable)}
+
+    @classmethod
+    async def attach(cls, spec: dict[str, Any]) -> DanubeDriver:
+        from danube_sdk import DanubeClient
+
+        driver = cls()
+        driver._client = DanubeClient(spec["service_url"])  # no cluster: stop() closes the client only
+        driver._reliable = {str(t): bool(r) for t, r in spec["reliable"].items()}
+        return driver
+
     def server_pids(self) -> list[int]:
         c = self._cluster
         if c is None:

@@ -166,12 +166,15 @@ async def _connect(url: str) -> NatsClient:
 
 class _NatsDriverBase(Driver):
     """Server life cycle and the client connections every handle gets (one connection per handle,
-    as separate producer and consumer processes would have)."""
+    as separate producer and consumer processes would have). An attached driver (``attach``) has
+    the server's URL and the topics' partition counts only: no server, no admin connection."""
 
     def __init__(self, *, jetstream: bool) -> None:
         self._server = NatsServer(jetstream=jetstream)
         self._clients: list[NatsClient] = []
         self._admin: NatsClient | None = None
+        self._url: str | None = None  # where handles connect: set by start() or attach()
+        self._partitions: dict[str, int] = {}
 
     async def start(self, workdir: Path) -> None:
         if self._admin is not None:
@@ -182,6 +185,19 @@ class _NatsDriverBase(Driver):
         except BaseException:
             await self._server.stop()
             raise
+        self._url = self._server.url
+
+    def client_spec(self) -> dict[str, Any]:
+        if self._url is None:
+            raise RuntimeError(f"{self.name}: start() the driver first")
+        return {"url": self._url, "partitions": dict(self._partitions)}
+
+    @classmethod
+    async def attach(cls, spec: dict[str, Any]) -> Driver:
+        driver = cls()  # type: ignore[call-arg]  # the concrete drivers' constructors take no required argument
+        driver._url = str(spec["url"])
+        driver._partitions = {str(t): int(n) for t, n in spec["partitions"].items()}
+        return driver
 
     async def stop(self) -> None:
         clients, self._clients = self._clients, []
@@ -192,15 +208,15 @@ class _NatsDriverBase(Driver):
             if not nc.is_closed:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(nc.close(), STOP_TIMEOUT_S)
-        await self._server.stop()
+        await self._server.stop()  # attached: never started, nothing to stop
 
     def server_pids(self) -> list[int]:
         return self._server.pids()
 
     async def _client(self) -> NatsClient:
-        if self._admin is None:
-            raise RuntimeError(f"{self.name}: start() the driver first")
-        nc = await _connect(self._server.url)
+        if self._url is None:
+            raise RuntimeError(f"{self.name}: start() or attach() the driver first")
+        nc = await _connect(self._url)
         self._clients.append(nc)
         return nc
 
@@ -227,7 +243,20 @@ class NatsJetStreamDriver(_NatsDriverBase):
         super().__init__(jetstream=True)
         self.max_in_flight = max_in_flight
         self.max_ack_pending = max_ack_pending
-        self._partitions: dict[str, int] = {}
+
+    def client_spec(self) -> dict[str, Any]:
+        return super().client_spec() | {
+            "max_in_flight": self.max_in_flight,
+            "max_ack_pending": self.max_ack_pending,
+        }
+
+    @classmethod
+    async def attach(cls, spec: dict[str, Any]) -> Driver:
+        driver = await super().attach(spec)
+        assert isinstance(driver, NatsJetStreamDriver)
+        driver.max_in_flight = int(spec["max_in_flight"])
+        driver.max_ack_pending = int(spec["max_ack_pending"])
+        return driver
 
     async def create_topic(self, topic: str, partitions: int, *, reliable: bool) -> None:
         assert self._admin is not None, "start() the driver first"
@@ -325,7 +354,6 @@ class NatsCoreDriver(_NatsDriverBase):
 
     def __init__(self) -> None:
         super().__init__(jetstream=False)
-        self._partitions: dict[str, int] = {}
 
     async def create_topic(self, topic: str, partitions: int, *, reliable: bool) -> None:
         if reliable:

@@ -249,6 +249,7 @@ class RabbitMqDriver(Driver):
         self._admin: Any = None  # aiormq.Connection
         self._connections: list[Any] = []
         self._topics: dict[str, tuple[int, bool]] = {}  # topic -> (partitions, reliable)
+        self._url: str | None = None  # where handles connect: set by start() or attach()
 
     async def start(self, workdir: Path) -> None:
         if self._admin is not None:
@@ -259,6 +260,27 @@ class RabbitMqDriver(Driver):
         except BaseException:
             await self._node.stop()
             raise
+        self._url = self._node.url
+
+    def client_spec(self) -> dict[str, Any]:
+        if self._url is None:
+            raise RuntimeError("rabbitmq: start() the driver first")
+        return {
+            "url": self._url,
+            "topics": {t: list(v) for t, v in self._topics.items()},
+            "max_in_flight": self.max_in_flight,
+            "prefetch_count": self.prefetch_count,
+        }
+
+    @classmethod
+    async def attach(cls, spec: dict[str, Any]) -> RabbitMqDriver:
+        """Client side only: no node, no admin connection; stop() closes the handles' connections."""
+        if _IMPORT_ERROR is not None:
+            raise DriverUnavailable(f"aiormq not installed ({_IMPORT_ERROR}): run scripts/setup_bench.sh")
+        driver = cls(max_in_flight=int(spec["max_in_flight"]), prefetch_count=int(spec["prefetch_count"]))
+        driver._url = str(spec["url"])
+        driver._topics = {str(t): (int(p), bool(r)) for t, (p, r) in spec["topics"].items()}
+        return driver
 
     async def stop(self) -> None:
         conns, self._connections = self._connections, []
@@ -268,16 +290,16 @@ class RabbitMqDriver(Driver):
         for conn in conns:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.close(), STOP_TIMEOUT_S)
-        await self._node.stop()
+        await self._node.stop()  # attached: never started, nothing to stop
 
     def server_pids(self) -> list[int]:
         # beam.smp is the process exec'd by the rabbitmq-server script (same pid); add its children.
         return self._node.pids()
 
     async def _connect(self) -> Any:
-        if self._admin is None:
-            raise RuntimeError("rabbitmq: start() the driver first")
-        conn = await aiormq.connect(self._node.url)
+        if self._url is None:
+            raise RuntimeError("rabbitmq: start() or attach() the driver first")
+        conn = await aiormq.connect(self._url)
         self._connections.append(conn)
         return conn
 

@@ -16,6 +16,7 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 import grpc.aio
 
@@ -112,6 +113,7 @@ class RawGrpcDriver(Driver):
     def __init__(self) -> None:
         self._proc: asyncio.subprocess.Process | None = None
         self._channel: grpc.aio.Channel | None = None
+        self._addr = ""
         self._next_id = 0
 
     async def start(self, workdir: Path) -> None:
@@ -129,8 +131,19 @@ class RawGrpcDriver(Driver):
                 await self.stop()
                 raise DriverUnavailable("the raw gRPC relay (bench/raw_grpc_relay.py) did not start")
             await asyncio.sleep(0.05)
-        addr = json.loads(await asyncio.to_thread(ready.read_text))["addr"]
-        self._channel = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+        self._addr = json.loads(await asyncio.to_thread(ready.read_text))["addr"]
+        self._channel = grpc.aio.insecure_channel(self._addr, options=CHANNEL_OPTIONS)
+
+    def client_spec(self) -> dict[str, Any]:
+        assert self._channel is not None, "start() the driver first"
+        return {"addr": self._addr}
+
+    @classmethod
+    async def attach(cls, spec: dict[str, Any]) -> RawGrpcDriver:
+        driver = cls()  # no relay process: stop() closes the channel only
+        driver._addr = str(spec["addr"])
+        driver._channel = grpc.aio.insecure_channel(driver._addr, options=CHANNEL_OPTIONS)
+        return driver
 
     async def stop(self) -> None:
         if self._channel is not None:

@@ -1,7 +1,7 @@
 """``danube-local``: run a whole Danube cluster on this machine, without Docker.
 
-danube-local up                          # etcd + lookup (:6650, admin :50051) + 1 broker
-danube-local up --brokers 3 --demo       # 3 brokers, then a produce/consume round trip
+danube-local up                # etcd, 2 leader replicas, lookup (:6650, admin :50051), 3 brokers, 2 load managers
+danube-local up --demo         # the same, then a produce/consume round trip
 """
 
 from __future__ import annotations
@@ -26,15 +26,17 @@ EXIT_USAGE = 2
 MAIN_EPILOG = """\
 examples:
   danube-local up
-  danube-local up --brokers 3 --demo
+  danube-local up --demo
+  danube-local up --brokers 1 --load-managers 0 --leaders 0   # the smallest cluster
   danube-local up --etcd-endpoint 10.0.0.5:2379 --cluster staging
   danube-local up --help
 """
 
 UP_EPILOG = """\
 examples:
-  danube-local up                                  # 1 broker; lookup on :6650, admin on :50051
+  danube-local up                                  # 3 brokers, 2 load managers, 2 leader replicas
   danube-local up --brokers 3 --broker-ports 6651,6652,6653
+  danube-local up --brokers 1 --load-managers 0 --leaders 0   # no control plane: lookups place topics
   danube-local up --demo                           # start, then produce and consume 10 messages
   danube-local up --demo --exit-after-demo         # the same, then stop (exit code = demo result)
   danube-local up --lookup-port 0 --admin-port 0   # any free ports (printed once started)
@@ -64,7 +66,8 @@ def _port(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="danube-local",
-        description="Run a local Danube cluster (etcd, lookup, brokers) as child processes, without Docker.",
+        description="Run a local Danube cluster (etcd, leader service, lookup, brokers, load managers) as "
+        "child processes, without Docker.",
         epilog=MAIN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -72,11 +75,27 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser(
         "up",
         help="start a local cluster and keep it running until Ctrl-C",
-        description="Start etcd, the lookup service and N brokers; print their endpoints; stop all on Ctrl-C.",
+        description="Start etcd, the leader service, the lookup service, N brokers and the load managers; "
+        "print their endpoints; stop all on Ctrl-C.",
         epilog=UP_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    up.add_argument("--brokers", type=int, default=1, metavar="N", help="number of brokers (default: 1)")
+    up.add_argument("--brokers", type=int, default=3, metavar="N", help="number of brokers (default: 3)")
+    up.add_argument(
+        "--leaders",
+        type=int,
+        default=2,
+        metavar="N",
+        help="leader service replicas (elections for the control plane; default: 2)",
+    )
+    up.add_argument(
+        "--load-managers",
+        type=int,
+        default=2,
+        metavar="N",
+        help="load manager replicas, one active (placement, failover, drain, moves; default: 2; "
+        "0: lookups place topics themselves)",
+    )
     up.add_argument(
         "--workdir", type=Path, default=Path(".danube-local"), metavar="DIR",
         help="etcd data, logs and ready files (default: ./.danube-local)",
@@ -140,6 +159,8 @@ def endpoints_table(cluster: LocalCluster) -> str:
     rows.append(("admin", lk.admin_url, str(lk.pid), "(served by lookup)"))
     for b in cluster.brokers:
         rows.append((f"broker {b.broker_id}", b.url, str(b.pid), _rel(b.log_path)))
+    for svc in [*cluster.leaders, *cluster.load_managers]:
+        rows.append((svc.name, svc.url, str(svc.pid), _rel(svc.log_path)))
     head = ("component", "address", "pid", "log")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
     lines = [
@@ -156,6 +177,7 @@ def next_steps(cluster: LocalCluster) -> str:
             f"  danube-cli produce -s {url} -t /default/demo -m hello",
             f"  danube-cli consume -s {url} -t /default/demo -m my-sub",
             f"  danube-admin --admin-url {admin} topics list",
+            f"  danube-admin --admin-url {admin} brokers list",
         ]
     )
 
@@ -168,7 +190,7 @@ def _watch_until_stopped(cluster: LocalCluster, stop: threading.Event, say: Call
     """Block until Ctrl-C/SIGTERM; report (once) any service that dies meanwhile."""
     reported: set[str] = set()
     while not stop.wait(1.0):
-        for svc in [cluster.lookup, *cluster.brokers]:
+        for svc in [cluster.lookup, *cluster.brokers, *cluster.leaders, *cluster.load_managers]:
             if svc.proc is not None and svc.proc.poll() is not None and svc.name not in reported:
                 reported.add(svc.name)
                 say(f"warning: {svc.label} exited with code {svc.proc.returncode}; see {_rel(svc.log_path)}")
@@ -177,6 +199,14 @@ def _watch_until_stopped(cluster: LocalCluster, stop: threading.Event, say: Call
 def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
     if args.brokers < 1:
         say("danube-local: --brokers must be at least 1")
+        return EXIT_USAGE
+    if args.leaders < 0 or args.load_managers < 0:
+        say("danube-local: --leaders and --load-managers must be 0 or more")
+        return EXIT_USAGE
+    if args.load_managers and not args.leaders:
+        say(
+            "danube-local: load managers need the leader service: give --leaders 1 or more (or --load-managers 0)"
+        )
         return EXIT_USAGE
     if args.broker_ports is not None and len(args.broker_ports) != args.brokers:
         say(
@@ -198,6 +228,8 @@ def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
 
     cluster = LocalCluster(
         brokers=args.brokers,
+        leaders=args.leaders,
+        load_managers=args.load_managers,
         workdir=args.workdir,
         cluster=args.cluster,
         etcd_endpoint=args.etcd_endpoint,

@@ -1,4 +1,5 @@
-"""LocalCluster: etcd, one lookup service and N brokers as child processes on this machine.
+"""LocalCluster: etcd, the leader service, one lookup, N brokers and the load managers as child
+processes on this machine.
 
 Shared by ``danube-local up`` and the test-suite. Synchronous on purpose: it only starts,
 watches and stops processes. Each service is started as ``python -m danube_<service>`` (so
@@ -71,7 +72,7 @@ class ServiceFailed(ClusterError):
 class ServiceProcess:
     """One service process and what its ready file told us."""
 
-    kind: str  # "lookup" | "broker"
+    kind: str  # "lookup" | "broker" | "leader" | "load_manager"
     name: str  # "lookup", "broker-1", ...
     argv: list[str]
     log_path: Path
@@ -126,7 +127,9 @@ class ServiceProcess:
 
     @property
     def label(self) -> str:
-        return f"broker {self.broker_id}" if self.kind == "broker" else self.kind
+        if self.kind == "broker":
+            return f"broker {self.broker_id}"
+        return self.name if self.kind in ("leader", "load_manager") else self.kind
 
 
 class LocalCluster:
@@ -136,6 +139,8 @@ class LocalCluster:
         self,
         *,
         brokers: int = 1,
+        leaders: int = 0,
+        load_managers: int = 0,
         workdir: Path,
         cluster: str = "danube",
         etcd_endpoint: str | None = None,
@@ -155,7 +160,13 @@ class LocalCluster:
             raise ClusterError(f"brokers must be >= 0, got {brokers}")
         if broker_ports is not None and len(broker_ports) > brokers:
             raise ClusterError(f"{len(broker_ports)} broker ports given for {brokers} broker(s)")
+        if leaders < 0 or load_managers < 0:
+            raise ClusterError("leaders and load_managers must be >= 0")
+        if load_managers and not leaders:
+            raise ClusterError("load managers campaign through the leader service: start at least one leader")
         self.n_brokers = brokers
+        self.n_leaders = leaders
+        self.n_load_managers = load_managers
         self.workdir = Path(workdir).resolve()
         self.cluster = cluster
         self.host = host
@@ -173,6 +184,12 @@ class LocalCluster:
         self._etcd: EtcdProcess | None = None
         self._lookup: ServiceProcess | None = None
         self.brokers: list[ServiceProcess] = []
+        self.leaders: list[ServiceProcess] = []
+        self.load_managers: list[ServiceProcess] = []
+        #: Extra flags for every load manager (e.g. a short --leadership-ttl in tests).
+        self.load_manager_flags: list[str] = []
+        #: Extra flags for every leader service replica.
+        self.leader_flags: list[str] = []
         #: How signals reach a service's process group (replaced by fakes in unit tests).
         self._send_signal: Callable[[Any, int], None] = signal_group
         self._lock = threading.RLock()
@@ -252,6 +269,41 @@ class LocalCluster:
             argv += ["--config", str(self.broker_config)]
         return argv
 
+    @property
+    def leader_endpoints(self) -> str:
+        """Comma-separated addresses of the leader service replicas (once started)."""
+        return ",".join(svc.addr for svc in self.leaders)
+
+    def leader_argv(self, index: int) -> list[str]:
+        ready = self.run_dir / f"leader-{index}.json"
+        return [
+            self.python, "-m", "danube_leader",
+            "--listen", f"{self.host}:0",
+            *self._common_flags(ready),
+            *self.leader_flags,
+        ]  # fmt: skip
+
+    def load_manager_argv(self, index: int) -> list[str]:
+        ready = self.run_dir / f"load-manager-{index}.json"
+        return [
+            self.python, "-m", "danube_load_manager",
+            "--candidate-id", f"lm-{index}",
+            "--listen", f"{self.host}:0",
+            "--leader-endpoints", self.leader_endpoints,
+            *self._common_flags(ready),
+            *self.load_manager_flags,
+        ]  # fmt: skip
+
+    def _indexed_service(self, kind: str, index: int, argv: list[str]) -> ServiceProcess:
+        name = f"{kind.replace('_', '-')}-{index}"
+        return ServiceProcess(
+            kind=kind,
+            name=name,
+            argv=argv,
+            log_path=self.log_dir / f"{name}.log",
+            ready_file=self.run_dir / f"{name}.json",
+        )
+
     def child_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.extra_env)
@@ -297,11 +349,22 @@ class LocalCluster:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._start_etcd(timeout_s)
+            # The leader service first: load managers need its (free-port) addresses.
+            self.leaders = [
+                self._indexed_service("leader", i + 1, self.leader_argv(i + 1)) for i in range(self.n_leaders)
+            ]
+            for svc in self.leaders:
+                self._spawn(svc)
+            self._wait_ready(self.leaders, deadline, timeout_s)
             self._lookup = self._lookup_service()
             self.brokers = [
                 self._broker_service(str(i + 1), self._broker_port(i)) for i in range(self.n_brokers)
             ]
-            services = [self._lookup, *self.brokers]
+            self.load_managers = [
+                self._indexed_service("load_manager", i + 1, self.load_manager_argv(i + 1))
+                for i in range(self.n_load_managers)
+            ]
+            services = [self._lookup, *self.brokers, *self.load_managers]
             for svc in services:
                 self._spawn(svc)
             self._wait_ready(services, deadline, timeout_s)
@@ -408,8 +471,10 @@ class LocalCluster:
         svc.info = info
         if svc.kind == "lookup":
             self._progress(f"lookup    {svc.url}  admin {svc.admin_url}  (pid {svc.pid})")
-        else:
+        elif svc.kind == "broker":
             self._progress(f"broker {svc.broker_id}  {svc.url}  (pid {svc.pid})")
+        else:
+            self._progress(f"{svc.name}  {svc.url}  (pid {svc.pid})")
 
     # ------------------------------------------------------------------ brokers
     def _find_broker(self, i_or_id: int | str) -> ServiceProcess:
@@ -468,6 +533,36 @@ class LocalCluster:
         self._wait_ready([svc], time.monotonic() + timeout_s, timeout_s)
         return svc
 
+    # ------------------------------------------------------------------ any service
+    def service(self, name: str) -> ServiceProcess:
+        """A service by name: ``lookup``, ``broker-1``, ``leader-2``, ``load-manager-1``."""
+        for svc in [self._lookup, *self.brokers, *self.leaders, *self.load_managers]:
+            if svc is not None and svc.name == name:
+                return svc
+        raise ClusterError(f"no service named {name!r}")
+
+    def signal(self, name: str, sig: int) -> None:
+        """Send ``sig`` (SIGKILL, SIGSTOP, SIGCONT, ...) to a service's process group."""
+        svc = self.service(name)
+        if svc.proc is None:
+            raise ClusterError(f"{name} was never started")
+        self._send_signal(svc.proc, sig)
+        if sig == signal.SIGKILL:
+            svc.proc.wait(timeout=10)
+        self._progress(f"sent {signal.Signals(sig).name} to {svc.label} (pid {svc.proc.pid})")
+
+    def restart(self, name: str, *, timeout_s: float = 30.0) -> ServiceProcess:
+        """Start a stopped (or killed) leader or load manager again, as it was first started."""
+        svc = self.service(name)
+        if svc.running:
+            raise ClusterError(f"{name} is still running")
+        if svc.kind == "broker":
+            assert svc.broker_id is not None
+            return self.restart_broker(svc.broker_id, timeout_s=timeout_s)
+        self._spawn(svc)
+        self._wait_ready([svc], time.monotonic() + timeout_s, timeout_s)
+        return svc
+
     # ------------------------------------------------------------------ stop
     def stop(self) -> None:
         """Stop every service (SIGTERM, then SIGKILL after the grace period), then etcd. Idempotent."""
@@ -476,7 +571,9 @@ class LocalCluster:
                 return
             self._stopped = True
         try:
-            services = [s for s in [self._lookup, *self.brokers] if s is not None and s.proc is not None]
+            # Load managers first (they resign), then the data plane, then the leader service.
+            order = [*self.load_managers, self._lookup, *self.brokers, *self.leaders]
+            services = [s for s in order if s is not None and s.proc is not None]
             running = [s for s in services if s.running]
             for s in running:
                 self._progress(f"stopping {s.label} (pid {s.pid})")

@@ -121,7 +121,7 @@ async def test_topics_with_partitions(admin_url: str, etcd_store: EtcdStore, key
     r = await cli("brokers", "list", "-o", "json", url=admin_url)
     assert sorted((b["broker_id"], b["topic_count"]) for b in r.json()) == [("b1", 2), ("b2", 2)]
     r = await cli("brokers", "list", url=admin_url)
-    assert r.code == 0 and r.out.splitlines()[0].split()[:2] == ["BROKER_ID", "ADDR"]
+    assert r.code == 0 and r.out.splitlines()[0].split()[:4] == ["BROKER_ID", "URL", "STATE", "TOPICS"]
 
     r = await cli("topics", "delete", "/default/orders", url=admin_url)
     assert r.code == 0 and "/default/orders-part-0" in r.out
@@ -131,6 +131,65 @@ async def test_topics_with_partitions(admin_url: str, etcd_store: EtcdStore, key
     assert r.out.strip() == "(none)"
     r = await cli("topics", "describe", "/default/orders", url=admin_url)
     assert r.code == 1 and "error: topic /default/orders does not exist" in r.err
+
+
+async def test_broker_states_leaders_and_move_requests(
+    admin_url: str, etcd_store: EtcdStore, keys: Keys
+) -> None:
+    """drain/activate record the admin state the load manager acts on; brokers list shows it with
+    the latest load report; topics move records a request; leaders list reads the election keys."""
+    for b in ("b1", "b2"):
+        await etcd_store.put(
+            keys.broker(b), BrokerRecord(b, f"{b}:1", f"http://{b}:1", "active", 1).to_json()
+        )
+    await etcd_store.put(
+        keys.load("b1"),
+        {
+            "broker_id": "b1",
+            "at_ms": 5,
+            "cpu_usage": 0.5,
+            "cpu_cores": 2,
+            "msg_rate_in": 1234.0,
+            "backlog": 7,
+        },
+    )
+    r = await cli("brokers", "drain", "b1", url=admin_url)
+    assert r.code == 0 and "b1 is draining" in r.out, r.err
+    assert (await etcd_store.get_json(keys.broker_state("b1")))["state"] == "draining"
+    r = await cli("-o", "json", "brokers", "list", url=admin_url)
+    by_id = {b["broker_id"]: b for b in r.json()}
+    assert by_id["b1"]["state"] == "draining" and by_id["b2"]["state"] == "active"
+    assert by_id["b1"]["load"]["msg_rate_in"] == 1234.0 and by_id["b1"]["load"]["backlog"] == 7
+    assert by_id["b2"]["load"] is None
+    r = await cli("brokers", "activate", "b1", url=admin_url)
+    assert r.code == 0 and (await etcd_store.get_json(keys.broker_state("b1")))["state"] == "active"
+    r = await cli("brokers", "drain", "nope", url=admin_url)
+    assert r.code == 1 and "not registered" in r.err and "brokers list" in r.err
+
+    t = TopicName.parse("/default/movable")
+    await etcd_store.put(keys.topic(t), {"name": str(t), "dispatch_strategy": "non_reliable"})
+    await etcd_store.put(keys.owner(t), {"broker_id": "b1"})
+    r = await cli("topics", "move", str(t), "--to", "b2", url=admin_url)
+    assert r.code == 0 and "from broker b1 to b2" in r.out, r.err
+    assert (await etcd_store.get_json(keys.move_request(t)))["to"] == "b2"
+    r = await cli("topics", "move", str(t), "--to", "b1", url=admin_url)
+    assert r.code == 1 and "already on broker b1" in r.err
+    r = await cli("topics", "move", str(t), "--to", "ghost", url=admin_url)
+    assert r.code == 1 and "not registered" in r.err
+
+    await etcd_store.put(
+        keys.leader_candidate("load-manager", "lm-a"), {"candidate_id": "lm-a", "metadata": {}}
+    )
+    await etcd_store.put(
+        keys.leader_candidate("load-manager", "lm-b"), {"candidate_id": "lm-b", "metadata": {}}
+    )
+    r = await cli("-o", "json", "leaders", "list", url=admin_url)
+    leaders = r.json()
+    assert [(x["role"], x["candidate_id"]) for x in leaders] == [("load-manager", "lm-a")]  # the oldest key
+    assert (
+        leaders[0]["term"]
+        == (await etcd_store.get(keys.leader_candidate("load-manager", "lm-a"))).create_revision
+    )
 
 
 async def test_bad_topic_name(admin_url: str) -> None:

@@ -167,7 +167,12 @@ def _pids_in(output: str) -> list[int]:
     ids=["ctrl-c", "sigterm", "ctrl-c-as-background-job"],
 )
 def test_cli_up_runs_until_signalled(tmp_path: Path, sig: int, sigint_ignored: bool) -> None:
-    proc, out = _cli(tmp_path, "--brokers", "2", env_extra=fake_env(), sigint_ignored=sigint_ignored)
+    proc, out = _cli(
+        tmp_path,
+        *("--brokers", "2", "--leaders", "0", "--load-managers", "0"),
+        env_extra=fake_env(),
+        sigint_ignored=sigint_ignored,
+    )
     try:
         wait_until_sync(lambda: b"Press Ctrl-C" in out.read_bytes() or proc.poll() is not None, timeout_s=30)
         text = out.read_text()
@@ -202,7 +207,17 @@ def test_cli_up_runs_until_signalled(tmp_path: Path, sig: int, sigint_ignored: b
 def test_cli_exit_after_demo_fails_without_sdk(tmp_path: Path) -> None:
     env = fake_env()
     env["PYTHONPATH"] = os.pathsep.join([str(FAKES / "no_sdk"), env["PYTHONPATH"]])
-    proc, out = _cli(tmp_path, "--exit-after-demo", env_extra=env)
+    proc, out = _cli(
+        tmp_path,
+        "--brokers",
+        "1",
+        "--leaders",
+        "0",
+        "--load-managers",
+        "0",
+        "--exit-after-demo",
+        env_extra=env,
+    )
     try:
         rc = proc.wait(timeout=60)
     finally:
@@ -279,7 +294,9 @@ def test_real_cli_demo_exits_0(tmp_path: Path) -> None:
     assert rc == 0, text
     assert "demo: produced 10, consumed 10 in " in text
     pids = _pids_in(text)
-    assert len(pids) == 3 and not any(alive(p) for p in pids)
+    # etcd, 2 leader replicas, lookup, 1 broker, 2 load managers: all started, all stopped.
+    assert len(pids) == 7 and not any(alive(p) for p in pids)
+    assert "leader-2" in text and "load-manager-2" in text
 
 
 async def _has(coro: object, wanted: set[str]) -> bool:

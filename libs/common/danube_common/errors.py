@@ -87,6 +87,10 @@ class SubscriptionNotFound(NotFound):
     code = "SUBSCRIPTION_NOT_FOUND"
 
 
+class BrokerNotFound(NotFound):
+    code = "BROKER_NOT_FOUND"
+
+
 # ---- ALREADY_EXISTS (Danube clients treat this as fatal: use for admin calls only)
 class AlreadyExists(DanubeError):
     code = "ALREADY_EXISTS"

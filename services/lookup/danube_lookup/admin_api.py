@@ -15,7 +15,7 @@ from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
 from danube_common.resources import SubscriptionPolicyRecord
 from danube_lookup.broker_stats import BrokerStatsClient
-from danube_lookup.catalog import Catalog, TopicView
+from danube_lookup.catalog import BrokerView, Catalog, TopicView
 
 _POLICY_FIELDS = tuple(f.name for f in dataclasses.fields(SubscriptionPolicyRecord))
 
@@ -54,17 +54,54 @@ class BrokerAdminApi(apb_grpc.BrokerAdminServicer):
     async def ListBrokers(
         self, request: apb.ListBrokersRequest, context: grpc.aio.ServicerContext
     ) -> apb.ListBrokersResponse:
-        return apb.ListBrokersResponse(
-            brokers=[
-                apb.BrokerInfo(
-                    broker_id=b.record.broker_id,
-                    broker_addr=b.record.broker_addr,
-                    advertised_url=b.record.advertised_url,
-                    state=b.record.state,
-                    topic_count=b.topic_count,
-                    registered_at_ms=b.record.registered_at_ms,
+        return apb.ListBrokersResponse(brokers=[broker_info(b) for b in await self._catalog.list_brokers()])
+
+    async def SetBrokerState(
+        self, request: apb.SetBrokerStateRequest, context: grpc.aio.ServicerContext
+    ) -> apb.BrokerInfo:
+        return broker_info(await self._catalog.set_broker_state(request.broker_id, request.state))
+
+
+def broker_info(b: BrokerView) -> apb.BrokerInfo:
+    info = apb.BrokerInfo(
+        broker_id=b.record.broker_id,
+        broker_addr=b.record.broker_addr,
+        advertised_url=b.record.advertised_url,
+        state=b.state,
+        topic_count=b.topic_count,
+        registered_at_ms=b.record.registered_at_ms,
+        admin_state=b.admin_state,
+    )
+    if b.load is not None:
+        r = b.load
+        info.has_load = True
+        info.load_at_ms = r.at_ms
+        info.cpu_usage = r.cpu_usage
+        info.cpu_cores = r.cpu_cores
+        info.mem_rss_bytes = r.mem_rss_bytes
+        info.msg_rate_in = r.msg_rate_in
+        info.msg_rate_out = r.msg_rate_out
+        info.byte_rate_in = r.byte_rate_in
+        info.byte_rate_out = r.byte_rate_out
+        info.backlog = r.backlog
+        info.producers = r.producers
+        info.consumers = r.consumers
+    return info
+
+
+class ClusterAdminApi(apb_grpc.ClusterAdminServicer):
+    def __init__(self, catalog: Catalog) -> None:
+        self._catalog = catalog
+
+    async def ListLeaders(
+        self, request: apb.ListLeadersRequest, context: grpc.aio.ServicerContext
+    ) -> apb.ListLeadersResponse:
+        return apb.ListLeadersResponse(
+            leaders=[
+                apb.LeaderInfo(
+                    role=li.role, candidate_id=li.candidate_id, term=li.term, metadata=dict(li.metadata)
                 )
-                for b in await self._catalog.list_brokers()
+                for li in await self._catalog.list_leaders()
             ]
         )
 
@@ -153,3 +190,9 @@ class TopicAdminApi(apb_grpc.TopicAdminServicer):
         if stored is not None:
             resp.policy.CopyFrom(policy_message(stored))
         return resp
+
+    async def MoveTopic(
+        self, request: apb.MoveTopicRequest, context: grpc.aio.ServicerContext
+    ) -> apb.MoveTopicResponse:
+        origin, target = await self._catalog.move_topic(request.name, request.to_broker)
+        return apb.MoveTopicResponse(name=request.name, from_broker=origin, to_broker=target)

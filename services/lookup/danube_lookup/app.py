@@ -28,7 +28,7 @@ from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.resources import Resources
 from danube_common.service import remove_ready_file, write_ready_file
 from danube_common.service import running as service_running
-from danube_lookup.admin_api import BrokerAdminApi, NamespaceAdminApi, TopicAdminApi
+from danube_lookup.admin_api import BrokerAdminApi, ClusterAdminApi, NamespaceAdminApi, TopicAdminApi
 from danube_lookup.broker_stats import BrokerStatsClient
 from danube_lookup.catalog import Catalog
 from danube_lookup.config import LookupConfig
@@ -99,6 +99,7 @@ async def run(
         apb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminApi(catalog), admin_server)
         apb_grpc.add_NamespaceAdminServicer_to_server(NamespaceAdminApi(catalog), admin_server)
         apb_grpc.add_TopicAdminServicer_to_server(TopicAdminApi(catalog, stats), admin_server)
+        apb_grpc.add_ClusterAdminServicer_to_server(ClusterAdminApi(catalog), admin_server)
         admin_port = bind(admin_server, cfg.admin_listen_addr)
 
         async def stop_servers(*servers: grpc.aio.Server) -> None:

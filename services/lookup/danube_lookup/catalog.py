@@ -12,7 +12,15 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from danube_common.errors import InvalidArgument, NoBrokerAvailable, TopicNotFound
+from danube_common.errors import (
+    BrokerNotFound,
+    FailedPrecondition,
+    InvalidArgument,
+    NoBrokerAvailable,
+    TopicNotFound,
+)
+from danube_common.leadership import LeaderInfo, read_leaders
+from danube_common.load import LoadReport
 from danube_common.resources import (
     BrokerRecord,
     Ownership,
@@ -20,6 +28,7 @@ from danube_common.resources import (
     SubscriptionPolicyRecord,
     TopicRecord,
     check_dispatch,
+    now_ms,
     topic_policies,
 )
 from danube_common.topic_name import TopicName, validate_namespace
@@ -73,6 +82,20 @@ class TopicView:
 class BrokerView:
     record: BrokerRecord
     topic_count: int
+    #: Admin state ("" = never set).
+    admin_state: str = ""
+    load: LoadReport | None = None
+
+    @property
+    def state(self) -> str:
+        """Effective state: the broker's own (``draining`` at shutdown), then the admin's."""
+        if self.record.state != "active":
+            return self.record.state
+        return self.admin_state or "active"
+
+
+#: Admin states an operator may set (``drained`` is set by the load manager once empty).
+SETTABLE_BROKER_STATES = ("draining", "active")
 
 
 def _partition_index(name: str) -> int:
@@ -115,7 +138,75 @@ class Catalog:
     async def list_brokers(self) -> list[BrokerView]:
         counts = await self._res.topic_counts()
         brokers = sorted(await self._res.list_brokers(), key=lambda b: b.broker_id)
-        return [BrokerView(b, counts.get(b.broker_id, 0)) for b in brokers]
+        states = await self._admin_states()
+        loads = await self._loads()
+        return [
+            BrokerView(b, counts.get(b.broker_id, 0), states.get(b.broker_id, ""), loads.get(b.broker_id))
+            for b in brokers
+        ]
+
+    async def _admin_states(self) -> dict[str, str]:
+        prefix = self._res.keys.broker_states_prefix()
+        kvs, _ = await self._res.store.get_prefix(prefix)
+        return {kv.key[len(prefix) :]: str((kv.json() or {}).get("state", "")) for kv in kvs}
+
+    async def _loads(self) -> dict[str, LoadReport]:
+        kvs, _ = await self._res.store.get_prefix(self._res.keys.load_prefix())
+        out = {}
+        for kv in kvs:
+            try:
+                report = LoadReport.from_json(kv.json())
+            except (ValueError, KeyError, TypeError):
+                continue
+            out[report.broker_id] = report
+        return out
+
+    async def set_broker_state(self, broker_id: str, state: str) -> BrokerView:
+        """Record an admin state; the load manager acts on ``draining``."""
+        if state not in SETTABLE_BROKER_STATES:
+            raise InvalidArgument(
+                f"unknown broker state {state!r}: use draining (move every topic away) or active"
+            )
+        known = {b.broker_id for b in await self._res.list_brokers()} | set(await self._admin_states())
+        if broker_id not in known:
+            raise BrokerNotFound(f"broker {broker_id!r} is not registered; see `danube-admin brokers list`")
+        await self._res.store.put(self._res.keys.broker_state(broker_id), {"state": state, "at_ms": now_ms()})
+        log.info("broker %s: admin state set to %s", broker_id, state)
+        for view in await self.list_brokers():
+            if view.record.broker_id == broker_id:
+                return view
+        return BrokerView(BrokerRecord(broker_id, "", "", "active"), 0, state)
+
+    # ------------------------------------------------------------------ control plane
+    async def list_leaders(self) -> list[LeaderInfo]:
+        leaders = await read_leaders(self._res.store, self._res.keys)
+        return [leaders[role] for role in sorted(leaders)]
+
+    async def move_topic(self, name: str, to_broker: str = "") -> tuple[str, str]:
+        """Record a move request for the load manager; (current owner, requested target)."""
+        topic = TopicName.parse(name)
+        rec = await self._res.get_topic(topic)
+        if rec is None:
+            raise TopicNotFound(f"topic {topic} does not exist; see `danube-admin topics list`")
+        if rec.partitions:
+            raise InvalidArgument(
+                f"topic {topic} is partitioned: move its partitions one by one (e.g. {topic.partition(0)})"
+            )
+        own = await self._res.get_owner(topic)
+        if own is None:
+            raise FailedPrecondition(f"topic {topic} is not assigned to any broker yet; nothing to move")
+        if to_broker:
+            if await self._res.get_broker(to_broker) is None:
+                raise BrokerNotFound(
+                    f"broker {to_broker!r} is not registered; see `danube-admin brokers list`"
+                )
+            if to_broker == own.broker_id:
+                raise FailedPrecondition(f"topic {topic} is already on broker {to_broker}")
+        await self._res.store.put(self._res.keys.move_request(topic), {"to": to_broker, "at_ms": now_ms()})
+        log.info(
+            "move of topic %s from broker %s requested (to %s)", topic, own.broker_id, to_broker or "any"
+        )
+        return own.broker_id, to_broker
 
     # ------------------------------------------------------------------ namespaces
     async def list_namespaces(self) -> list[str]:

@@ -164,7 +164,7 @@ async def test_fixed_rate_run_counts_and_latency() -> None:
         }
     )
     t0 = time.perf_counter()
-    res = await run_workload(FakeDriver(), wl, 2000)
+    res = await run_workload(FakeDriver(), wl, 2000, client_procs=0)
     assert time.perf_counter() - t0 < 5
     assert res.publish_errors == 0
     assert 500 <= res.published <= 1300  # ~2000 msg/s over 0.5 s (loose: shared CI machines)
@@ -179,12 +179,12 @@ async def test_max_rate_and_backlog_runs() -> None:
     wl = parse_workload(
         {"name": "m", "messageSize": 16, "testDurationSeconds": 0.2, "warmupDurationSeconds": 0}
     )
-    res = await run_workload(FakeDriver(), wl, 0)
+    res = await run_workload(FakeDriver(), wl, 0, client_procs=0)
     assert res.published > 0 and res.consumed > 0
     bl = parse_workload(
         {"name": "b", "messageSize": 16, "consumerBacklogSizeMessages": 3000, "warmupDurationSeconds": 0}
     )
-    res = await run_workload(FakeDriver(), bl, 0)
+    res = await run_workload(FakeDriver(), bl, 0, client_procs=0)
     assert res.published == 3000 and res.consumed == 3000
     assert not any("incomplete" in n for n in res.notes)
 

@@ -21,7 +21,8 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_up_defaults() -> None:
     a = parse("up")
-    assert (a.brokers, a.workdir, a.cluster, a.etcd_endpoint) == (1, Path(".danube-local"), "danube", None)
+    assert (a.brokers, a.workdir, a.cluster, a.etcd_endpoint) == (3, Path(".danube-local"), "danube", None)
+    assert (a.leaders, a.load_managers) == (2, 2)
     assert (a.lookup_port, a.admin_port, a.broker_ports) == (6650, 50051, None)
     assert not a.demo and not a.exit_after_demo and a.log_level == "INFO"
 
@@ -58,7 +59,7 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
             cli.main(argv)
         assert info.value.code == 0
     out = capsys.readouterr().out
-    assert "danube-local up --brokers 3 --demo" in out
+    assert "danube-local up --demo" in out and "--load-managers 0" in out
     assert "--exit-after-demo" in out and "examples:" in out
 
 
@@ -79,6 +80,8 @@ def test_broker_ports_must_match_brokers() -> None:
 
 
 def test_at_least_one_broker() -> None:
+    rc, out = run_up("--load-managers", "1", "--leaders", "0")
+    assert rc == cli.EXIT_USAGE and "leader service" in out
     rc, out = run_up("--brokers", "0")
     assert rc == cli.EXIT_USAGE and "at least 1" in out
 

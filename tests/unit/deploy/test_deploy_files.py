@@ -32,6 +32,8 @@ def _model(module: str, name: str) -> Any:
     [
         ("broker.yaml", "danube_broker.config", "BrokerConfig", "DANUBE_BROKER"),
         ("lookup.yaml", "danube_lookup.config", "LookupConfig", "DANUBE_LOOKUP"),
+        ("leader.yaml", "danube_leader.config", "LeaderConfig", "DANUBE_LEADER"),
+        ("load_manager.yaml", "danube_load_manager.config", "LoadManagerConfig", "DANUBE_LOAD_MANAGER"),
     ],
 )
 def test_example_configs_load_and_document_every_field(

@@ -21,7 +21,10 @@ from danube_common.grpc_util import strip_scheme
 from danube_sdk.cli.admin_commands import (
     TOPIC_COLUMNS,
     Admin,
+    brokers_activate,
+    brokers_drain,
     brokers_list,
+    leaders_list,
     namespaces_create,
     namespaces_delete,
     namespaces_list,
@@ -33,6 +36,7 @@ from danube_sdk.cli.admin_commands import (
     topics_delete,
     topics_describe,
     topics_list,
+    topics_move,
     topics_stats,
 )
 from danube_sdk.cli.output import FORMATS
@@ -112,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_F,
         epilog=_examples(
             "danube-admin brokers list",
+            "danube-admin brokers drain broker-1",
+            "danube-admin leaders list",
+            "danube-admin topics move /default/orders --to broker-2",
             "danube-admin namespaces create analytics",
             "danube-admin topics create /analytics/clicks --partitions 3 --dispatch-strategy reliable",
             "danube-admin topics stats /analytics/clicks-part-0",
@@ -147,13 +154,43 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    b = group("brokers", "registered brokers", ["danube-admin brokers list"])
+    b = group(
+        "brokers",
+        "registered brokers: state, load, drain",
+        ["danube-admin brokers list", "danube-admin brokers drain broker-1"],
+    )
     leaf(
         b,
         "list",
-        "list brokers with their state and topic count",
+        "list brokers with their state (active, draining, drained), topic count and latest load report",
         brokers_list,
         ["danube-admin brokers list", "danube-admin brokers list --output json"],
+    )
+    p = leaf(
+        b,
+        "drain",
+        "move every topic off a broker (the load manager does it, reliable topics without losing a "
+        "message) and give it no new topics; its state reads drained once it owns none",
+        brokers_drain,
+        ["danube-admin brokers drain broker-1"],
+    )
+    p.add_argument("broker_id", help="broker id (see `danube-admin brokers list`)")
+    p = leaf(
+        b,
+        "activate",
+        "let a drained or draining broker take topics again",
+        brokers_activate,
+        ["danube-admin brokers activate broker-1"],
+    )
+    p.add_argument("broker_id", help="broker id")
+
+    lg = group("leaders", "control-plane leadership", ["danube-admin leaders list"])
+    leaf(
+        lg,
+        "list",
+        "who leads each role (load-manager, spark-planner, ...) and under which term (fencing token)",
+        leaders_list,
+        ["danube-admin leaders list", "danube-admin leaders list -o json"],
     )
 
     n = group(
@@ -266,6 +303,19 @@ def build_parser() -> argparse.ArgumentParser:
         ],
     )
     p.add_argument("topic", help="topic name, /namespace/topic (one partition of a partitioned topic)")
+    p = leaf(
+        t,
+        "move",
+        "ask the load manager to move a topic to another broker (clients follow it; reliable "
+        "subscriptions lose nothing)",
+        topics_move,
+        [
+            "danube-admin topics move /default/orders --to broker-2",
+            "danube-admin topics move /default/clicks-part-1",
+        ],
+    )
+    p.add_argument("topic", help="topic name, /namespace/topic (one partition of a partitioned topic)")
+    p.add_argument("--to", metavar="BROKER_ID", help="target broker; default: the least-loaded other broker")
 
     sp = group(
         "subscriptions",
@@ -379,6 +429,7 @@ def _hint(err: DanubeError, namespace: str) -> str:
         "NAMESPACE_NOT_FOUND": "list namespaces with `danube-admin namespaces list`",
         "NAMESPACE_NOT_EMPTY": f"list its topics with `danube-admin topics list --namespace {namespace}`",
         "TOPIC_NOT_FOUND": "list topics with `danube-admin topics list`",
+        "BROKER_NOT_FOUND": "list brokers with `danube-admin brokers list`",
         "NO_BROKER_AVAILABLE": "start a broker (`danube-local up` starts a whole cluster)",
         "METADATA_UNAVAILABLE": "the lookup service cannot reach etcd; check that etcd is running",
         "TIMEOUT": "the lookup service, etcd or the owning broker is slow; retry, or raise --timeout-s",

@@ -31,6 +31,7 @@ class Admin:
     namespaces: apb_grpc.NamespaceAdminStub
     topics: apb_grpc.TopicAdminStub
     timeout_s: float
+    cluster: apb_grpc.ClusterAdminStub | None = None
 
     @classmethod
     def connect(cls, channel: grpc.Channel, timeout_s: float) -> Admin:
@@ -39,6 +40,7 @@ class Admin:
             apb_grpc.NamespaceAdminStub(channel),
             apb_grpc.TopicAdminStub(channel),
             timeout_s,
+            apb_grpc.ClusterAdminStub(channel),
         )
 
 
@@ -98,35 +100,127 @@ TOPIC_COLUMNS = ("topic", "dispatch", "partitions", "broker", "durability")
 # ---------------------------------------------------------------------------- commands
 
 
+def broker_dict(b: apb.BrokerInfo) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "broker_id": b.broker_id,
+        "broker_addr": b.broker_addr,
+        "advertised_url": b.advertised_url,
+        "state": b.state,
+        "admin_state": b.admin_state,
+        "topic_count": b.topic_count,
+        "registered_at_ms": b.registered_at_ms,
+        "load": None,
+    }
+    if b.has_load:
+        d["load"] = {
+            "at_ms": b.load_at_ms,
+            "cpu_usage": round(b.cpu_usage, 3),
+            "cpu_cores": b.cpu_cores,
+            "mem_rss_bytes": b.mem_rss_bytes,
+            "msg_rate_in": round(b.msg_rate_in, 1),
+            "msg_rate_out": round(b.msg_rate_out, 1),
+            "byte_rate_in": round(b.byte_rate_in, 1),
+            "byte_rate_out": round(b.byte_rate_out, 1),
+            "backlog": b.backlog,
+            "producers": b.producers,
+            "consumers": b.consumers,
+        }
+    return d
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.0f} MiB"
+
+
 def brokers_list(admin: Admin, args: argparse.Namespace) -> None:
     resp = admin.brokers.ListBrokers(apb.ListBrokersRequest(), timeout=admin.timeout_s)
-    data = [
-        {
-            "broker_id": b.broker_id,
-            "broker_addr": b.broker_addr,
-            "advertised_url": b.advertised_url,
-            "state": b.state,
-            "topic_count": b.topic_count,
-            "registered_at_ms": b.registered_at_ms,
-        }
-        for b in resp.brokers
-    ]
-    rows = [
-        {
-            "broker_id": b["broker_id"],
-            "addr": b["broker_addr"],
-            "url": b["advertised_url"],
-            "state": b["state"],
-            "topics": b["topic_count"],
-            "registered": _time(b["registered_at_ms"]),
-        }
-        for b in data
-    ]
+    data = [broker_dict(b) for b in resp.brokers]
+    rows = []
+    for b in data:
+        load = b["load"] or {}
+        rows.append(
+            {
+                "broker_id": b["broker_id"],
+                "url": b["advertised_url"],
+                "state": b["state"],
+                "topics": b["topic_count"],
+                "msg/s in": f"{load['msg_rate_in']:,.0f}" if load else "",
+                "msg/s out": f"{load['msg_rate_out']:,.0f}" if load else "",
+                "backlog": load.get("backlog", ""),
+                "cpu": f"{load['cpu_usage']:.2f}/{load['cpu_cores']}" if load else "",
+                "memory": _mib(load["mem_rss_bytes"]) if load else "",
+                "registered": _time(b["registered_at_ms"]),
+            }
+        )
     emit(
         rows,
         fmt=args.output,
-        columns=("broker_id", "addr", "url", "state", "topics", "registered"),
+        columns=(
+            "broker_id",
+            "url",
+            "state",
+            "topics",
+            "msg/s in",
+            "msg/s out",
+            "backlog",
+            "cpu",
+            "memory",
+            "registered",
+        ),
         json_data=data,
+    )
+
+
+def brokers_set_state(admin: Admin, args: argparse.Namespace, state: str) -> None:
+    b = admin.brokers.SetBrokerState(
+        apb.SetBrokerStateRequest(broker_id=args.broker_id, state=state), timeout=admin.timeout_s
+    )
+    text = (
+        f"broker {b.broker_id} is draining: the load manager moves its topics away "
+        f"({b.topic_count} left; `danube-admin brokers list` shows it drained when none is left)"
+        if state == "draining"
+        else f"broker {b.broker_id} is active: it takes new topics again"
+    )
+    _done(args, text, broker_dict(b))
+
+
+def brokers_drain(admin: Admin, args: argparse.Namespace) -> None:
+    brokers_set_state(admin, args, "draining")
+
+
+def brokers_activate(admin: Admin, args: argparse.Namespace) -> None:
+    brokers_set_state(admin, args, "active")
+
+
+def leaders_list(admin: Admin, args: argparse.Namespace) -> None:
+    assert admin.cluster is not None
+    resp = admin.cluster.ListLeaders(apb.ListLeadersRequest(), timeout=admin.timeout_s)
+    data = [
+        {"role": li.role, "candidate_id": li.candidate_id, "term": li.term, "metadata": dict(li.metadata)}
+        for li in resp.leaders
+    ]
+    rows = [
+        {
+            "role": d["role"],
+            "leader": d["candidate_id"],
+            "term": d["term"],
+            "metadata": " ".join(f"{k}={v}" for k, v in sorted(d["metadata"].items())),
+        }
+        for d in data
+    ]
+    emit(rows, fmt=args.output, columns=("role", "leader", "term", "metadata"), json_data=data)
+
+
+def topics_move(admin: Admin, args: argparse.Namespace) -> None:
+    resp = admin.topics.MoveTopic(
+        apb.MoveTopicRequest(name=args.topic, to_broker=args.to or ""), timeout=admin.timeout_s
+    )
+    target = resp.to_broker or "the least-loaded other broker"
+    _done(
+        args,
+        f"move of {resp.name} from broker {resp.from_broker} to {target} requested; "
+        f"`danube-admin topics describe {resp.name}` shows the owner once it is done",
+        {"name": resp.name, "from_broker": resp.from_broker, "to_broker": resp.to_broker},
     )
 
 

@@ -11,20 +11,101 @@ class ListBrokersRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerInfo(_message.Message):
-    __slots__ = ("broker_id", "broker_addr", "advertised_url", "state", "topic_count", "registered_at_ms")
+    __slots__ = ("broker_id", "broker_addr", "advertised_url", "state", "topic_count", "registered_at_ms", "admin_state", "has_load", "load_at_ms", "cpu_usage", "cpu_cores", "mem_rss_bytes", "msg_rate_in", "msg_rate_out", "byte_rate_in", "byte_rate_out", "backlog", "producers", "consumers")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     BROKER_ADDR_FIELD_NUMBER: _ClassVar[int]
     ADVERTISED_URL_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     TOPIC_COUNT_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_STATE_FIELD_NUMBER: _ClassVar[int]
+    HAS_LOAD_FIELD_NUMBER: _ClassVar[int]
+    LOAD_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    CPU_USAGE_FIELD_NUMBER: _ClassVar[int]
+    CPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    MEM_RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MSG_RATE_IN_FIELD_NUMBER: _ClassVar[int]
+    MSG_RATE_OUT_FIELD_NUMBER: _ClassVar[int]
+    BYTE_RATE_IN_FIELD_NUMBER: _ClassVar[int]
+    BYTE_RATE_OUT_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_FIELD_NUMBER: _ClassVar[int]
+    PRODUCERS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
     broker_id: str
     broker_addr: str
     advertised_url: str
     state: str
     topic_count: int
     registered_at_ms: int
-    def __init__(self, broker_id: _Optional[str] = ..., broker_addr: _Optional[str] = ..., advertised_url: _Optional[str] = ..., state: _Optional[str] = ..., topic_count: _Optional[int] = ..., registered_at_ms: _Optional[int] = ...) -> None: ...
+    admin_state: str
+    has_load: bool
+    load_at_ms: int
+    cpu_usage: float
+    cpu_cores: int
+    mem_rss_bytes: int
+    msg_rate_in: float
+    msg_rate_out: float
+    byte_rate_in: float
+    byte_rate_out: float
+    backlog: int
+    producers: int
+    consumers: int
+    def __init__(self, broker_id: _Optional[str] = ..., broker_addr: _Optional[str] = ..., advertised_url: _Optional[str] = ..., state: _Optional[str] = ..., topic_count: _Optional[int] = ..., registered_at_ms: _Optional[int] = ..., admin_state: _Optional[str] = ..., has_load: _Optional[bool] = ..., load_at_ms: _Optional[int] = ..., cpu_usage: _Optional[float] = ..., cpu_cores: _Optional[int] = ..., mem_rss_bytes: _Optional[int] = ..., msg_rate_in: _Optional[float] = ..., msg_rate_out: _Optional[float] = ..., byte_rate_in: _Optional[float] = ..., byte_rate_out: _Optional[float] = ..., backlog: _Optional[int] = ..., producers: _Optional[int] = ..., consumers: _Optional[int] = ...) -> None: ...
+
+class SetBrokerStateRequest(_message.Message):
+    __slots__ = ("broker_id", "state")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    broker_id: str
+    state: str
+    def __init__(self, broker_id: _Optional[str] = ..., state: _Optional[str] = ...) -> None: ...
+
+class ListLeadersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class LeaderInfo(_message.Message):
+    __slots__ = ("role", "candidate_id", "term", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    candidate_id: str
+    term: int
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, role: _Optional[str] = ..., candidate_id: _Optional[str] = ..., term: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ListLeadersResponse(_message.Message):
+    __slots__ = ("leaders",)
+    LEADERS_FIELD_NUMBER: _ClassVar[int]
+    leaders: _containers.RepeatedCompositeFieldContainer[LeaderInfo]
+    def __init__(self, leaders: _Optional[_Iterable[_Union[LeaderInfo, _Mapping]]] = ...) -> None: ...
+
+class MoveTopicRequest(_message.Message):
+    __slots__ = ("name", "to_broker")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TO_BROKER_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    to_broker: str
+    def __init__(self, name: _Optional[str] = ..., to_broker: _Optional[str] = ...) -> None: ...
+
+class MoveTopicResponse(_message.Message):
+    __slots__ = ("name", "from_broker", "to_broker")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FROM_BROKER_FIELD_NUMBER: _ClassVar[int]
+    TO_BROKER_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    from_broker: str
+    to_broker: str
+    def __init__(self, name: _Optional[str] = ..., from_broker: _Optional[str] = ..., to_broker: _Optional[str] = ...) -> None: ...
 
 class ListBrokersResponse(_message.Message):
     __slots__ = ("brokers",)

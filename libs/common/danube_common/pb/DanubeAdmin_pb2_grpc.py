@@ -39,6 +39,11 @@ class BrokerAdminStub:
                 request_serializer=DanubeAdmin__pb2.ListBrokersRequest.SerializeToString,
                 response_deserializer=DanubeAdmin__pb2.ListBrokersResponse.FromString,
                 _registered_method=True)
+        self.SetBrokerState = channel.unary_unary(
+                '/danube.admin.v1.BrokerAdmin/SetBrokerState',
+                request_serializer=DanubeAdmin__pb2.SetBrokerStateRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.BrokerInfo.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -50,6 +55,14 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetBrokerState(self, request, context):
+        """Admin state of a broker: "draining" asks the load manager to move every topic away (the
+        broker then reads "drained"); "active" takes new topics again. Kept across restarts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -57,6 +70,11 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.ListBrokers,
                     request_deserializer=DanubeAdmin__pb2.ListBrokersRequest.FromString,
                     response_serializer=DanubeAdmin__pb2.ListBrokersResponse.SerializeToString,
+            ),
+            'SetBrokerState': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetBrokerState,
+                    request_deserializer=DanubeAdmin__pb2.SetBrokerStateRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.BrokerInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +104,108 @@ class BrokerAdmin:
             '/danube.admin.v1.BrokerAdmin/ListBrokers',
             DanubeAdmin__pb2.ListBrokersRequest.SerializeToString,
             DanubeAdmin__pb2.ListBrokersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetBrokerState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.BrokerAdmin/SetBrokerState',
+            DanubeAdmin__pb2.SetBrokerStateRequest.SerializeToString,
+            DanubeAdmin__pb2.BrokerInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class ClusterAdminStub:
+    """Cluster-wide views: who leads each control-plane role.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ListLeaders = channel.unary_unary(
+                '/danube.admin.v1.ClusterAdmin/ListLeaders',
+                request_serializer=DanubeAdmin__pb2.ListLeadersRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.ListLeadersResponse.FromString,
+                _registered_method=True)
+
+
+class ClusterAdminServicer:
+    """Cluster-wide views: who leads each control-plane role.
+    """
+
+    def ListLeaders(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ClusterAdminServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ListLeaders': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLeaders,
+                    request_deserializer=DanubeAdmin__pb2.ListLeadersRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.ListLeadersResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'danube.admin.v1.ClusterAdmin', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('danube.admin.v1.ClusterAdmin', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ClusterAdmin:
+    """Cluster-wide views: who leads each control-plane role.
+    """
+
+    @staticmethod
+    def ListLeaders(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.ClusterAdmin/ListLeaders',
+            DanubeAdmin__pb2.ListLeadersRequest.SerializeToString,
+            DanubeAdmin__pb2.ListLeadersResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -300,6 +420,11 @@ class TopicAdminStub:
                 request_serializer=DanubeAdmin__pb2.GetSubscriptionPolicyRequest.SerializeToString,
                 response_deserializer=DanubeAdmin__pb2.SubscriptionPolicyResponse.FromString,
                 _registered_method=True)
+        self.MoveTopic = channel.unary_unary(
+                '/danube.admin.v1.TopicAdmin/MoveTopic',
+                request_serializer=DanubeAdmin__pb2.MoveTopicRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.MoveTopicResponse.FromString,
+                _registered_method=True)
 
 
 class TopicAdminServicer:
@@ -354,6 +479,14 @@ class TopicAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MoveTopic(self, request, context):
+        """Ask the load manager to move a topic (to a named broker, or the best other one). Returns
+        once the request is recorded; DescribeTopic shows the owner once the move is done.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TopicAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -391,6 +524,11 @@ def add_TopicAdminServicer_to_server(servicer, server):
                     servicer.GetSubscriptionPolicy,
                     request_deserializer=DanubeAdmin__pb2.GetSubscriptionPolicyRequest.FromString,
                     response_serializer=DanubeAdmin__pb2.SubscriptionPolicyResponse.SerializeToString,
+            ),
+            'MoveTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.MoveTopic,
+                    request_deserializer=DanubeAdmin__pb2.MoveTopicRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.MoveTopicResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -582,6 +720,33 @@ class TopicAdmin:
             '/danube.admin.v1.TopicAdmin/GetSubscriptionPolicy',
             DanubeAdmin__pb2.GetSubscriptionPolicyRequest.SerializeToString,
             DanubeAdmin__pb2.SubscriptionPolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MoveTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.TopicAdmin/MoveTopic',
+            DanubeAdmin__pb2.MoveTopicRequest.SerializeToString,
+            DanubeAdmin__pb2.MoveTopicResponse.FromString,
             options,
             channel_credentials,
             insecure,

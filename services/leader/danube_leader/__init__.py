@@ -1,0 +1,1 @@
+"""``danube-leader``: leader election per named role, as a gRPC service backed by etcd."""

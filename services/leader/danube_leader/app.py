@@ -1,0 +1,126 @@
+"""Wiring of the leader service: etcd, the elections, one gRPC server, ordered shutdown.
+
+Start-up: connect to etcd (bounded wait), bind the port, start serving, then announce
+readiness (callback and/or ready file). Shutdown (stop event, SIGINT/SIGTERM from
+``__main__``): remove the ready file; refuse new streams and end every campaign (LOST, then
+its lease is revoked so the next candidate is elected at once) and watch, within
+``shutdown_grace_s``; stop the server (in-flight RPCs get ``shutdown_grace_s``); close etcd.
+The service keeps no state of its own: a crash loses nothing but the campaigns it carried,
+whose leases then expire within their TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc.aio
+
+from danube_common.errors import ErrorInterceptor
+from danube_common.grpc_util import SERVER_OPTIONS, bind, install_stop_signals
+from danube_common.keys import Keys
+from danube_common.metadata.etcd import EtcdStore
+from danube_common.pb import DanubeLeader_pb2_grpc as lpb_grpc
+from danube_common.service import remove_ready_file, write_ready_file
+from danube_common.service import running as service_running
+from danube_leader.config import LeaderConfig
+from danube_leader.election import Elections
+from danube_leader.grpc_api import LeaderElectionApi
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyInfo:
+    """Where a running leader replica answers (also the content of the ready file)."""
+
+    addr: str
+    pid: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.addr}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"service": "leader", "addr": self.addr, "url": self.url, "pid": self.pid}
+
+
+def _new_server(cfg: LeaderConfig) -> grpc.aio.Server:
+    """The common server, plus keep-alive pings towards clients: a frozen or vanished
+    candidate's connection is dropped, which ends its campaigns and revokes their leases."""
+    options = [
+        *SERVER_OPTIONS,
+        ("grpc.keepalive_time_ms", int(cfg.keepalive_time_s * 1000)),
+        ("grpc.keepalive_timeout_ms", int(cfg.keepalive_timeout_s * 1000)),
+        # grpc-core times a ping out after this (default 60 s), whatever keepalive_timeout_ms says.
+        ("grpc.http2.ping_timeout_ms", int(cfg.keepalive_timeout_s * 1000)),
+        ("grpc.http2.max_pings_without_data", 0),  # keep pinging idle WatchLeader streams
+    ]
+    return grpc.aio.server(interceptors=[ErrorInterceptor()], options=options)
+
+
+async def run(
+    cfg: LeaderConfig,
+    *,
+    ready: Callable[[ReadyInfo], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve until ``stop`` is set (default: until SIGINT/SIGTERM)."""
+    if stop is None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+    async with contextlib.AsyncExitStack() as stack:
+        store = EtcdStore(cfg.etcd.endpoints, request_timeout_s=cfg.etcd.request_timeout_s)
+        stack.push_async_callback(store.aclose)
+        await store.wait_ready(cfg.etcd.connect_timeout_s)
+
+        elections = Elections(
+            store,
+            Keys(cfg.etcd.cluster),
+            default_ttl_s=cfg.default_ttl_s,
+            min_ttl_s=cfg.min_ttl_s,
+            max_ttl_s=cfg.max_ttl_s,
+            heartbeat_interval_s=cfg.heartbeat_interval_s,
+            max_streams=cfg.max_streams,
+            max_metadata_bytes=cfg.max_metadata_bytes,
+        )
+        server = _new_server(cfg)
+        lpb_grpc.add_LeaderElectionServicer_to_server(LeaderElectionApi(elections), server)
+        port = bind(server, cfg.listen_addr)
+
+        async def shutdown() -> None:
+            log.info("stopping: ending %d campaigns (leases revoked)", len(elections.campaigns))
+            await elections.aclose(timeout_s=cfg.shutdown_grace_s)
+            await server.stop(cfg.shutdown_grace_s)
+            # RPCs cancelled by the stop have resigned; let their loops revoke before etcd closes.
+            await elections.aclose(timeout_s=cfg.shutdown_grace_s)
+
+        stack.push_async_callback(shutdown)
+        await server.start()
+
+        info = ReadyInfo(f"{cfg.advertised_host}:{port}", os.getpid())
+        if cfg.ready_file:
+            write_ready_file(cfg.ready_file, info.to_json())
+            stack.callback(remove_ready_file, cfg.ready_file)
+        log.info(
+            "leader election serving on %s (cluster %s, etcd %s)",
+            info.addr,
+            cfg.etcd.cluster,
+            ",".join(cfg.etcd.endpoints),
+        )
+        if ready is not None:
+            ready(info)
+        await stop.wait()
+    log.info("leader service stopped")
+
+
+@contextlib.asynccontextmanager
+async def running(cfg: LeaderConfig) -> AsyncIterator[ReadyInfo]:
+    """Run the service in this event loop for the duration of the block (embedding, tests)."""
+    async with service_running(run, cfg, name="leader") as info:
+        yield info

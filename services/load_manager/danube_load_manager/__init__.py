@@ -1,0 +1,1 @@
+"""danube-load-manager: places topics, re-places a dead broker's topics, drains brokers, moves topics."""

@@ -1,0 +1,269 @@
+"""Wiring of the load manager: etcd, the cluster view, the campaign, the planning loop, status API.
+
+Every replica follows the cluster (``ControlView``) and campaigns for the ``load-manager`` role
+through the leader service. Only while it holds the role does it act: each pass plans from the
+view (:mod:`plan`) and applies the actions as transactions fenced by its term (:mod:`actions`),
+then waits for the view to show its own writes and for the next change (or
+``reconcile_interval_s``). When the term ends (``lost``), the loop stops acting at once and the
+replica campaigns again; a deposed replica's in-flight writes are refused by the fence.
+
+Shutdown (stop event; SIGINT/SIGTERM): resign (the campaign stream is cancelled and the leader
+service revokes the lease, so a standby takes over at once), stop the status server, stop the
+view, close etcd. The load manager keeps no state of its own: a crash at any point loses nothing
+(a standby re-derives everything from etcd).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc.aio
+
+from danube_common.errors import DanubeError
+from danube_common.grpc_util import bind, install_stop_signals, new_server
+from danube_common.keys import Keys
+from danube_common.leadership import Candidacy, Elector, Leadership
+from danube_common.metadata.etcd import EtcdStore
+from danube_common.pb import DanubeLoadManager_pb2 as lmpb
+from danube_common.pb import DanubeLoadManager_pb2_grpc as lmpb_grpc
+from danube_common.placement import LOAD_MANAGER_ROLE
+from danube_common.resources import Resources
+from danube_common.service import remove_ready_file, write_ready_file
+from danube_load_manager.actions import Executor
+from danube_load_manager.config import LoadManagerConfig
+from danube_load_manager.plan import Limits, Move, next_actions
+from danube_load_manager.scoring import Weights
+from danube_load_manager.view import ControlView
+
+log = logging.getLogger(__name__)
+
+
+class LoadManagerFailure(RuntimeError):
+    """The load manager stopped because something it depends on failed."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyInfo:
+    candidate_id: str
+    addr: str
+    pid: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.addr}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "service": "load_manager",
+            "candidate_id": self.candidate_id,
+            "addr": self.addr,
+            "url": self.url,
+            "pid": self.pid,
+        }
+
+
+class LoadManager:
+    """The planning loop, run while this replica leads."""
+
+    def __init__(self, cfg: LoadManagerConfig, resources: Resources, view: ControlView) -> None:
+        self._cfg = cfg
+        self._view = view
+        self._executor = Executor(resources, candidate_id=cfg.candidate_id)
+        w = cfg.weights
+        self._limits = Limits(
+            max_moves_in_flight=cfg.max_moves_in_flight,
+            move_cooldown_s=cfg.move_cooldown_s,
+            weights=Weights(topics=w.topics, msgs=w.msgs, bytes=w.bytes, cpu=w.cpu, memory=w.memory),
+        )
+        self._last_move_s: dict[str, float] = {}
+        self.leading = False
+        self.term = 0
+        self.elections = 0
+        self.passes = 0
+        self.applied = 0
+        self.refused = 0
+
+    async def follow(self, candidacy: Candidacy) -> None:
+        """Act during each term this candidacy wins, until the candidacy ends."""
+        async for lead in candidacy:
+            self.elections += 1
+            self.term = lead.term
+            self.leading = True
+            log.info(
+                "leading as %s (term %d, via leader replica %s)", lead.candidate_id, lead.term, lead.replica
+            )
+            try:
+                await self._manage(lead)
+            finally:
+                self.leading = False
+                log.warning("term %d is over: no longer acting as the load manager", lead.term)
+
+    async def _manage(self, lead: Leadership) -> None:
+        loop = asyncio.get_running_loop()
+        lost = asyncio.create_task(lead.lost.wait(), name="leadership-lost")
+        try:
+            while not lead.lost.is_set():
+                await self._idle(lead, lost, await self._pass(lead, loop.time()))
+        finally:
+            lost.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lost
+
+    async def _idle(self, lead: Leadership, lost: asyncio.Task[bool], wrote: int) -> None:
+        """After a pass: let the view catch up with our own writes (``wrote``: the highest
+        revision written), then wait for the next change, the interval, or the end of the term."""
+        view, interval = self._view, self._cfg.reconcile_interval_s
+        if wrote:
+            await view.wait_for(lambda: lead.lost.is_set() or view.revision >= wrote, interval)
+        seen = view.revision
+        changed = asyncio.ensure_future(view.wait_for(lambda: view.revision > seen, interval))
+        try:
+            await asyncio.wait({changed, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await changed
+
+    async def _pass(self, lead: Leadership, now_s: float) -> int:
+        """One planning pass; returns the highest revision written (0: nothing applied)."""
+        self.passes += 1
+        actions = next_actions(
+            self._view.snapshot(), now_s=now_s, last_move_s=self._last_move_s, limits=self._limits
+        )
+        wrote = 0
+        for action in actions:
+            if lead.lost.is_set():
+                break
+            try:
+                out = await self._executor.apply(action, fence=lead.fence(), term=lead.term)
+            except DanubeError as exc:
+                log.warning("could not apply %s: %s", action, exc)
+                self.refused += 1
+                continue
+            if out.applied:
+                self.applied += 1
+                wrote = max(wrote, out.revision)
+                if isinstance(action, Move):
+                    self._last_move_s[action.topic] = now_s
+            else:
+                self.refused += 1
+                log.debug("refused by etcd (stale view or term over): %s", action)
+        if len(self._last_move_s) > 100_000:  # forget cool-downs long past
+            cutoff = now_s - self._limits.move_cooldown_s
+            self._last_move_s = {t: at for t, at in self._last_move_s.items() if at >= cutoff}
+        return wrote
+
+
+class StatusApi(lmpb_grpc.LoadManagerStatusServicer):
+    def __init__(self, cfg: LoadManagerConfig, manager: LoadManager, view: ControlView) -> None:
+        self._cfg = cfg
+        self._m = manager
+        self._view = view
+
+    async def GetStatus(
+        self, request: lmpb.GetStatusRequest, context: grpc.aio.ServicerContext
+    ) -> lmpb.LoadManagerStatusResponse:
+        m, v = self._m, self._view
+        return lmpb.LoadManagerStatusResponse(
+            candidate_id=self._cfg.candidate_id,
+            leading=m.leading,
+            term=m.term,
+            passes=m.passes,
+            actions_applied=m.applied,
+            actions_refused=m.refused,
+            brokers=len(v.brokers),
+            topics=len(v.owners),
+            moves_in_flight=sum(1 for o in v.owners.values() if o.moving_to),
+            view_revision=v.revision,
+            elections=m.elections,
+        )
+
+
+async def run(
+    cfg: LoadManagerConfig,
+    *,
+    ready: Callable[[ReadyInfo], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve until ``stop`` is set (default: until SIGINT/SIGTERM)."""
+    if stop is None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+    store = EtcdStore(cfg.etcd.endpoints, request_timeout_s=cfg.etcd.request_timeout_s)
+    view = ControlView(store, Keys(cfg.etcd.cluster))
+    elector = Elector(
+        cfg.leader_endpoints,
+        rpc_timeout_s=cfg.leader_rpc_timeout_s,
+        heartbeat_deadline_s=cfg.leader_heartbeat_deadline_s,
+    )
+    server = new_server()
+    candidacy: Candidacy | None = None
+    follow: asyncio.Task[None] | None = None
+    try:
+        await store.wait_ready(cfg.etcd.connect_timeout_s)
+        resources = Resources(store, Keys(cfg.etcd.cluster))
+        await view.start()
+        manager = LoadManager(cfg, resources, view)
+        lmpb_grpc.add_LoadManagerStatusServicer_to_server(StatusApi(cfg, manager, view), server)
+        port = bind(server, cfg.listen_addr)
+        await server.start()
+        addr = f"{cfg.advertised_host}:{port}"
+        candidacy = elector.campaign(
+            LOAD_MANAGER_ROLE,
+            candidate_id=cfg.candidate_id,
+            ttl_s=cfg.leadership_ttl_s,
+            metadata={"addr": addr},
+        )
+        follow = asyncio.create_task(manager.follow(candidacy), name="load-manager")
+        info = ReadyInfo(cfg.candidate_id, addr, os.getpid())
+        if cfg.ready_file:
+            write_ready_file(cfg.ready_file, info.to_json())
+        log.info(
+            "load manager %s up (status on %s, leader service %s, cluster %s)",
+            cfg.candidate_id,
+            info.url,
+            ",".join(cfg.leader_endpoints),
+            cfg.etcd.cluster,
+        )
+        if ready is not None:
+            ready(info)
+        await _wait_for_stop(stop, {follow: "the planning loop", view.task: "the cluster watch"})
+    finally:
+        if candidacy is not None:
+            await candidacy.aclose()  # resign: a standby takes over at once
+        if follow is not None:
+            follow.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await follow
+        await server.stop(cfg.shutdown_grace_s)
+        await view.aclose()
+        await elector.aclose()
+        await store.aclose()
+        if cfg.ready_file:
+            remove_ready_file(cfg.ready_file)
+    log.info("load manager %s stopped", cfg.candidate_id)
+
+
+async def _wait_for_stop(stop: asyncio.Event, loops: dict[asyncio.Task[None] | None, str]) -> None:
+    tasks = {t: what for t, what in loops.items() if t is not None}
+    stop_task = asyncio.create_task(stop.wait(), name="wait-stop")
+    try:
+        await asyncio.wait({stop_task, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stop_task
+    if stop.is_set():
+        log.info("stop requested: shutting down")
+        return
+    for task, what in tasks.items():
+        if task.done():
+            exc = None if task.cancelled() else task.exception()
+            log.error("%s ended unexpectedly: stopping", what, exc_info=exc)
+            raise LoadManagerFailure(f"{what} ended unexpectedly: {exc!r}") from exc

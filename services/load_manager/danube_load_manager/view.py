@@ -1,0 +1,180 @@
+"""The load manager's picture of the cluster: a watch-fed cache of what placement depends on.
+
+Listed once (brokers, admin states, load reports, owners, placement and move requests), then
+followed with one watch on the cluster root from the smallest listing revision, so no change is
+missed (a change seen both in a listing and in the watch is applied twice, which is harmless:
+every entry is "the key's latest value"). After a compaction it lists again. Any decision taken
+from this cache is applied with a transaction that re-checks what it relied on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from danube_common.errors import DanubeError
+from danube_common.keys import Keys
+from danube_common.load import LoadReport
+from danube_common.metadata.store import KeyValue, MetadataStore, WatchCompacted, WatchEvent
+from danube_common.resources import BrokerRecord, Ownership
+from danube_load_manager.plan import Snapshot
+
+log = logging.getLogger(__name__)
+
+
+class ControlView:
+    def __init__(self, store: MetadataStore, keys: Keys) -> None:
+        self._store = store
+        self._keys = keys
+        self.brokers: dict[str, BrokerRecord] = {}
+        self.admin_states: dict[str, tuple[str, int]] = {}
+        self.reports: dict[str, LoadReport] = {}
+        self.owners: dict[str, Ownership] = {}
+        self.unassigned: set[str] = set()
+        self.move_requests: dict[str, str] = {}
+        self.revision = 0
+        self._waiters: list[asyncio.Future[None]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ loading
+    async def start(self) -> None:
+        rev = await self._load()
+        self._task = asyncio.create_task(self._follow(rev + 1), name="load-manager-view")
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        return self._task
+
+    async def _load(self) -> int:
+        k = self._keys
+        revs = []
+        self.brokers, self.admin_states, self.reports = {}, {}, {}
+        self.owners, self.unassigned, self.move_requests = {}, set(), {}
+        for prefix in (
+            k.brokers_prefix(),
+            k.broker_states_prefix(),
+            k.load_prefix(),
+            k.owners_prefix(),
+            k.unassigned_prefix(),
+            k.move_requests_prefix(),
+        ):
+            kvs, rev = await self._store.get_prefix(prefix)
+            revs.append(rev)
+            for kv in kvs:
+                self._put(kv.key, kv, kv.mod_revision)
+        self.revision = min(revs)
+        self._wake()
+        return self.revision
+
+    async def _follow(self, start: int) -> None:
+        backoff_s = 0.1
+        while True:
+            try:
+                async for ev in self._store.watch_prefix(self._keys.root, start_revision=start):
+                    self._apply(ev)
+                    start = ev.revision + 1
+                    backoff_s = 0.1
+                return
+            except WatchCompacted:
+                log.warning("load manager watch compacted; re-reading the cluster state")
+            except DanubeError as exc:
+                log.warning("load manager watch failed (%s); retrying in %.1fs", exc, backoff_s)
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 5.0)
+            try:
+                start = await self._load() + 1
+            except DanubeError as exc:
+                log.warning("load manager could not re-read the cluster (%s); retrying", exc)
+
+    # ------------------------------------------------------------------ applying changes
+    def _apply(self, ev: WatchEvent) -> None:
+        self.revision = ev.revision
+        if ev.kind == "put":
+            self._put(ev.key, ev, ev.revision)
+        else:
+            self._delete(ev.key)
+        self._wake()
+
+    def _put(self, key: str, item: KeyValue | WatchEvent, revision: int) -> None:
+        k = self._keys
+        try:
+            if key.startswith(k.brokers_prefix()):
+                broker_id = key[len(k.brokers_prefix()) :]
+                if "/" not in broker_id:
+                    self.brokers[broker_id] = BrokerRecord.from_json(item.json())
+            elif key.startswith(k.broker_states_prefix()):
+                value = item.json() or {}
+                self.admin_states[key[len(k.broker_states_prefix()) :]] = (
+                    str(value.get("state", "active")),
+                    revision,
+                )
+            elif key.startswith(k.load_prefix()):
+                report = LoadReport.from_json(item.json())
+                self.reports[report.broker_id] = report
+            elif (topic := k.parse_owner(key)) is not None:
+                self.owners[str(topic)] = Ownership.of(str(topic), item.json(), revision)
+            elif (topic := k.parse_topic_suffix(k.unassigned_prefix(), key)) is not None:
+                self.unassigned.add(str(topic))
+            elif (topic := k.parse_topic_suffix(k.move_requests_prefix(), key)) is not None:
+                value = item.json() or {}
+                self.move_requests[str(topic)] = str(value.get("to") or "")
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring malformed value at %s: %s", key, exc)
+
+    def _delete(self, key: str) -> None:
+        k = self._keys
+        if key.startswith(k.brokers_prefix()):
+            self.brokers.pop(key[len(k.brokers_prefix()) :], None)
+        elif key.startswith(k.broker_states_prefix()):
+            self.admin_states.pop(key[len(k.broker_states_prefix()) :], None)
+        elif key.startswith(k.load_prefix()):
+            self.reports.pop(key[len(k.load_prefix()) :], None)
+        elif (topic := k.parse_owner(key)) is not None:
+            self.owners.pop(str(topic), None)
+        elif (topic := k.parse_topic_suffix(k.unassigned_prefix(), key)) is not None:
+            self.unassigned.discard(str(topic))
+        elif (topic := k.parse_topic_suffix(k.move_requests_prefix(), key)) is not None:
+            self.move_requests.pop(str(topic), None)
+
+    # ------------------------------------------------------------------ readers
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            brokers=dict(self.brokers),
+            admin_states={b: s for b, (s, _) in self.admin_states.items()},
+            admin_state_revisions={b: r for b, (_, r) in self.admin_states.items()},
+            reports=dict(self.reports),
+            owners=dict(self.owners),
+            unassigned=frozenset(self.unassigned),
+            move_requests=dict(self.move_requests),
+        )
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``predicate()`` holds after some change; False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not predicate():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, remaining)
+            except TimeoutError:
+                return predicate()
+        return True
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
