@@ -18,6 +18,7 @@ Layout (values are JSON unless noted)::
     /{cluster}/topics/{ns}/{topic}/subscriptions/{sub}/cursor   acked cursor (reliable)
     /{cluster}/topics/{ns}/{topic}/subscriptions/{sub}/policy   failure policy (reliable)
     /{cluster}/storage/{ns}/{topic}/state                  where the log ends {next_offset} (hand-over)
+    /{cluster}/storage/{ns}/{topic}/uploaded               uploader checkpoint {next_offset}
     /{cluster}/storage/{ns}/{topic}/segments/{start:020d}  segment descriptors
     /{cluster}/schemas/{subject}/...                       schema registry
     /{cluster}/auth/...                                    roles and bindings
@@ -196,6 +197,13 @@ class Keys:
         """``{"next_offset": N, "broker_id", "epoch", "at_ms"}``: where a reliable topic's log ends,
         written when an owner hands the topic over or releases it (the next owner starts at N)."""
         return f"/{self.cluster}/storage/{topic.namespace}/{topic.local}/state"
+
+    def upload_checkpoint(self, topic: TopicName) -> str:
+        """``{"next_offset": N}``: every offset below N is in object storage (the WAL uploader)."""
+        return f"/{self.cluster}/storage/{topic.namespace}/{topic.local}/uploaded"
+
+    def storage_prefix(self) -> str:
+        return f"/{self.cluster}/storage/"
 
     def segment(self, topic: TopicName, start_offset: int) -> str:
         return f"{self.segments_prefix(topic)}{start_offset:020d}"
