@@ -49,6 +49,29 @@ def table(rows: Iterable[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def markdown(rows: Iterable[dict[str, Any]]) -> str:
+    """The table as Markdown (for docs/benchmarks.md): one row per workload x driver x rate."""
+    out = [
+        "| workload | driver | rate | pub msg/s | cons msg/s | MB/s | pub p50 / p99 / p99.9 ms "
+        "| e2e p50 / p99 / p99.9 ms | CPU s/M |",
+        "|---|---|---|---:|---:|---:|---|---|---:|",
+    ]
+    for r in rows:
+        pub, e2e = r["publish_latency"], r["e2e_latency"]
+
+        def trio(d: dict[str, float] | None) -> str:
+            return " / ".join(_lat(d, k) for k in ("p50_ms", "p99_ms", "p99.9_ms")) if d else "-"
+
+        notes = f" ({'; '.join(r['notes'])})" if r.get("notes") else ""
+        cons = f"{r['consume_rate']:,.0f}" if r["consume_rate"] else "-"
+        out.append(
+            f"| {r['workload']} | {r['driver']} | {_rate(r)} | {r['publish_rate']:,.0f} | {cons} "
+            f"| {max(r['publish_mb_s'], r['consume_mb_s']):.1f} | {trio(pub)} | {trio(e2e)}{notes} "
+            f"| {r['cpu_s_per_million']:.1f} |"
+        )
+    return "\n".join(out)
+
+
 def ratios(rows: list[dict[str, Any]]) -> list[str]:
     """For each workload x rate: each of ours / each peer, on throughput (max of publish and consume)
     and on p99 end-to-end (or publish) latency. > 1 on throughput, < 1 on latency: ours is better."""
@@ -148,3 +171,14 @@ def plot(out_dir: Path, rows: list[dict[str, Any]]) -> list[Path]:
         plt.close(fig)
         written.append(path)
     return written
+
+
+if __name__ == "__main__":  # print a saved run as Markdown: python -m bench.harness.report results.json
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m bench.harness.report bench/results/<run>/results.json")
+    data = json.loads(Path(sys.argv[1]).read_text())
+    print(markdown(data["results"]))
+    print()
+    print("\n".join(ratios(data["results"])))

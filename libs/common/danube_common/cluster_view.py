@@ -13,8 +13,8 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from danube_common.errors import DanubeError
-from danube_common.metadata.store import WatchCompacted, WatchEvent
+from danube_common.metadata.follow import Waiters, follow
+from danube_common.metadata.store import WatchEvent
 from danube_common.resources import BrokerRecord, Ownership, Resources
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ class ClusterView:
         self.owners: dict[str, Ownership] = {}
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
-        self._waiters: list[asyncio.Future[None]] = []
+        self._waiters = Waiters()
         #: Election keys (``/leaders/{role}/{candidate}``) -> create_revision: who campaigns.
         self.election_keys: dict[str, int] = {}
         self.revision = 0
@@ -49,28 +49,10 @@ class ClusterView:
         return rev
 
     async def _follow(self, start: int) -> None:
-        """Apply events forever; re-list after compaction; retry (with backoff) on failures.
-
-        Returns only when the store's watch ends normally (the store was closed).
-        """
-        backoff_s = 0.1
-        while True:
-            try:
-                async for ev in self._res.store.watch_prefix(self._keys.root, start_revision=start):
-                    self._apply(ev)
-                    start = ev.revision + 1
-                    backoff_s = 0.1
-                return
-            except WatchCompacted:
-                log.warning("cluster view watch compacted; re-reading brokers and owners")
-            except DanubeError as exc:
-                log.warning("cluster view watch failed (%s); retrying in %.1fs", exc, backoff_s)
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, 5.0)
-            try:
-                start = await self._load() + 1
-            except DanubeError as exc:
-                log.warning("cluster view could not re-read the cluster (%s); retrying", exc)
+        """Apply events forever (re-listing after a compaction); ends when the store closes."""
+        await follow(
+            self._res.store, self._keys.root, start, apply=self._apply, reload=self._load, what="cluster view"
+        )
 
     def _apply(self, ev: WatchEvent) -> None:
         self.revision = ev.revision
@@ -80,10 +62,7 @@ class ClusterView:
             self._wake()
 
     def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        self._waiters.wake()
 
     def _apply_event(self, ev: WatchEvent) -> None:
         if ev.key.startswith(self._keys.leaders_prefix()):
@@ -129,19 +108,7 @@ class ClusterView:
 
     async def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
         """Wait until ``predicate()`` holds after some change of the view; False on timeout."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while not predicate():
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return False
-            fut: asyncio.Future[None] = loop.create_future()
-            self._waiters.append(fut)
-            try:
-                await asyncio.wait_for(fut, remaining)
-            except TimeoutError:
-                return predicate()
-        return True
+        return await self._waiters.wait_for(predicate, timeout_s)
 
     async def wait_changed(self) -> None:
         await self._changed.wait()

@@ -14,10 +14,10 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from danube_common.errors import DanubeError
 from danube_common.keys import Keys
 from danube_common.load import LoadReport
-from danube_common.metadata.store import KeyValue, MetadataStore, WatchCompacted, WatchEvent
+from danube_common.metadata.follow import Waiters, follow
+from danube_common.metadata.store import KeyValue, MetadataStore, WatchEvent
 from danube_common.resources import BrokerRecord, Ownership
 from danube_load_manager.plan import Snapshot
 
@@ -35,7 +35,7 @@ class ControlView:
         self.unassigned: set[str] = set()
         self.move_requests: dict[str, str] = {}
         self.revision = 0
-        self._waiters: list[asyncio.Future[None]] = []
+        self._waiters = Waiters()
         self._task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ loading
@@ -69,24 +69,14 @@ class ControlView:
         return self.revision
 
     async def _follow(self, start: int) -> None:
-        backoff_s = 0.1
-        while True:
-            try:
-                async for ev in self._store.watch_prefix(self._keys.root, start_revision=start):
-                    self._apply(ev)
-                    start = ev.revision + 1
-                    backoff_s = 0.1
-                return
-            except WatchCompacted:
-                log.warning("load manager watch compacted; re-reading the cluster state")
-            except DanubeError as exc:
-                log.warning("load manager watch failed (%s); retrying in %.1fs", exc, backoff_s)
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, 5.0)
-            try:
-                start = await self._load() + 1
-            except DanubeError as exc:
-                log.warning("load manager could not re-read the cluster (%s); retrying", exc)
+        await follow(
+            self._store,
+            self._keys.root,
+            start,
+            apply=self._apply,
+            reload=self._load,
+            what="load manager view",
+        )
 
     # ------------------------------------------------------------------ applying changes
     def _apply(self, ev: WatchEvent) -> None:
@@ -151,26 +141,11 @@ class ControlView:
         )
 
     def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        self._waiters.wake()
 
     async def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
         """Wait until ``predicate()`` holds after some change; False on timeout."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while not predicate():
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return False
-            fut: asyncio.Future[None] = loop.create_future()
-            self._waiters.append(fut)
-            try:
-                await asyncio.wait_for(fut, remaining)
-            except TimeoutError:
-                return predicate()
-        return True
+        return await self._waiters.wait_for(predicate, timeout_s)
 
     async def aclose(self) -> None:
         if self._task is not None:
