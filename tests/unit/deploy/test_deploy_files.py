@@ -95,6 +95,22 @@ def test_compose_commands_follow_the_service_contract() -> None:
     assert len(ids) == len(ports) == len(brokers) == 3
 
 
+def test_compose_runs_the_control_plane() -> None:
+    services = compose()["services"]
+    leaders = {n: s for n, s in services.items() if s.get("command", [""])[0] == "danube-leader"}
+    managers = {n: s for n, s in services.items() if s.get("command", [""])[0] == "danube-load-manager"}
+    assert len(leaders) == 2 and len(managers) == 2
+    leader_addrs = {f"{n}:{flags(s['command'])['listen'].rsplit(':', 1)[1]}" for n, s in leaders.items()}
+    ids = set()
+    for svc in managers.values():
+        f = flags(svc["command"])
+        assert set(f["leader-endpoints"].split(",")) == leader_addrs
+        assert f["cluster"] == "danube" and f["etcd-endpoints"] == "etcd:2379"
+        assert (DEPLOY / "config" / f["config"].removeprefix("/etc/danube/")).exists()
+        ids.add(f["candidate-id"])
+    assert len(ids) == 2, "each load manager campaigns under its own name"
+
+
 def test_dockerfile_base_and_install() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
     assert "FROM python:3.11-slim" in text
