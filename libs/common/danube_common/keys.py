@@ -12,6 +12,8 @@ Layout (values are JSON unless noted)::
     /{cluster}/leaders/{role}                              election keys
     /{cluster}/load_report                                 aggregated report
     /{cluster}/rebalance/plans/{plan_id}                   plans and their status
+    /{cluster}/rebalance/requests/{request_id}             on-demand planner cycle requests
+    /{cluster}/pinned/{ns}/{topic}                         topics the planner never moves
     /{cluster}/namespaces/{ns}                             namespace policies
     /{cluster}/topics/{ns}/{topic}                         topic metadata
     /{cluster}/topics/{ns}/{topic}/subscriptions/{sub}     subscription metadata
@@ -20,6 +22,7 @@ Layout (values are JSON unless noted)::
     /{cluster}/storage/{ns}/{topic}/state                  where the log ends {next_offset} (hand-over)
     /{cluster}/storage/{ns}/{topic}/uploaded               uploader checkpoint {next_offset}
     /{cluster}/storage/{ns}/{topic}/segments/{start:020d}  segment descriptors
+    /{cluster}/uploaders/{broker_id}                       a running WAL uploader of that broker; lease
     /{cluster}/schemas/{subject}/...                       schema registry
     /{cluster}/auth/...                                    roles and bindings
     /{cluster}/counters/{name}                             monotonic id allocation
@@ -152,6 +155,26 @@ class Keys:
     def rebalance_plan(self, plan_id: str) -> str:
         return f"/{self.cluster}/rebalance/plans/{plan_id}"
 
+    def rebalance_plans_prefix(self) -> str:
+        """Every rebalancing plan; plan ids start with the creation time, so key order is age order."""
+        return f"/{self.cluster}/rebalance/plans/"
+
+    def rebalance_requests_prefix(self) -> str:
+        return f"/{self.cluster}/rebalance/requests/"
+
+    def rebalance_request(self, request_id: str) -> str:
+        """``{"requested_at_ms", "by"}``: ask the planner for a cycle now (an admin command writes
+        it; the planner deletes it once the cycle's report, and plan if any, are written)."""
+        return f"/{self.cluster}/rebalance/requests/{request_id}"
+
+    def pinned_prefix(self) -> str:
+        return f"/{self.cluster}/pinned/"
+
+    def pinned(self, topic: TopicName) -> str:
+        """``{"by", "reason", "at_ms"}`` (any JSON): an admin pinned the topic to its broker; the
+        rebalancing planner never plans a move of it."""
+        return f"/{self.cluster}/pinned/{topic.namespace}/{topic.local}"
+
     # ---- namespaces and topics
     def namespaces_prefix(self) -> str:
         return f"/{self.cluster}/namespaces/"
@@ -207,6 +230,16 @@ class Keys:
 
     def segment(self, topic: TopicName, start_offset: int) -> str:
         return f"{self.segments_prefix(topic)}{start_offset:020d}"
+
+    # ---- WAL uploaders
+    def uploaders_prefix(self) -> str:
+        return f"/{self.cluster}/uploaders/"
+
+    def uploader(self, broker_id: str) -> str:
+        """``{"broker_id", "addr", "started_at_ms"}``; leased. A WAL uploader serving ``broker_id``'s
+        data directory is running: when that broker dies, the new owner of one of its reliable
+        topics waits for the uploader's final ``storage_state`` (``final: true``) while this exists."""
+        return f"/{self.cluster}/uploaders/{broker_id}"
 
     def schemas_prefix(self) -> str:
         return f"/{self.cluster}/schemas/"

@@ -118,3 +118,22 @@ def find(descriptors: Sequence[SegmentDescriptor], offset: int) -> SegmentDescri
     if lo < len(descriptors) and descriptors[lo].covers(offset):
         return descriptors[lo]
     return None
+
+
+def covered_until(descriptors: Sequence[SegmentDescriptor], offset: int) -> int:
+    """Follow the descriptors from ``offset``: the first offset at or after it that no
+    descriptor covers (``offset`` itself when none covers it). Sorted, disjoint descriptors."""
+    at = offset
+    while (d := find(descriptors, at)) is not None:
+        at = d.next_offset
+    return at
+
+
+def overlapping(
+    descriptors: Iterable[SegmentDescriptor], start_offset: int, next_offset: int
+) -> list[SegmentDescriptor]:
+    """The descriptors sharing at least one offset with ``[start_offset, next_offset)``, sorted."""
+    return sorted(
+        (d for d in descriptors if d.start_offset < next_offset and start_offset < d.next_offset),
+        key=lambda d: d.start_offset,
+    )

@@ -34,6 +34,7 @@ def _model(module: str, name: str) -> Any:
         ("lookup.yaml", "danube_lookup.config", "LookupConfig", "DANUBE_LOOKUP"),
         ("leader.yaml", "danube_leader.config", "LeaderConfig", "DANUBE_LEADER"),
         ("load_manager.yaml", "danube_load_manager.config", "LoadManagerConfig", "DANUBE_LOAD_MANAGER"),
+        ("wal_uploader.yaml", "danube_wal_uploader.config", "WalUploaderConfig", "DANUBE_WAL_UPLOADER"),
     ],
 )
 def test_example_configs_load_and_document_every_field(

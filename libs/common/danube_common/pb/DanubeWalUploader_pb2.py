@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x44\x61nubeWalUploader.proto\x12\x12\x64\x61nube.uploader.v1\"G\n\x0c\x46lushRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0cup_to_offset\x18\x02 \x01(\x04\x12\x12\n\nall_topics\x18\x03 \x01(\x08\"\x99\x01\n\rTopicProgress\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x1c\n\x14uploaded_next_offset\x18\x02 \x01(\x04\x12\x19\n\x11local_next_offset\x18\x03 \x01(\x04\x12\x11\n\tlag_bytes\x18\x04 \x01(\x04\x12\x12\n\nlast_error\x18\x05 \x01(\t\x12\x19\n\x11last_upload_at_ms\x18\x06 \x01(\x04\"B\n\rFlushResponse\x12\x31\n\x06topics\x18\x01 \x03(\x0b\x32!.danube.uploader.v1.TopicProgress\"\x1e\n\rStatusRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\xbe\x01\n\x0eStatusResponse\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x14\n\x0c\x62roker_alive\x18\x02 \x01(\x08\x12\x31\n\x06topics\x18\x03 \x03(\x0b\x32!.danube.uploader.v1.TopicProgress\x12\x15\n\ruploads_total\x18\x04 \x01(\x04\x12\x1b\n\x13upload_errors_total\x18\x05 \x01(\x04\x12\x1c\n\x14\x62ytes_uploaded_total\x18\x06 \x01(\x04\x32\xac\x01\n\x0bWalUploader\x12L\n\x05\x46lush\x12 .danube.uploader.v1.FlushRequest\x1a!.danube.uploader.v1.FlushResponse\x12O\n\x06Status\x12!.danube.uploader.v1.StatusRequest\x1a\".danube.uploader.v1.StatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x44\x61nubeWalUploader.proto\x12\x12\x64\x61nube.uploader.v1\"G\n\x0c\x46lushRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0cup_to_offset\x18\x02 \x01(\x04\x12\x12\n\nall_topics\x18\x03 \x01(\x08\"\xbf\x01\n\rTopicProgress\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x1c\n\x14uploaded_next_offset\x18\x02 \x01(\x04\x12\x19\n\x11local_next_offset\x18\x03 \x01(\x04\x12\x11\n\tlag_bytes\x18\x04 \x01(\x04\x12\x12\n\nlast_error\x18\x05 \x01(\t\x12\x19\n\x11last_upload_at_ms\x18\x06 \x01(\x04\x12\x15\n\rupload_errors\x18\x07 \x01(\x04\x12\r\n\x05\x66inal\x18\x08 \x01(\x08\"`\n\rFlushResponse\x12\x31\n\x06topics\x18\x01 \x03(\x0b\x32!.danube.uploader.v1.TopicProgress\x12\x1c\n\x14uploaded_next_offset\x18\x02 \x01(\x04\"\x1e\n\rStatusRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\xfa\x01\n\x0eStatusResponse\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x14\n\x0c\x62roker_alive\x18\x02 \x01(\x08\x12\x31\n\x06topics\x18\x03 \x03(\x0b\x32!.danube.uploader.v1.TopicProgress\x12\x15\n\ruploads_total\x18\x04 \x01(\x04\x12\x1b\n\x13upload_errors_total\x18\x05 \x01(\x04\x12\x1c\n\x14\x62ytes_uploaded_total\x18\x06 \x01(\x04\x12\x1e\n\x16overlaps_refused_total\x18\x07 \x01(\x04\x12\x1a\n\x12\x66inal_states_total\x18\x08 \x01(\x04\x32\xac\x01\n\x0bWalUploader\x12L\n\x05\x46lush\x12 .danube.uploader.v1.FlushRequest\x1a!.danube.uploader.v1.FlushResponse\x12O\n\x06Status\x12!.danube.uploader.v1.StatusRequest\x1a\".danube.uploader.v1.StatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,13 +34,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FLUSHREQUEST']._serialized_start=47
   _globals['_FLUSHREQUEST']._serialized_end=118
   _globals['_TOPICPROGRESS']._serialized_start=121
-  _globals['_TOPICPROGRESS']._serialized_end=274
-  _globals['_FLUSHRESPONSE']._serialized_start=276
-  _globals['_FLUSHRESPONSE']._serialized_end=342
-  _globals['_STATUSREQUEST']._serialized_start=344
-  _globals['_STATUSREQUEST']._serialized_end=374
-  _globals['_STATUSRESPONSE']._serialized_start=377
-  _globals['_STATUSRESPONSE']._serialized_end=567
-  _globals['_WALUPLOADER']._serialized_start=570
-  _globals['_WALUPLOADER']._serialized_end=742
+  _globals['_TOPICPROGRESS']._serialized_end=312
+  _globals['_FLUSHRESPONSE']._serialized_start=314
+  _globals['_FLUSHRESPONSE']._serialized_end=410
+  _globals['_STATUSREQUEST']._serialized_start=412
+  _globals['_STATUSREQUEST']._serialized_end=442
+  _globals['_STATUSRESPONSE']._serialized_start=445
+  _globals['_STATUSRESPONSE']._serialized_end=695
+  _globals['_WALUPLOADER']._serialized_start=698
+  _globals['_WALUPLOADER']._serialized_end=870
 # @@protoc_insertion_point(module_scope)

@@ -51,9 +51,16 @@ class WalUploaderServicer:
 
     def Flush(self, request, context):
         """Upload everything of a topic (or of every topic) that is durable on the local disk and not
-        in object storage yet, up to `up_to_offset` (exclusive; 0: everything on disk), and return
-        once it is described in etcd. Used by `cloud` durability (ack after upload), at a topic's
-        hand-over and at broker shutdown.
+        in object storage yet, and return once it is described in etcd (the checkpoint moved).
+        Sealed segments are uploaded whole. The open segment is read up to `up_to_offset`
+        (exclusive), which the broker sets to its durable offset: the uploader cannot tell which of
+        the open segment's frames are durable while the broker runs, so with 0 only sealed segments
+        are uploaded -- unless the broker is dead, then every intact frame is. Concurrent flushes of
+        one topic are served by one upload up to the highest `up_to_offset` asked.
+        Used by `cloud` durability (ack after upload), at a topic's hand-over and at shutdown.
+        Errors (one topic): FAILED_PRECONDITION when the range cannot be uploaded from here (not on
+        this disk, a gap before it, an overlapping descriptor, a damaged segment); UNAVAILABLE when
+        the object store or etcd kept failing for `flush_timeout_s` (or the caller's deadline).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
