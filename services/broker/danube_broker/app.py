@@ -8,7 +8,9 @@ Shutdown (stop event; SIGINT/SIGTERM from the CLI): refuse new producers/consume
 server stops accepting -> the registration says ``draining`` (no new placements) -> every topic is unloaded, so client streams end with UNAVAILABLE
 (TopicNotOwned: clients look the topic up again) and health checks answer CLOSE -> reliable
 topics write their cursors (fenced) and close their logs (pending commits finish) -> the
-internal loops are cancelled -> ownership of every topic is released (fenced by epoch) ->
+internal loops are cancelled -> with a WAL uploader, every reliable topic is flushed to object
+storage -> ownership of every topic is released (fenced by epoch, recording where each reliable
+log ends) ->
 in-flight RPCs get ``shutdown_grace_s`` -> the registration lease is revoked -> etcd closed.
 
 A crashed internal loop (including a reliable topic's dispatcher, cursor flusher or policy
@@ -35,6 +37,7 @@ from danube_broker.load_reporter import LoadReporter
 from danube_broker.membership import Membership
 from danube_broker.registry import BrokerRegistry
 from danube_broker.stats_api import BrokerStatsApi
+from danube_broker.tiering import Tiering
 from danube_common.cluster_view import ClusterView
 from danube_common.discovery import DiscoveryServicer
 from danube_common.errors import DanubeError
@@ -102,12 +105,21 @@ async def run(
         for ns in cfg.bootstrap_namespaces:
             if await resources.create_namespace(ns, exist_ok=True):
                 log.info("created bootstrap namespace %s", ns)
-        server = new_server()
-        port = bind(server, cfg.listen_addr)
-        addr = cfg.advertised_addr(port)
-        url = f"http://{addr}"
-        registry = BrokerRegistry(cfg, resources, broker_url=url)
-        await _serve(cfg, resources, server, registry, addr, ready=ready, stop=stop)
+        # Object storage and the WAL uploader (None: neither configured). A missing bucket or an
+        # unreachable endpoint stops the start here, before anything is served.
+        tiering = await Tiering.open(cfg, resources)
+        try:
+            server = new_server()
+            port = bind(server, cfg.listen_addr)
+            addr = cfg.advertised_addr(port)
+            url = f"http://{addr}"
+            registry = BrokerRegistry(cfg, resources, broker_url=url)
+            if tiering is not None:
+                registry.set_tiering(tiering)
+            await _serve(cfg, resources, server, registry, addr, ready=ready, stop=stop, tiering=tiering)
+        finally:
+            if tiering is not None:
+                await tiering.aclose()
     finally:
         await store.aclose()
         if cfg.ready_file:
@@ -124,9 +136,10 @@ async def _serve(
     *,
     ready: Callable[[ReadyInfo], None] | None,
     stop: asyncio.Event,
+    tiering: Tiering | None = None,
 ) -> None:
     membership = Membership(resources, registry, registration_ttl_s=cfg.registration_ttl_s)
-    mover = TopicMover(registry, resources, move_timeout_s=cfg.move_timeout_s)
+    mover = TopicMover(registry, resources, move_timeout_s=cfg.move_timeout_s, tiering=tiering)
     membership.mover = mover
     view = ClusterView(resources)
     discovery = DiscoveryServicer(
@@ -189,7 +202,7 @@ async def _serve(
         failure = await _wait_for_stop(stop, lease, loops, registry)
     finally:
         await mover.aclose()
-        await _shutdown(cfg, server, registry, membership, view, lease, loops, served=served)
+        await _shutdown(cfg, server, registry, membership, view, lease, loops, served=served, tiering=tiering)
         await dead_letters.aclose()
     if failure is not None:
         raise failure
@@ -240,6 +253,7 @@ async def _shutdown(
     loops: dict[asyncio.Task[Any], str],
     *,
     served: bool,
+    tiering: Tiering | None = None,
 ) -> None:
     registry.begin_shutdown()
     server_stop = asyncio.create_task(server.stop(cfg.shutdown_grace_s), name="server-stop")
@@ -247,11 +261,12 @@ async def _shutdown(
         await membership.mark_draining()
     except DanubeError as exc:
         log.warning("could not mark broker %s draining: %s", cfg.broker_id, exc)
-    loaded = dict(registry.topics)
+    # Taken before closing: a closed topic lets go of its reliable part.
+    reliables = {name: t.reliable for name, t in registry.topics.items() if t.reliable is not None}
     held = registry.close_all("the broker is shutting down")
     # Reliable topics: dispatch stopped; cursors written and logs closed before ownership goes.
     await registry.wait_closed()
-    log_ends = {name: t.reliable.log.next_offset for name, t in loaded.items() if t.reliable is not None}
+    log_ends = {name: rt.local.next_offset for name, rt in reliables.items()}
     own_loops = [
         t
         for t, what in loops.items()
@@ -263,6 +278,9 @@ async def _shutdown(
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
     lease_ok = lease is not None and not lease.lost.is_set()
+    if lease_ok and tiering is not None:
+        # Before releasing: the next owners read everything written here from object storage.
+        await tiering.flush_all(log_ends)
     if lease_ok:
         try:
             await membership.release_all(held, log_ends)

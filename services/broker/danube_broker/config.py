@@ -16,6 +16,7 @@ from pydantic import Field, field_validator
 from danube_broker.dispatch.reliable.policy import PoisonPolicy, SubscriptionPolicy
 from danube_broker.wal import Durability, WalConfig
 from danube_common.grpc_util import MAX_GRPC_MESSAGE_BYTES
+from danube_common.objstore import ObjectStoreConfig
 from danube_common.service import ServiceConfig, split_host_port
 
 _BROKER_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -82,7 +83,8 @@ class BrokerConfig(ServiceConfig):
     #: Unset: ``./data/broker-<broker_id>``.
     data_dir: str | None = None
     #: A reliable topic's durability when its metadata does not say: "fsync" (ack after the
-    #: group commit is fsync'ed), "none" (ack after the OS has it) or "cloud" (as fsync, for now).
+    #: group commit is fsync'ed), "none" (ack after the OS has it) or "cloud" (ack once the batch
+    #: is in object storage: needs ``uploader_addr``, else it behaves as "fsync").
     default_durability: Durability = Durability.FSYNC
     #: WAL settings shared by every reliable topic (segment size and age, tail cache, commits).
     wal: WalConfig = Field(default_factory=WalConfig)
@@ -112,6 +114,27 @@ class BrokerConfig(ServiceConfig):
     #: Keep up to this many bytes of acknowledged messages (0: no size rule).
     retention_size_bytes: int = Field(default=0, ge=0)
 
+    # ---- object storage (reliable topics' history beyond the local disk)
+    #: Where the WAL uploader puts reliable topics' segments (the same settings as the uploader's).
+    #: None: no object storage; history lives on the local disk only, as without an uploader.
+    object_store: ObjectStoreConfig | None = None
+    #: gRPC address (host:port) of this broker's WAL uploader (danube.uploader.v1.WalUploader).
+    #: None: no uploader to call; "cloud" durability then behaves as "fsync", and topic moves
+    #: drain instead of flushing.
+    uploader_addr: str | None = None
+    #: Deadline of every call to the uploader (Flush waits for uploads: keep it generous).
+    uploader_rpc_timeout_s: float = Field(default=30.0, gt=0)
+    #: Bytes of fetched object chunks kept in memory (one LRU for every topic of the broker).
+    remote_read_cache_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    #: Size of one ranged read of a history object (and of one cache entry).
+    remote_chunk_bytes: int = Field(default=1024 * 1024, ge=4096, le=256 * 1024 * 1024)
+    #: "cloud" durability: a topic asks the uploader to flush at most this often (the waiting
+    #: acks of the interval share one Flush).
+    cloud_flush_interval_ms: int = Field(default=200, ge=1)
+    #: A topic re-placed from a dead broker whose uploader is alive waits up to this long for
+    #: that uploader to publish the dead broker's final log end, then opens anyway.
+    takeover_wait_s: float = Field(default=10.0, ge=0)
+
     # ---- process
     #: Seconds in-flight RPCs get to finish at shutdown before they are cancelled.
     shutdown_grace_s: float = Field(default=5.0, ge=0)
@@ -139,6 +162,13 @@ class BrokerConfig(ServiceConfig):
     @classmethod
     def _addr(cls, v: str) -> str:
         split_host_port(v)
+        return v
+
+    @field_validator("uploader_addr")
+    @classmethod
+    def _uploader_addr(cls, v: str | None) -> str | None:
+        if v is not None:
+            split_host_port(v)
         return v
 
     @field_validator("registration_ttl_s")
@@ -175,6 +205,10 @@ class BrokerConfig(ServiceConfig):
     @property
     def data_path(self) -> Path:
         return Path(self.data_dir) if self.data_dir else Path("data") / f"broker-{self.broker_id}"
+
+    @property
+    def cloud_flush_interval_s(self) -> float:
+        return self.cloud_flush_interval_ms / 1000.0
 
     @property
     def cursor_flush_interval_s(self) -> float:

@@ -10,6 +10,10 @@ transaction that also bumps the owner key's epoch). Then, here:
    subscription has acknowledged everything up to the log's end. Consumers stay attached and
    keep receiving, so nothing stored here is left behind. Non-reliable topics skip this (their
    queued messages are at-most-once and dropped with the topic).
+   **With object storage and a WAL uploader** there is no drain: once every batch is durable,
+   ``Flush(topic)`` puts the whole log into object storage, and the new owner's subscriptions
+   read what they have not acknowledged from there (``TieredLog``). A flush that does not
+   succeed within ``move_timeout_s`` abandons the move like a drain that does not finish.
 3. **Hand over**: unload the topic (consumers get TOPIC_NOT_OWNED and follow), wait until it is
    closed (cursors written under the move's epoch, log closed), then one transaction fenced on
    that epoch makes B the owner, moves the assignment keys and records where the log ends
@@ -23,9 +27,8 @@ A crash at any step leaves the owner key saying ``moving_to``: the load manager 
 owner unregistered (its lease expires) and re-places the topic like any dead broker's topic.
 A restart of the same broker finds the mark in its assignments and abandons the move at once.
 
-Until history lives in object storage (the WAL uploader), the drain is what keeps a reliable
-move lossless; with it, the drain can be skipped because the new owner reads older offsets
-from the object store.
+Without object storage the drain is what keeps a reliable move lossless; with it, the flush
+is.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ import asyncio
 import contextlib
 import logging
 
+from danube_broker.cloud import UploaderClient
 from danube_broker.registry import BrokerRegistry
+from danube_broker.tiering import Tiering
 from danube_broker.topic import Topic, not_owned
 from danube_common.errors import DanubeError
 from danube_common.resources import Ownership, Resources
@@ -44,6 +49,9 @@ log = logging.getLogger(__name__)
 
 #: How often a draining move re-checks the subscriptions' acks.
 _DRAIN_POLL_S = 0.05
+#: First and longest pause between hand-over flush attempts.
+_FLUSH_RETRY_FIRST_S = 0.1
+_FLUSH_RETRY_MAX_S = 2.0
 
 
 def drained(topic: Topic) -> bool:
@@ -57,10 +65,18 @@ def drained(topic: Topic) -> bool:
 
 
 class TopicMover:
-    def __init__(self, registry: BrokerRegistry, resources: Resources, *, move_timeout_s: float) -> None:
+    def __init__(
+        self,
+        registry: BrokerRegistry,
+        resources: Resources,
+        *,
+        move_timeout_s: float,
+        tiering: Tiering | None = None,
+    ) -> None:
         self._reg = registry
         self._res = resources
         self._timeout_s = move_timeout_s
+        self._tiering = tiering
         self._moves: dict[str, asyncio.Task[None]] = {}
         #: Outcomes, for tests and stats: topic -> "handed over" | "abandoned" | "lost".
         self.outcomes: dict[str, str] = {}
@@ -98,17 +114,31 @@ class TopicMover:
         start = loop.time()
         t = self._reg.topics.get(name)
         next_offset: int | None = None
+        uploaded: int | None = None
         try:
             if t is not None:
                 t.epoch = max(t.epoch, own.epoch)
                 self._reg.seal(t, not_owned(name, f"moving to broker {own.moving_to}"))
-                if t.is_reliable and not await self._drain(t, start + self._timeout_s):
+                deadline = start + self._timeout_s
+                # With object storage and an uploader, a flush replaces the drain.
+                flusher = self._flusher() if t.is_reliable else None
+                if flusher is not None:
+                    uploaded = await self._flush(t, flusher, deadline)
+                    if uploaded is None:
+                        await self._abandon(t, own, why="object storage did not confirm the log's upload")
+                        return
+                elif t.is_reliable and not await self._drain(t, deadline):
                     await self._abandon(t, own)
                     return
-                if t.reliable is not None:
-                    next_offset = t.reliable.log.next_offset
+                reliable = t.reliable
+                if reliable is not None:
+                    next_offset = reliable.log.next_offset
                 self._reg.unload(name, not_owned(name, f"moved to broker {own.moving_to}"))
                 await self._reg.tasks.before_open(name)
+                if flusher is not None and reliable is not None:
+                    next_offset = reliable.local.next_offset  # closed: what the log really holds
+                    if uploaded is not None and next_offset > uploaded:
+                        await self._flush_rest(name, flusher, next_offset)
             handed = await self._res.hand_over(own, next_offset=next_offset)
         except DanubeError as exc:
             log.error(
@@ -142,7 +172,56 @@ class TopicMover:
             await asyncio.sleep(_DRAIN_POLL_S)
         return True
 
-    async def _abandon(self, t: Topic, own: Ownership) -> None:
+    def _flusher(self) -> UploaderClient | None:
+        tiering = self._tiering
+        return tiering.uploader if tiering is not None and tiering.skip_drain else None
+
+    async def _flush(self, t: Topic, uploader: UploaderClient, deadline: float) -> int | None:
+        """Once everything appended is durable, have the uploader put the whole log into object
+        storage (retrying until ``deadline``); return the uploaded end, None if it never got there."""
+        loop = asyncio.get_running_loop()
+        pause = _FLUSH_RETRY_FIRST_S
+        while not t.closed:
+            rt = t.reliable
+            if rt is None:
+                return None
+            end = rt.log.next_offset
+            if rt.log.durable_offset >= end:
+                try:
+                    uploaded = await asyncio.wait_for(uploader.flush(t.name, end), deadline - loop.time())
+                except (DanubeError, TimeoutError) as exc:
+                    log.warning(
+                        "topic %s: hand-over flush to object storage failed (%s); retrying", t.name, exc
+                    )
+                else:
+                    if uploaded >= end:
+                        return uploaded
+                    log.warning(
+                        "topic %s: object storage holds offsets up to %d of %d; flushing again",
+                        t.name,
+                        uploaded,
+                        end,
+                    )
+            if loop.time() + pause >= deadline:
+                return None
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _FLUSH_RETRY_MAX_S)
+        return None
+
+    async def _flush_rest(self, name: str, uploader: UploaderClient, end: int) -> None:
+        """Offsets appended after the hand-over flush (e.g. dead-letter copies): best effort, the
+        uploader ships them anyway."""
+        try:
+            uploaded = await uploader.flush(name, end)
+        except DanubeError as exc:
+            log.warning("topic %s: flushing the last offsets before the hand-over failed: %s", name, exc)
+            return
+        if uploaded < end:
+            log.warning(
+                "topic %s: handed over with offsets %d..%d not yet in object storage", name, uploaded, end - 1
+            )
+
+    async def _abandon(self, t: Topic, own: Ownership, why: str = "") -> None:
         backlog = {
             s.name: s.engine.backlog()
             for s in t.subscriptions.values()
@@ -158,12 +237,11 @@ class TopicMover:
         t.end_seal()
         self.outcomes[t.name] = "abandoned"
         log.warning(
-            "topic %s: move to %s abandoned after %.0fs: subscriptions still had unacknowledged messages %s; "
-            "the topic stays here",
+            "topic %s: move to %s abandoned after %.0fs: %s; the topic stays here",
             t.name,
             own.moving_to,
             self._timeout_s,
-            backlog,
+            why or f"subscriptions still had unacknowledged messages {backlog}",
         )
 
     async def aclose(self) -> None:

@@ -32,6 +32,7 @@ from danube_broker.producer import Producer
 from danube_broker.reliable_topic import LogOpener, ReliableContext
 from danube_broker.stats import TopicStats
 from danube_broker.subscription import Subscription
+from danube_broker.tiering import Tiering
 from danube_broker.topic import Topic, not_owned
 from danube_common.errors import (
     ConsumerNotFound,
@@ -105,6 +106,12 @@ class BrokerRegistry:
 
     def set_dead_letter(self, sink: DeadLetterSink) -> None:
         self.reliable.dead_letter = sink
+
+    def set_tiering(self, tiering: Tiering) -> None:
+        """Object storage and the WAL uploader for reliable topics opened from now on."""
+        self.reliable.tiering = tiering
+        if tiering.objects is not None:
+            self.reliable.retention_gate = tiering.retention_gate
 
     # ------------------------------------------------------------------ ownership
     def on_assigned(self, topic: TopicName, epoch: int) -> None:

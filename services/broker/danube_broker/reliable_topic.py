@@ -13,7 +13,11 @@ is first used or loaded (``Topic.adopt``). It owns:
 - the **maintenance loop**: changed cursors go to etcd in one fenced transaction at most every
   ``cursor_flush_interval_ms``, then retention cuts the log below what every subscription has
   durably acknowledged (unless the topic's retention keeps more);
-- the **policy watch** on the topic's subscription keys: a changed failure policy applies at once.
+- the **policy watch** on the topic's subscription keys: a changed failure policy applies at once;
+- with object storage (``ReliableContext.tiering``): the log dispatch reads is a
+  :class:`~danube_broker.wal.tiered.TieredLog` (object storage below the local log's first
+  offset), retention never deletes what is not uploaded, and ``cloud`` durability acks a
+  publish only once its batch is in object storage (:class:`~danube_broker.cloud.CloudAcks`).
 
 Closing (unload, shutdown) stops dispatching, writes the cursors one last time (fenced), and
 closes the log, whose pending commits finish first.
@@ -30,19 +34,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from danube_broker.cloud import CloudAcks
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer
 from danube_broker.dispatch.base import Msg, PublishResult, SubType
 from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink
-from danube_broker.dispatch.reliable.dedup import Dedup, PendingAppend, original_offset
+from danube_broker.dispatch.reliable.dedup import UNKNOWN_OFFSET, Dedup, PendingAppend, original_offset
 from danube_broker.dispatch.reliable.engine import SubscriptionEngine
 from danube_broker.dispatch.reliable.log_port import TopicLogPort
 from danube_broker.dispatch.reliable.meta import FencedOut, SubscriptionRecord, SubscriptionStore
 from danube_broker.dispatch.reliable.policy import PolicyError, SubscriptionPolicy
 from danube_broker.dispatch.reliable.retention import estimated_segments, retention_point
 from danube_broker.producer import Producer
+from danube_broker.stats import TieredStats
 from danube_broker.subscription import Subscription
+from danube_broker.tiering import Tiering
 from danube_broker.wal import Durability, LogClosed, StorageError, TopicLog
+from danube_broker.wal.remote import RemoteHistory
+from danube_broker.wal.tiered import TieredLog
 from danube_common.errors import DanubeError, FailedPrecondition, Unavailable
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.resources import Resources, TopicRecord
@@ -78,6 +87,8 @@ class ReliableContext:
     open_log: LogOpener | None = None
     dead_letter: DeadLetterSink | None = None
     retention_gate: RetentionGate | None = None
+    #: Object storage and the WAL uploader (None: local history only, "cloud" acts as "fsync").
+    tiering: Tiering | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,18 +114,28 @@ class TopicPolicies:
 
 
 async def _open_continuing(
-    directory: Path, name: TopicName, cfg: BrokerConfig, ctx: ReliableContext, durability: Durability
+    directory: Path,
+    name: TopicName,
+    cfg: BrokerConfig,
+    ctx: ReliableContext,
+    durability: Durability,
+    history: RemoteHistory | None = None,
 ) -> TopicLog:
     """Open the topic's WAL so that it continues where the previous owner's log ended.
 
     A topic that moved here starts at the offset its last owner recorded when handing it over
-    (``storage/{topic}/state``). A local log that ends *before* that offset is left from an
-    earlier stay of the topic on this broker: its messages were all acknowledged before the
-    topic moved away, so it is set aside (renamed ``<dir>.superseded-<offset>``) and a fresh log
-    starts at the recorded offset. One that ends *after* it is newer than the record (the
+    (``storage/{topic}/state``), or, with object storage, at the end of what is uploaded if that
+    is later (``Tiering.resume_offset``: a dead broker's uploader may have shipped more). A local
+    log that ends *before* that offset is left from an earlier stay of the topic on this broker:
+    its messages were all acknowledged (or are in object storage) before the topic moved away, so
+    it is set aside (renamed ``<dir>.superseded-<offset>``) and a fresh log starts at the
+    recorded offset. One that ends *after* it is newer than the record (the
     record predates a crash here) and is kept.
     """
-    recorded = await ctx.resources.storage_next_offset(name)
+    if ctx.tiering is not None:
+        recorded = await ctx.tiering.resume_offset(name, history)
+    else:
+        recorded = await ctx.resources.storage_next_offset(name)
     log_ = await TopicLog.open(directory, cfg=cfg.wal, durability=durability, initial_offset=recorded or 0)
     if recorded is None or log_.next_offset >= recorded:
         if recorded is not None and log_.next_offset > recorded:
@@ -149,9 +170,15 @@ class ReliableTopic:
         cfg: BrokerConfig,
         ctx: ReliableContext,
         policies: TopicPolicies,
+        local: TopicLogPort | None = None,
+        history: RemoteHistory | None = None,
     ) -> None:
         self.topic = topic
+        #: What dispatch reads: the local log, or object storage + the local log (TieredLog).
         self.log = log_
+        #: The local WAL alone (retention, disk figures).
+        self.local = local if local is not None else log_
+        self.history = history
         self.policies = policies
         self._cfg = cfg
         self._ctx = ctx
@@ -172,6 +199,22 @@ class ReliableTopic:
         self._fenced = False
         self._tasks: dict[asyncio.Task[Any], str] = {}
         self._closed = False
+        self.cloud: CloudAcks | None = None
+        if policies.durability is Durability.CLOUD:
+            uploader = ctx.tiering.uploader if ctx.tiering is not None else None
+            if uploader is None:
+                log.warning(
+                    "topic %s has durability cloud but this broker has no WAL uploader (uploader_addr): "
+                    "publishes are acked after fsync, like durability fsync",
+                    topic.name,
+                )
+            else:
+                self.cloud = CloudAcks(
+                    topic.name,
+                    uploader.flush,
+                    lambda: self.local.durable_offset,
+                    interval_s=cfg.cloud_flush_interval_s,
+                )
 
     # ------------------------------------------------------------------ open / close
     @classmethod
@@ -181,11 +224,14 @@ class ReliableTopic:
         policies = TopicPolicies.of(record, cfg)
         name = topic.topic_name
         directory = cfg.data_path / name.namespace / name.local
+        history = await ctx.tiering.history(name) if ctx.tiering is not None else None
+        local: TopicLogPort
         if ctx.open_log is not None:
-            log_ = await ctx.open_log(directory, policies.durability)
+            local = await ctx.open_log(directory, policies.durability)
         else:
-            log_ = await _open_continuing(directory, name, cfg, ctx, policies.durability)
-        rt = cls(topic, log_, cfg=cfg, ctx=ctx, policies=policies)
+            local = await _open_continuing(directory, name, cfg, ctx, policies.durability, history)
+        log_: TopicLogPort = TieredLog(local, history) if history is not None else local
+        rt = cls(topic, log_, cfg=cfg, ctx=ctx, policies=policies, local=local, history=history)
         try:
             await rt._restore()
         except BaseException:
@@ -193,10 +239,11 @@ class ReliableTopic:
             await rt.aclose(restored)
             raise
         log.info(
-            "reliable topic %s opened: offsets %d..%d, %d subscription(s), durability %s",
+            "reliable topic %s opened: offsets %d..%d (local from %d), %d subscription(s), durability %s",
             topic.name,
             log_.first_offset,
             log_.next_offset,
+            local.first_offset,
             len(rt._persisted),
             policies.durability.value,
         )
@@ -220,6 +267,8 @@ class ReliableTopic:
             self._add_subscription(rec.name, sub_type, cursor=s.cursor, policy=policy)
         self._spawn(self._store.follow_policies(revision + 1, self._policy_changed), "the policy watch")
         self._spawn(self._maintain(), "the cursor flush and retention loop")
+        if self.cloud is not None:
+            self._spawn(self.cloud.run(), "the cloud ack flusher")
 
     def stop(self) -> None:
         """Stop dispatching at once (synchronous part of closing)."""
@@ -242,6 +291,13 @@ class ReliableTopic:
             if sub.engine is not None:
                 await sub.engine.aclose()
         await self.flush_cursors(subs)
+        if self.cloud is not None:
+            self.cloud.close(
+                Unavailable(
+                    f"topic {self.topic.name} closed before object storage confirmed the batch (it is stored "
+                    "in the log; a re-send with the same sequence ids is deduplicated)"
+                )
+            )
         await self.log.aclose()
 
     def _spawn(self, coro: Awaitable[Any], what: str) -> None:
@@ -301,6 +357,8 @@ class ReliableTopic:
             first = await self._appending(producer.name, split.append, new, durable)
             split.append.stored(first)
             self._published(new, nbytes if len(new) == len(msgs) else sum(len(m.payload) for m in new))
+            if self.cloud is not None:
+                await self.cloud.wait_uploaded(first + len(new))
         if not split.duplicates:
             return PublishResult(first, len(new))
         offsets = [0] * len(msgs)
@@ -311,6 +369,10 @@ class ReliableTopic:
                 offsets[i] = next(it)
         for i, where in split.duplicates:
             offsets[i] = await original_offset(where)
+        if self.cloud is not None:
+            known = [o for o in offsets if o != UNKNOWN_OFFSET]
+            if known:
+                await self.cloud.wait_uploaded(max(known) + 1)
         return PublishResult(first, len(msgs), offsets, len(split.duplicates))
 
     async def _appending(
@@ -534,8 +596,9 @@ class ReliableTopic:
             self._persisted.update(changed)
 
     async def apply_retention(self) -> None:
-        """Cut the log below what every subscription durably acknowledged (retention permitting)."""
-        log_ = self.log
+        """Cut the local log below what every subscription durably acknowledged (retention
+        permitting; with object storage, never above the uploader's checkpoint)."""
+        log_ = self.local
         pol = self.policies
         acked = [c + 1 for c in self._persisted.values()]
         time_point = None
@@ -557,6 +620,23 @@ class ReliableTopic:
             point = min(point, await self._ctx.retention_gate(self.topic.name, point))
         if point <= log_.first_offset:
             return
+        history = self.history
+        if history is not None and (history.end_offset or 0) < point:
+            # What is cut must be readable from object storage, and ``first_offset`` must say so
+            # at once (readers below it would skip): list the descriptors the uploader added.
+            await history.refresh()
+            described = history.end_offset or 0
+            if described < point:
+                log.warning(
+                    "topic %s: the upload checkpoint allows cutting below %d but descriptors end at %d; "
+                    "keeping what is not described",
+                    self.topic.name,
+                    point,
+                    described,
+                )
+                point = described
+                if point <= log_.first_offset:
+                    return
         try:
             await log_.truncate_before(point)
         except StorageError as exc:
@@ -565,5 +645,28 @@ class ReliableTopic:
     # ------------------------------------------------------------------ stats
     def wal_stats(self) -> tuple[int, int]:
         """(bytes on disk, segments)."""
-        s = self.log.stats()
+        s = self.local.stats()
         return s.bytes_on_disk, s.segments
+
+    def tiered_stats(self) -> TieredStats | None:
+        """Object storage's figures for this topic (None: neither history nor cloud acks)."""
+        if self.history is None and self.cloud is None:
+            return None
+        h = self.history.stats() if self.history is not None else None
+        c = self.cloud
+        return TieredStats(
+            history_first_offset=h.first_offset if h else None,
+            history_end_offset=h.end_offset if h else None,
+            descriptors=h.descriptors if h else 0,
+            remote_reads=h.reads if h else 0,
+            remote_entries=h.entries if h else 0,
+            remote_gets=h.gets if h else 0,
+            remote_bytes_fetched=h.bytes_fetched if h else 0,
+            remote_errors=h.errors if h else 0,
+            last_remote_error=h.last_error if h else "",
+            cloud_uploaded_next_offset=c.uploaded_next_offset if c else None,
+            cloud_waiting=c.waiting if c else 0,
+            cloud_flushes=c.flushes if c else 0,
+            cloud_flush_failures=c.failures if c else 0,
+            last_cloud_error=c.last_error if c else "",
+        )

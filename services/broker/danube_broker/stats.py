@@ -49,6 +49,34 @@ class SubscriptionStats:
     #: Offset the subscription is blocked at (poison policy ``block``), if any.
     blocked_at: int | None = None
     msg_rate_out: float = 0.0
+    #: Why reading the log is failing right now ("" when it is not): a damaged frame, a gap in
+    #: the history (HISTORY_GAP), object storage unreachable. The subscription stalls meanwhile.
+    read_error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TieredStats:
+    """A reliable topic's object storage: history read back, and ``cloud`` acks."""
+
+    #: Offsets ``[history_first_offset, history_end_offset)`` are described in etcd (None: none).
+    history_first_offset: int | None = None
+    history_end_offset: int | None = None
+    descriptors: int = 0
+    #: Reads served from object storage, their entries, and the GETs and bytes they fetched.
+    remote_reads: int = 0
+    remote_entries: int = 0
+    remote_gets: int = 0
+    remote_bytes_fetched: int = 0
+    #: Failed reads (gap, damaged object, store unreachable) and the last one's message.
+    remote_errors: int = 0
+    last_remote_error: str = ""
+    #: ``cloud`` durability: offsets below this are confirmed uploaded (None: not a cloud topic).
+    cloud_uploaded_next_offset: int | None = None
+    #: Publishes waiting for object storage, Flush calls that succeeded / failed, last failure.
+    cloud_waiting: int = 0
+    cloud_flushes: int = 0
+    cloud_flush_failures: int = 0
+    last_cloud_error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +100,12 @@ class TopicStats:
     msg_rate_out: float = 0.0
     # ---- reliable topics only
     durability: str = ""
+    #: The oldest offset kept: in object storage when configured, else in the local WAL.
     first_offset: int = 0
     wal_bytes: int = 0
     wal_segments: int = 0
+    #: Object storage's figures (None: not configured).
+    tiered: TieredStats | None = None
 
 
 class Rate:

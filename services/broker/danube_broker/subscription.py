@@ -233,4 +233,5 @@ class Subscription:
             dropped_total=e.dropped_total,
             blocked_at=e.blocked_at,
             msg_rate_out=e.rate_out.value(now if now is not None else time.monotonic()),
+            read_error=e.read_error,
         )

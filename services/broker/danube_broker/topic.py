@@ -417,6 +417,7 @@ class Topic:
             first_offset=reliable.log.first_offset if reliable is not None else 0,
             wal_bytes=wal_bytes,
             wal_segments=wal_segments,
+            tiered=reliable.tiered_stats() if reliable is not None else None,
         )
 
 

@@ -5,7 +5,7 @@ README.md next to this file.
 """
 
 from danube_broker.wal.config import Durability, WalConfig
-from danube_broker.wal.errors import DiskFull, LogClosed, StorageError, StorageFailed
+from danube_broker.wal.errors import DiskFull, HistoryGap, LogClosed, StorageError, StorageFailed
 from danube_broker.wal.log import DEFAULT_READ_BYTES, TopicLog, default_executor
 from danube_broker.wal.model import LogEntry, WalStats
 from danube_broker.wal.segments import DiskOps
@@ -15,6 +15,7 @@ __all__ = [
     "DiskFull",
     "DiskOps",
     "Durability",
+    "HistoryGap",
     "LogClosed",
     "LogEntry",
     "StorageError",

@@ -17,7 +17,8 @@ class Durability(StrEnum):
     #: After the batch is written to the OS (page cache); a machine crash can lose the last
     #: few commits, a process crash cannot. Nothing is ever fsync'ed, not even at roll.
     NONE = "none"
-    #: For now exactly like FSYNC; the slot where "acked after the object-store upload" goes.
+    #: Locally exactly like FSYNC; the broker then acks only once the batch is in object storage
+    #: (``danube_broker.cloud``; without a WAL uploader configured, like FSYNC).
     CLOUD = "cloud"
 
     @property

@@ -5,9 +5,19 @@ from __future__ import annotations
 
 import errno
 
-from danube_common.errors import DiskFull, LogClosed, StorageError, StorageFailed
+from danube_common.errors import DataLoss, DiskFull, LogClosed, StorageError, StorageFailed
 
-__all__ = ["DiskFull", "LogClosed", "StorageError", "StorageFailed", "storage_error"]
+__all__ = ["DiskFull", "HistoryGap", "LogClosed", "StorageError", "StorageFailed", "storage_error"]
+
+
+class HistoryGap(DataLoss):
+    """An offset of a reliable topic is neither in object storage (no segment descriptor holds
+    it) nor in the local log. Never skipped silently: the reader stalls at it, logs an ERROR and
+    shows it in the subscription's stats until the offset becomes readable (an uploader that
+    was behind catches up) or an operator acts (seek past it)."""
+
+    code = "HISTORY_GAP"
+
 
 _FULL = {errno.ENOSPC, errno.EDQUOT}
 

@@ -99,6 +99,8 @@ class SubscriptionEngine:
         self.nacks_total = 0
         self.acks_total = 0
         self.rate_out = Rate()
+        #: Why the last read of the log failed ("" once a read succeeds again), for stats.
+        self.read_error = ""
 
     # ------------------------------------------------------------------ views
     @property
@@ -154,9 +156,12 @@ class SubscriptionEngine:
             try:
                 await self.fill()
                 read_retry_s = READ_RETRY_FIRST_S
+                self.read_error = ""
             except DanubeError as exc:
-                # A damaged frame or a failing disk: this subscription stalls (what it holds
-                # can still be acked and redelivered); the rest of the broker goes on.
+                # A damaged frame, a failing disk, a gap in the history or object storage out
+                # of reach: this subscription stalls (what it holds can still be acked and
+                # redelivered); the rest of the broker goes on. Nothing is skipped.
+                self.read_error = str(exc)
                 log.error(
                     "subscription %s on %s cannot read the log at offset %d (%s); retrying in %.0fs",
                     self.name,

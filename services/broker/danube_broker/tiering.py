@@ -1,0 +1,210 @@
+"""Object storage as the broker sees it: history readers, retention gate, uploader, takeover.
+
+One :class:`Tiering` per broker (``app.run`` opens it when ``object_store`` or
+``uploader_addr`` is configured; without both, reliable topics work as before):
+
+- ``history(topic)``: the topic's :class:`~danube_broker.wal.remote.RemoteHistory` (descriptors
+  listed from etcd), sharing the broker's chunk cache;
+- ``retention_gate(topic, point)``: local segments are deleted only below the uploader's
+  checkpoint (``storage/{topic}/uploaded``): ``min(point, checkpoint)``. Object storage keeps
+  the full history (deleting objects by retention is not done);
+- ``resume_offset(topic, history)``: where a reliable topic opened here continues:
+  ``max(storage_state.next_offset, last descriptor's next_offset)``; for a topic re-placed
+  from a dead broker whose uploader is alive, after waiting up to ``takeover_wait_s`` for that
+  uploader's ``final`` state;
+- ``uploader``: the Flush client (``cloud`` acks, hand-overs, shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from danube_broker.cloud import UploaderClient
+from danube_broker.config import BrokerConfig
+from danube_broker.wal.remote import ChunkCache, Positions, RemoteHistory
+from danube_common.errors import DanubeError
+from danube_common.objstore import ObjectStore, open_object_store
+from danube_common.resources import Resources
+from danube_common.topic_name import TopicName
+
+log = logging.getLogger(__name__)
+
+#: How often a takeover re-reads the storage state while waiting for a dead broker's uploader.
+_TAKEOVER_POLL_S = 0.1
+#: Topics flushed at once at shutdown.
+_SHUTDOWN_FLUSHES = 8
+
+
+class Tiering:
+    def __init__(
+        self,
+        cfg: BrokerConfig,
+        resources: Resources,
+        *,
+        objects: ObjectStore | None,
+        uploader: UploaderClient | None,
+    ) -> None:
+        self._cfg = cfg
+        self._res = resources
+        self._keys = resources.keys
+        self.objects = objects
+        self.uploader = uploader
+        self.cache = ChunkCache(cfg.remote_read_cache_bytes)
+        self._positions = Positions()
+
+    @classmethod
+    async def open(cls, cfg: BrokerConfig, resources: Resources) -> Tiering | None:
+        """None when neither object storage nor an uploader is configured."""
+        if cfg.object_store is None and cfg.uploader_addr is None:
+            return None
+        objects = await open_object_store(cfg.object_store) if cfg.object_store is not None else None
+        uploader = (
+            UploaderClient(cfg.uploader_addr, timeout_s=cfg.uploader_rpc_timeout_s)
+            if cfg.uploader_addr is not None
+            else None
+        )
+        if objects is not None and uploader is None:
+            log.warning(
+                "object storage is configured but no uploader_addr: history is read from object storage, but "
+                "'cloud' topics ack after fsync and topic moves drain their subscriptions as before"
+            )
+        if objects is None:
+            log.warning(
+                "uploader_addr is configured without object_store: 'cloud' acks and hand-over flushes use the "
+                "uploader, but history below the local log cannot be read back"
+            )
+        return cls(cfg, resources, objects=objects, uploader=uploader)
+
+    @property
+    def skip_drain(self) -> bool:
+        """Whether a topic move may hand over without draining: the hand-over flush puts the
+        whole log into object storage and the new owner reads it from there."""
+        return self.objects is not None and self.uploader is not None
+
+    async def aclose(self) -> None:
+        if self.uploader is not None:
+            await self.uploader.aclose()
+        if self.objects is not None:
+            await self.objects.aclose()
+
+    # ------------------------------------------------------------------ history
+    async def history(self, topic: TopicName) -> RemoteHistory | None:
+        if self.objects is None:
+            return None
+        return await RemoteHistory.open(
+            topic,
+            objects=self.objects,
+            meta=self._res.store,
+            keys=self._keys,
+            cache=self.cache,
+            chunk_bytes=self._cfg.remote_chunk_bytes,
+            positions=self._positions,
+        )
+
+    async def retention_gate(self, topic: str, point: int) -> int:
+        """Local segments may go only below the uploader's checkpoint."""
+        checkpoint = await self.uploaded_next_offset(TopicName.parse(topic))
+        return min(point, checkpoint)
+
+    async def uploaded_next_offset(self, topic: TopicName) -> int:
+        value = await self._res.store.get_json(self._keys.upload_checkpoint(topic))
+        return int(value["next_offset"]) if isinstance(value, dict) and "next_offset" in value else 0
+
+    # ------------------------------------------------------------------ takeover
+    async def _storage_state(self, topic: TopicName) -> dict[str, Any] | None:
+        value = await self._res.store.get_json(self._keys.storage_state(topic))
+        return value if isinstance(value, dict) else None
+
+    async def resume_offset(self, topic: TopicName, history: RemoteHistory | None) -> int | None:
+        """Where the topic's log continues here (None: nothing recorded anywhere, start at 0)."""
+        state = await self._storage_state(topic)
+        owner = await self._res.store.get_json(self._keys.owner(topic))
+        dead = str(owner.get("replaced") or "") if isinstance(owner, dict) else ""
+        if dead and not _final_of(state, dead):
+            state = await self._await_final(topic, dead, state)
+            if history is not None:
+                await history.refresh()  # the dead broker's uploader may have added segments
+        ends = [int(state["next_offset"])] if state is not None and "next_offset" in state else []
+        if history is not None and history.end_offset is not None:
+            ends.append(history.end_offset)
+        return max(ends) if ends else None
+
+    async def _await_final(
+        self, topic: TopicName, dead: str, state: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        if await self._res.store.get(self._keys.uploader(dead)) is None:
+            log.warning(
+                "topic %s: re-placed from dead broker %s, which has no live WAL uploader; continuing at the "
+                "recorded end (%s) and object storage's: what %s had not uploaded is not readable here",
+                topic,
+                dead,
+                state.get("next_offset") if state else "none",
+                dead,
+            )
+            return state
+        wait_s = self._cfg.takeover_wait_s
+        log.info(
+            "topic %s: re-placed from dead broker %s; waiting up to %.1fs for its WAL uploader to ship the "
+            "log's tail and record its end",
+            topic,
+            dead,
+            wait_s,
+        )
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        deadline = start + wait_s
+        while loop.time() < deadline:
+            await asyncio.sleep(_TAKEOVER_POLL_S)
+            state = await self._storage_state(topic)
+            if state is not None and _final_of(state, dead):
+                log.info(
+                    "topic %s: the uploader of dead broker %s recorded the log's end at offset %s after %.1fs",
+                    topic,
+                    dead,
+                    state.get("next_offset"),
+                    loop.time() - start,
+                )
+                return state
+        log.warning(
+            "topic %s: the uploader of dead broker %s recorded no final log end within %.1fs; continuing at "
+            "what is recorded (%s) and in object storage: later offsets of %s are not readable here",
+            topic,
+            dead,
+            wait_s,
+            state.get("next_offset") if state else "none",
+            dead,
+        )
+        return state
+
+    # ------------------------------------------------------------------ flushes
+    async def flush_all(self, log_ends: dict[str, int]) -> None:
+        """At shutdown: ask the uploader to upload every given topic up to its log end (failures
+        are logged: the uploader keeps shipping what is on disk)."""
+        uploader = self.uploader
+        if uploader is None or not log_ends:
+            return
+        gate = asyncio.Semaphore(_SHUTDOWN_FLUSHES)
+
+        async def one(topic: str, end: int) -> None:
+            async with gate:
+                try:
+                    uploaded = await uploader.flush(topic, end)
+                except DanubeError as exc:
+                    log.warning("topic %s: flush to object storage at shutdown failed: %s", topic, exc)
+                    return
+                if uploaded < end:
+                    log.warning(
+                        "topic %s: at shutdown object storage holds offsets up to %d of %d",
+                        topic,
+                        uploaded,
+                        end,
+                    )
+
+        await asyncio.gather(*(one(t, end) for t, end in log_ends.items()))
+        log.info("flushed %d reliable topic(s) to object storage", len(log_ends))
+
+
+def _final_of(state: dict[str, Any] | None, broker_id: str) -> bool:
+    return state is not None and bool(state.get("final")) and state.get("broker_id") == broker_id
