@@ -6,7 +6,7 @@
 ``--workloads all`` / ``--drivers all`` run everything. Each driver starts its own servers once (loopback,
 free ports) and runs every selected workload on fresh topics; a driver whose servers or client library
 are not installed is skipped with the reason. Prints one row per workload x driver x rate and the ratios
-of ours (danube, danube-none) to each peer; writes results.json and PNG plots to --out.
+of ours (danube, danube-none, danube-cloud) to each peer; writes results.json and PNG plots to --out.
 
 Producers run in producer worker processes and consumers in consumer worker processes, ``--client-procs``
 of each per run (default 1; never more than there are producers or consumers); ``--client-procs 0``

@@ -15,7 +15,16 @@ from bench.drivers.base import Driver, DriverUnavailable
 
 __all__ = ["Driver", "DriverUnavailable", "discover", "make_driver"]
 
-ORDER = ["danube", "danube-none", "danube-client", "raw-grpc", "nats-jetstream", "nats-core", "rabbitmq"]
+ORDER = [
+    "danube",
+    "danube-none",
+    "danube-cloud",
+    "danube-client",
+    "raw-grpc",
+    "nats-jetstream",
+    "nats-core",
+    "rabbitmq",
+]
 
 
 def discover() -> tuple[dict[str, type[Driver]], dict[str, str]]:

@@ -2,7 +2,9 @@
 
 ``danube``: reliable topics with durability ``fsync`` (a batch is acked after its WAL fsync);
 ``danube-none``: reliable topics with durability ``none`` (acked once written to the page cache, the
-setting to compare with JetStream's default, which does not fsync before acking). Non-reliable topics
+setting to compare with JetStream's default, which does not fsync before acking); ``danube-cloud``:
+durability ``cloud`` (acked once the batch is in object storage: the broker's WAL uploader ships it to a
+local-directory object store; every ``cloud_flush_interval_ms``, 200 ms by default). Non-reliable topics
 are in memory for both (one shared subscription per name). Topics are made with the admin API (TopicAdmin.CreateTopic); producers publish
 pipelined batches; consumers start at EARLIEST on reliable topics, read with ``receive_many`` and ack every message.
 """
@@ -58,6 +60,8 @@ class DanubeDriver(Driver):
     name = "danube"
     durability = "fsync before ack"
     wal_durability = "fsync"
+    #: Run a WAL uploader next to each broker (object storage: a directory in the work dir).
+    with_uploaders = False
 
     def __init__(self, *, brokers: int = 1) -> None:
         self._brokers = brokers
@@ -77,7 +81,9 @@ class DanubeDriver(Driver):
         except ImportError as exc:
             raise DriverUnavailable(f"danube packages not importable ({exc}): run scripts/setup.sh") from exc
         await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
-        cluster = LocalCluster(brokers=self._brokers, workdir=workdir, log_level="WARNING")
+        cluster = LocalCluster(
+            brokers=self._brokers, workdir=workdir, log_level="WARNING", uploaders=self.with_uploaders
+        )
         await asyncio.to_thread(cluster.start)
         self._cluster = cluster
         self._client = DanubeClient(cluster.service_url)
@@ -108,7 +114,7 @@ class DanubeDriver(Driver):
         c = self._cluster
         if c is None:
             return []
-        pids = [b.pid for b in c.brokers] + [c.lookup.pid]
+        pids = [b.pid for b in c.brokers] + [c.lookup.pid] + [u.pid for u in c.uploaders.values()]
         if c.etcd is not None and c.etcd.proc is not None:
             pids.append(c.etcd.proc.pid)
         return pids
@@ -151,3 +157,10 @@ class DanubeNoneDriver(DanubeDriver):
     name = "danube-none"
     durability = "page cache, no fsync before ack"
     wal_durability = "none"
+
+
+class DanubeCloudDriver(DanubeDriver):
+    name = "danube-cloud"
+    durability = "cloud: acked after upload to object storage (local-dir store, after the WAL fsync)"
+    wal_durability = "cloud"
+    with_uploaders = True

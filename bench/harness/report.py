@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-OURS = ("danube", "danube-none")
-PEERS_OF_OURS = {"danube": "fsync", "danube-none": "no fsync"}
+OURS = ("danube", "danube-none", "danube-cloud")
+PEERS_OF_OURS = {"danube": "fsync", "danube-none": "no fsync", "danube-cloud": "cloud"}
 
 
 def _lat(d: dict[str, float] | None, key: str) -> str:

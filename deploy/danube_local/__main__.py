@@ -1,6 +1,6 @@
 """``danube-local``: run a whole Danube cluster on this machine, without Docker.
 
-danube-local up                # etcd, 2 leader replicas, lookup (:6650, admin :50051), 3 brokers, 2 load managers
+danube-local up                # etcd, 2 leader replicas, lookup (:6650, admin :50051), 3 brokers (+ WAL uploaders), 2 load managers
 danube-local up --demo         # the same, then a produce/consume round trip
 """
 
@@ -27,7 +27,7 @@ MAIN_EPILOG = """\
 examples:
   danube-local up
   danube-local up --demo
-  danube-local up --brokers 1 --load-managers 0 --leaders 0   # the smallest cluster
+  danube-local up --brokers 1 --load-managers 0 --leaders 0 --no-uploaders   # the smallest cluster
   danube-local up --etcd-endpoint 10.0.0.5:2379 --cluster staging
   danube-local up --help
 """
@@ -87,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=2,
         metavar="N",
         help="leader service replicas (elections for the control plane; default: 2)",
+    )
+    up.add_argument(
+        "--uploaders",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="one WAL uploader per broker, shipping reliable topics' history to a local object store "
+        "in the work directory (objects/); --no-uploaders keeps history on each broker's disk only",
     )
     up.add_argument(
         "--load-managers",
@@ -159,7 +166,7 @@ def endpoints_table(cluster: LocalCluster) -> str:
     rows.append(("admin", lk.admin_url, str(lk.pid), "(served by lookup)"))
     for b in cluster.brokers:
         rows.append((f"broker {b.broker_id}", b.url, str(b.pid), _rel(b.log_path)))
-    for svc in [*cluster.leaders, *cluster.load_managers]:
+    for svc in [*cluster.leaders, *cluster.load_managers, *cluster.uploaders.values()]:
         rows.append((svc.name, svc.url, str(svc.pid), _rel(svc.log_path)))
     head = ("component", "address", "pid", "log")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
@@ -190,7 +197,13 @@ def _watch_until_stopped(cluster: LocalCluster, stop: threading.Event, say: Call
     """Block until Ctrl-C/SIGTERM; report (once) any service that dies meanwhile."""
     reported: set[str] = set()
     while not stop.wait(1.0):
-        for svc in [cluster.lookup, *cluster.brokers, *cluster.leaders, *cluster.load_managers]:
+        for svc in [
+            cluster.lookup,
+            *cluster.brokers,
+            *cluster.leaders,
+            *cluster.load_managers,
+            *cluster.uploaders.values(),
+        ]:
             if svc.proc is not None and svc.proc.poll() is not None and svc.name not in reported:
                 reported.add(svc.name)
                 say(f"warning: {svc.label} exited with code {svc.proc.returncode}; see {_rel(svc.log_path)}")
@@ -230,6 +243,7 @@ def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
         brokers=args.brokers,
         leaders=args.leaders,
         load_managers=args.load_managers,
+        uploaders=args.uploaders,
         workdir=args.workdir,
         cluster=args.cluster,
         etcd_endpoint=args.etcd_endpoint,

@@ -72,12 +72,14 @@ class ServiceFailed(ClusterError):
 class ServiceProcess:
     """One service process and what its ready file told us."""
 
-    kind: str  # "lookup" | "broker" | "leader" | "load_manager"
+    kind: str  # "lookup" | "broker" | "leader" | "load_manager" | "wal_uploader"
     name: str  # "lookup", "broker-1", ...
     argv: list[str]
     log_path: Path
     ready_file: Path
     broker_id: str | None = None
+    #: Environment added for this process only (e.g. a broker's uploader address).
+    env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     #: The ready file's JSON (empty until the service is ready).
     info: dict[str, Any] = field(default_factory=dict)
@@ -129,7 +131,7 @@ class ServiceProcess:
     def label(self) -> str:
         if self.kind == "broker":
             return f"broker {self.broker_id}"
-        return self.name if self.kind in ("leader", "load_manager") else self.kind
+        return self.name if self.kind in ("leader", "load_manager", "wal_uploader") else self.kind
 
 
 class LocalCluster:
@@ -141,6 +143,7 @@ class LocalCluster:
         brokers: int = 1,
         leaders: int = 0,
         load_managers: int = 0,
+        uploaders: bool = False,
         workdir: Path,
         cluster: str = "danube",
         etcd_endpoint: str | None = None,
@@ -167,6 +170,8 @@ class LocalCluster:
         self.n_brokers = brokers
         self.n_leaders = leaders
         self.n_load_managers = load_managers
+        #: One WAL uploader per broker, all sharing the local object store ``objects_dir``.
+        self.with_uploaders = uploaders
         self.workdir = Path(workdir).resolve()
         self.cluster = cluster
         self.host = host
@@ -186,6 +191,8 @@ class LocalCluster:
         self.brokers: list[ServiceProcess] = []
         self.leaders: list[ServiceProcess] = []
         self.load_managers: list[ServiceProcess] = []
+        #: broker id -> its WAL uploader.
+        self.uploaders: dict[str, ServiceProcess] = {}
         #: Extra flags for every load manager (e.g. a short --leadership-ttl in tests).
         self.load_manager_flags: list[str] = []
         #: Extra flags for every leader service replica.
@@ -208,6 +215,14 @@ class LocalCluster:
     @property
     def etcd_data_dir(self) -> Path:
         return self.workdir / "data"
+
+    @property
+    def objects_dir(self) -> Path:
+        """The local object store every broker and uploader share (reliable topics' history)."""
+        return self.workdir / "objects"
+
+    def broker_data_dir(self, broker_id: str) -> Path:
+        return self.workdir / "data" / f"broker-{broker_id}"
 
     @property
     def etcd_endpoint(self) -> str:
@@ -294,6 +309,46 @@ class LocalCluster:
             *self.load_manager_flags,
         ]  # fmt: skip
 
+    def uploader_argv(self, broker_id: str) -> list[str]:
+        ready = self.run_dir / f"wal-uploader-{broker_id}.json"
+        return [
+            self.python, "-m", "danube_wal_uploader",
+            "--broker-id", broker_id,
+            "--data-dir", str(self.broker_data_dir(broker_id)),
+            "--object-store-dir", str(self.objects_dir),
+            "--listen", f"{self.host}:0",
+            *self._common_flags(ready),
+        ]  # fmt: skip
+
+    def _uploader_service(self, broker_id: str) -> ServiceProcess:
+        name = f"wal-uploader-{broker_id}"
+        return ServiceProcess(
+            kind="wal_uploader",
+            name=name,
+            argv=self.uploader_argv(broker_id),
+            log_path=self.log_dir / f"{name}.log",
+            ready_file=self.run_dir / f"{name}.json",
+            broker_id=broker_id,
+        )
+
+    def _storage_env(self, broker_id: str) -> dict[str, str]:
+        """A broker's object-store settings: the shared local store and its uploader's address."""
+        uploader = self.uploaders.get(broker_id)
+        if uploader is None:
+            return {}
+        return {
+            "DANUBE_BROKER_DATA_DIR": str(self.broker_data_dir(broker_id)),
+            "DANUBE_BROKER_OBJECT_STORE__BACKEND": "local",
+            "DANUBE_BROKER_OBJECT_STORE__LOCAL_DIR": str(self.objects_dir),
+            "DANUBE_BROKER_UPLOADER_ADDR": uploader.addr,
+        }
+
+    def _start_uploader(self, broker_id: str, deadline: float, timeout_s: float) -> None:
+        svc = self._uploader_service(broker_id)
+        self.uploaders[broker_id] = svc
+        self._spawn(svc)
+        self._wait_ready([svc], deadline, timeout_s)
+
     def _indexed_service(self, kind: str, index: int, argv: list[str]) -> ServiceProcess:
         name = f"{kind.replace('_', '-')}-{index}"
         return ServiceProcess(
@@ -328,6 +383,7 @@ class LocalCluster:
             log_path=self.log_dir / f"broker-{broker_id}.log",
             ready_file=self.run_dir / f"broker-{broker_id}.json",
             broker_id=broker_id,
+            env=self._storage_env(broker_id),
         )
 
     def _broker_port(self, index: int) -> int:
@@ -353,9 +409,13 @@ class LocalCluster:
             self.leaders = [
                 self._indexed_service("leader", i + 1, self.leader_argv(i + 1)) for i in range(self.n_leaders)
             ]
-            for svc in self.leaders:
+            ids = [str(i + 1) for i in range(self.n_brokers)]
+            uploaders = [self._uploader_service(b) for b in ids] if self.with_uploaders else []
+            self.uploaders = {u.broker_id or "": u for u in uploaders}
+            for svc in [*self.leaders, *uploaders]:
                 self._spawn(svc)
-            self._wait_ready(self.leaders, deadline, timeout_s)
+            # Brokers need their uploader's (free-port) address.
+            self._wait_ready([*self.leaders, *uploaders], deadline, timeout_s)
             self._lookup = self._lookup_service()
             self.brokers = [
                 self._broker_service(str(i + 1), self._broker_port(i)) for i in range(self.n_brokers)
@@ -407,6 +467,7 @@ class LocalCluster:
         svc.info = {}
         svc.ready_file.unlink(missing_ok=True)
         svc.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**self.child_env(), **svc.env}
         with open(svc.log_path, "ab") as log:
             stamp = datetime.now().isoformat(timespec="seconds")
             log.write(f"==== {stamp} danube-local starts: {shlex.join(svc.argv)}\n".encode())
@@ -416,7 +477,7 @@ class LocalCluster:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=self.child_env(),
+                env=env,
                 # Services resolve relative paths (a broker's default data_dir) in the workdir.
                 cwd=self.workdir,
                 start_new_session=True,
@@ -461,7 +522,7 @@ class LocalCluster:
                 log_path=svc.log_path,
                 log_tail=tail(svc.log_path, LOG_TAIL_LINES),
             )
-        if svc.kind == "broker" and str(info.get("broker_id")) != svc.broker_id:
+        if svc.kind in ("broker", "wal_uploader") and str(info.get("broker_id")) != svc.broker_id:
             raise ServiceFailed(
                 f"{svc.name}'s ready file says broker_id={info.get('broker_id')!r}",
                 service=svc.name,
@@ -495,10 +556,13 @@ class LocalCluster:
         """Start one more broker (next free id) and wait until it is ready."""
         self._require_running_cluster()
         next_id = max((int(b.broker_id or 0) for b in self.brokers), default=0) + 1
+        deadline = time.monotonic() + timeout_s
+        if self.with_uploaders:
+            self._start_uploader(str(next_id), deadline, timeout_s)
         svc = self._broker_service(str(next_id), self._broker_port(len(self.brokers)))
         self.brokers.append(svc)
         self._spawn(svc)
-        self._wait_ready([svc], time.monotonic() + timeout_s, timeout_s)
+        self._wait_ready([svc], deadline, timeout_s)
         return svc
 
     def stop_broker(self, i_or_id: int | str, *, kill: bool = False) -> StopOutcome | None:
@@ -529,6 +593,7 @@ class LocalCluster:
             self.stop_broker(i_or_id, kill=kill)
         assert svc.broker_id is not None
         svc.argv = self.broker_argv(svc.broker_id, port)
+        svc.env = self._storage_env(svc.broker_id)
         self._spawn(svc)
         self._wait_ready([svc], time.monotonic() + timeout_s, timeout_s)
         return svc
@@ -536,7 +601,13 @@ class LocalCluster:
     # ------------------------------------------------------------------ any service
     def service(self, name: str) -> ServiceProcess:
         """A service by name: ``lookup``, ``broker-1``, ``leader-2``, ``load-manager-1``."""
-        for svc in [self._lookup, *self.brokers, *self.leaders, *self.load_managers]:
+        for svc in [
+            self._lookup,
+            *self.brokers,
+            *self.leaders,
+            *self.load_managers,
+            *self.uploaders.values(),
+        ]:
             if svc is not None and svc.name == name:
                 return svc
         raise ClusterError(f"no service named {name!r}")
@@ -572,7 +643,13 @@ class LocalCluster:
             self._stopped = True
         try:
             # Load managers first (they resign), then the data plane, then the leader service.
-            order = [*self.load_managers, self._lookup, *self.brokers, *self.leaders]
+            order = [
+                *self.load_managers,
+                self._lookup,
+                *self.brokers,
+                *self.uploaders.values(),
+                *self.leaders,
+            ]
             services = [s for s in order if s is not None and s.proc is not None]
             running = [s for s in services if s.running]
             for s in running:

@@ -169,7 +169,7 @@ def _pids_in(output: str) -> list[int]:
 def test_cli_up_runs_until_signalled(tmp_path: Path, sig: int, sigint_ignored: bool) -> None:
     proc, out = _cli(
         tmp_path,
-        *("--brokers", "2", "--leaders", "0", "--load-managers", "0"),
+        *("--brokers", "2", "--leaders", "0", "--load-managers", "0", "--no-uploaders"),
         env_extra=fake_env(),
         sigint_ignored=sigint_ignored,
     )
@@ -215,6 +215,7 @@ def test_cli_exit_after_demo_fails_without_sdk(tmp_path: Path) -> None:
         "0",
         "--load-managers",
         "0",
+        "--no-uploaders",
         "--exit-after-demo",
         env_extra=env,
     )
@@ -294,9 +295,9 @@ def test_real_cli_demo_exits_0(tmp_path: Path) -> None:
     assert rc == 0, text
     assert "demo: produced 10, consumed 10 in " in text
     pids = _pids_in(text)
-    # etcd, 2 leader replicas, lookup, 1 broker, 2 load managers: all started, all stopped.
-    assert len(pids) == 7 and not any(alive(p) for p in pids)
-    assert "leader-2" in text and "load-manager-2" in text
+    # etcd, 2 leader replicas, 1 WAL uploader, lookup, 1 broker, 2 load managers: all started, all stopped.
+    assert len(pids) == 8 and not any(alive(p) for p in pids)
+    assert "leader-2" in text and "load-manager-2" in text and "wal-uploader-1" in text
 
 
 async def _has(coro: object, wanted: set[str]) -> bool:

@@ -90,25 +90,37 @@ class Uploader:
         self.broker_alive = True
         #: Incremented each time the broker dies: final states are written once per death.
         self.death_epoch = 0
+        #: Whether the broker was ever seen registered by this process (for the log wording).
+        self._seen_alive = False
         self._wake = asyncio.Event()
 
     # ------------------------------------------------------------------ broker liveness
 
     def set_broker_alive(self, alive: bool) -> None:
         if alive == self.broker_alive:
+            self._seen_alive = self._seen_alive or alive
             return
         self.broker_alive = alive
         if alive:
-            log.info("broker %s is registered again: uploading sealed segments only", self.cfg.broker_id)
+            again = " again" if self._seen_alive else ""
+            self._seen_alive = True
+            log.info("broker %s is registered%s: uploading sealed segments only", self.cfg.broker_id, again)
             for t in self.topics.values():
                 t.progress.final = False
         else:
             self.death_epoch += 1
-            log.warning(
-                "broker %s is gone (its registration lease ended): uploading every topic's remaining data, "
-                "the open segments included, then recording where each log ends",
-                self.cfg.broker_id,
-            )
+            if self._seen_alive:
+                log.warning(
+                    "broker %s is gone (its registration lease ended): uploading every topic's remaining "
+                    "data, the open segments included, then recording where each log ends",
+                    self.cfg.broker_id,
+                )
+            else:
+                log.info(
+                    "broker %s is not registered (not started yet, or gone): a log whose broker lock is "
+                    "free is uploaded to its end, as after the broker's death",
+                    self.cfg.broker_id,
+                )
         self.wake()
 
     def wake(self) -> None:
