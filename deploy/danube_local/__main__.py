@@ -41,6 +41,7 @@ examples:
   danube-local up --demo --exit-after-demo         # the same, then stop (exit code = demo result)
   danube-local up --lookup-port 0 --admin-port 0   # any free ports (printed once started)
   danube-local up --etcd-endpoint 127.0.0.1:2379   # use a running etcd instead of starting one
+  danube-local up --s3-endpoint http://127.0.0.1:9000 --s3-bucket danube-wal   # history in MinIO
 
 State (etcd data, logs, ready files) lives in the work directory; delete it for a fresh cluster.
 """
@@ -95,6 +96,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="one WAL uploader per broker, shipping reliable topics' history to a local object store "
         "in the work directory (objects/); --no-uploaders keeps history on each broker's disk only",
     )
+    up.add_argument(
+        "--s3-endpoint",
+        metavar="URL",
+        help="keep reliable topics' history in S3 (AWS, MinIO) instead of the local directory: the "
+        "endpoint, e.g. http://127.0.0.1:9000 for MinIO; 'aws' for AWS itself. Credentials come from "
+        "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY",
+    )
+    up.add_argument("--s3-bucket", metavar="NAME", default="danube-wal", help="bucket (default danube-wal)")
+    up.add_argument("--s3-region", metavar="REGION", default="us-east-1", help="region (default us-east-1)")
     up.add_argument(
         "--load-managers",
         type=int,
@@ -209,6 +219,16 @@ def _watch_until_stopped(cluster: LocalCluster, stop: threading.Event, say: Call
                 say(f"warning: {svc.label} exited with code {svc.proc.returncode}; see {_rel(svc.log_path)}")
 
 
+def s3_settings(args: argparse.Namespace) -> dict[str, str] | None:
+    """ObjectStoreConfig fields (environment form) for --s3-endpoint; None: the local directory."""
+    if not args.s3_endpoint:
+        return None
+    store = {"BACKEND": "s3", "S3__BUCKET": args.s3_bucket, "S3__REGION": args.s3_region}
+    if args.s3_endpoint != "aws":  # MinIO and other S3-compatible servers want path-style URLs
+        store |= {"S3__ENDPOINT_URL": args.s3_endpoint, "S3__PATH_STYLE": "true", "S3__CREATE_BUCKET": "true"}
+    return store
+
+
 def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
     if args.brokers < 1:
         say("danube-local: --brokers must be at least 1")
@@ -244,6 +264,7 @@ def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
         leaders=args.leaders,
         load_managers=args.load_managers,
         uploaders=args.uploaders,
+        object_store=s3_settings(args),
         workdir=args.workdir,
         cluster=args.cluster,
         etcd_endpoint=args.etcd_endpoint,

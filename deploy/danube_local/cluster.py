@@ -144,6 +144,7 @@ class LocalCluster:
         leaders: int = 0,
         load_managers: int = 0,
         uploaders: bool = False,
+        object_store: dict[str, str] | None = None,
         workdir: Path,
         cluster: str = "danube",
         etcd_endpoint: str | None = None,
@@ -172,6 +173,10 @@ class LocalCluster:
         self.n_load_managers = load_managers
         #: One WAL uploader per broker, all sharing the local object store ``objects_dir``.
         self.with_uploaders = uploaders
+        #: Object store settings instead of ``objects_dir``, as ObjectStoreConfig fields in
+        #: environment form (``{"BACKEND": "s3", "S3__ENDPOINT_URL": ..., "S3__BUCKET": ...}``),
+        #: given to every broker and uploader.
+        self.object_store = dict(object_store or {})
         self.workdir = Path(workdir).resolve()
         self.cluster = cluster
         self.host = host
@@ -315,7 +320,7 @@ class LocalCluster:
             self.python, "-m", "danube_wal_uploader",
             "--broker-id", broker_id,
             "--data-dir", str(self.broker_data_dir(broker_id)),
-            "--object-store-dir", str(self.objects_dir),
+            *(() if self.object_store else ("--object-store-dir", str(self.objects_dir))),
             "--listen", f"{self.host}:0",
             *self._common_flags(ready),
         ]  # fmt: skip
@@ -329,6 +334,7 @@ class LocalCluster:
             log_path=self.log_dir / f"{name}.log",
             ready_file=self.run_dir / f"{name}.json",
             broker_id=broker_id,
+            env={f"DANUBE_WAL_UPLOADER_OBJECT_STORE__{k}": v for k, v in self.object_store.items()},
         )
 
     def _storage_env(self, broker_id: str) -> dict[str, str]:
@@ -336,11 +342,11 @@ class LocalCluster:
         uploader = self.uploaders.get(broker_id)
         if uploader is None:
             return {}
+        store = self.object_store or {"BACKEND": "local", "LOCAL_DIR": str(self.objects_dir)}
         return {
             "DANUBE_BROKER_DATA_DIR": str(self.broker_data_dir(broker_id)),
-            "DANUBE_BROKER_OBJECT_STORE__BACKEND": "local",
-            "DANUBE_BROKER_OBJECT_STORE__LOCAL_DIR": str(self.objects_dir),
             "DANUBE_BROKER_UPLOADER_ADDR": uploader.addr,
+            **{f"DANUBE_BROKER_OBJECT_STORE__{k}": v for k, v in store.items()},
         }
 
     def _start_uploader(self, broker_id: str, deadline: float, timeout_s: float) -> None:

@@ -140,3 +140,18 @@ def test_up_reports_a_failed_start(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     assert rc == cli.EXIT_FAILED
     assert "did not start" in out and "broker-1 exited with code 1" in out
     assert stopped == [True]
+
+
+def test_s3_flags_become_object_store_settings() -> None:
+    assert cli.s3_settings(parse("up")) is None  # the local directory by default
+    minio = cli.s3_settings(parse("up", "--s3-endpoint", "http://127.0.0.1:9000", "--s3-bucket", "b"))
+    assert minio == {
+        "BACKEND": "s3",
+        "S3__BUCKET": "b",
+        "S3__REGION": "us-east-1",
+        "S3__ENDPOINT_URL": "http://127.0.0.1:9000",
+        "S3__PATH_STYLE": "true",
+        "S3__CREATE_BUCKET": "true",
+    }
+    aws = cli.s3_settings(parse("up", "--s3-endpoint", "aws", "--s3-region", "eu-west-1"))
+    assert aws == {"BACKEND": "s3", "S3__BUCKET": "danube-wal", "S3__REGION": "eu-west-1"}
