@@ -35,6 +35,7 @@ def _model(module: str, name: str) -> Any:
         ("leader.yaml", "danube_leader.config", "LeaderConfig", "DANUBE_LEADER"),
         ("load_manager.yaml", "danube_load_manager.config", "LoadManagerConfig", "DANUBE_LOAD_MANAGER"),
         ("wal_uploader.yaml", "danube_wal_uploader.config", "WalUploaderConfig", "DANUBE_WAL_UPLOADER"),
+        ("planner.yaml", "danube_planner.config", "PlannerConfig", "DANUBE_PLANNER"),
     ],
 )
 def test_example_configs_load_and_document_every_field(
@@ -117,3 +118,26 @@ def test_dockerfile_base_and_install() -> None:
     assert "FROM python:3.11-slim" in text
     assert "pip install ." in text
     assert "COPY deploy/config /etc/danube" in text
+
+
+def test_compose_gives_each_broker_a_wal_uploader_on_its_volume() -> None:
+    services = compose()["services"]
+    for i in ("1", "2", "3"):
+        broker, uploader = services[f"broker{i}"], services[f"wal-uploader{i}"]
+        f = flags(uploader["command"])
+        assert uploader["command"][0] == "danube-wal-uploader" and f["broker-id"] == i
+        assert uploader["volumes"] == broker["volumes"], "the uploader reads its broker's data directory"
+        assert f["data-dir"] == broker["environment"]["DANUBE_BROKER_DATA_DIR"]
+        assert (
+            broker["environment"]["DANUBE_BROKER_UPLOADER_ADDR"]
+            == f"wal-uploader{i}:{f['listen'].rsplit(':', 1)[1]}"
+        )
+        b_store = {
+            k.split("OBJECT_STORE__")[1]: v for k, v in broker["environment"].items() if "OBJECT_STORE__" in k
+        }
+        u_store = {
+            k.split("OBJECT_STORE__")[1]: v
+            for k, v in uploader["environment"].items()
+            if "OBJECT_STORE__" in k
+        }
+        assert b_store == u_store and b_store["BACKEND"] == "s3", "both sides use the same bucket"
