@@ -192,3 +192,52 @@ async def test_every_assignment_was_made_under_the_leading_term(cluster: LocalCl
     async with etcd(cluster) as res:
         checked = await history_check(res)
     assert checked >= 30, "the placements of this module's tests were checked"
+
+
+async def test_load_manager_executes_a_rebalancing_plan(cluster: LocalCluster) -> None:
+    """A plan as the Spark planner writes it: the valid move is made (clients keep flowing), the
+    stale one is skipped with its reason, and the outcome of each is recorded in the plan."""
+    topic, idle = f"/default/{unique('planned')}", f"/default/{unique('planned-idle')}"
+    async with DanubeClient(cluster.service_url) as client, etcd(cluster) as res:
+        flow = await start_flow(client, topic, reliable=True)
+        await wait_until(lambda: len(flow.received) >= 200, timeout_s=30, what="flow started")
+        await lookup(cluster, idle)
+        own = await owners(res)
+        src = own[topic].broker_id
+        dst = next(b.broker_id for b in cluster.brokers if b.broker_id != src)
+        stale_from = next(
+            b.broker_id for b in cluster.brokers if b.broker_id not in (own[idle].broker_id, dst)
+        )
+        plan_id = f"{int(time.time() * 1000):013d}-{unique('plan')}"
+        doc = {
+            "plan_id": plan_id,
+            "status": "pending",
+            "created_at_ms": int(time.time() * 1000),
+            "expires_at_ms": int(time.time() * 1000) + 120_000,
+            "moves": [
+                {"topic": topic, "from": src, "to": dst, "load": 1.0, "status": "pending", "reason": ""},
+                {
+                    "topic": idle,
+                    "from": stale_from,
+                    "to": dst,
+                    "load": 0.1,
+                    "status": "pending",
+                    "reason": "",
+                },
+            ],
+        }
+        await res.store.put(res.keys.rebalance_plan(plan_id), doc)
+
+        async def finished() -> dict[str, object] | None:
+            d = await res.store.get_json(res.keys.rebalance_plan(plan_id))
+            return d if d and d["status"] == "done" else None
+
+        done = await wait_until(finished, timeout_s=60, interval_s=0.1, what="plan executed")
+        acked_then = len(flow.acked)
+        await wait_until(lambda: len(flow.acked) >= acked_then + 200, timeout_s=30, what="acks resumed")
+        await stop_flow(flow)
+        assert (await owners(res))[topic].broker_id == dst
+    moved, stale = done["moves"]  # type: ignore[index]
+    assert moved["status"] == "done" and moved["started_at_ms"] <= moved["finished_at_ms"]
+    assert stale["status"] == "skipped" and "now, not" in stale["reason"]
+    assert not set(flow.acked) - flow.received and not flow.failed

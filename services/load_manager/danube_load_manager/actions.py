@@ -94,6 +94,12 @@ class Executor:
         await self._store.txn([fence], [Op.delete(self._keys.move_request(t))])
         return Outcome(a, True, marked.epoch)
 
+    async def update_plan(self, plan_id: str, revision: int, doc: dict[str, Any], *, fence: Compare) -> int:
+        """Write a plan's progress, fenced by the term and the plan's mod_revision (0: refused)."""
+        key = self._keys.rebalance_plan(plan_id)
+        res = await self._store.txn([fence, Compare.mod_revision_is(key, revision)], [Op.put(key, doc)])
+        return res.revision if res.succeeded else 0
+
     async def _drop_request(self, a: DropMoveRequest, fence: Compare) -> Outcome:
         res = await self._store.txn([fence], [Op.delete(self._keys.move_request(TopicName.parse(a.topic)))])
         if res.succeeded:

@@ -34,10 +34,12 @@ from danube_common.pb import DanubeLoadManager_pb2 as lmpb
 from danube_common.pb import DanubeLoadManager_pb2_grpc as lmpb_grpc
 from danube_common.placement import LOAD_MANAGER_ROLE
 from danube_common.resources import Resources
+from danube_common.resources import now_ms as now_wall_ms
 from danube_common.service import remove_ready_file, write_ready_file
 from danube_load_manager.actions import Executor
 from danube_load_manager.config import LoadManagerConfig
-from danube_load_manager.plan import Limits, Move, next_actions
+from danube_load_manager.plan import Limits, Move, Snapshot, next_actions
+from danube_load_manager.plans import mark_started, settle
 from danube_load_manager.scoring import Weights
 from danube_load_manager.view import ControlView
 
@@ -133,10 +135,13 @@ class LoadManager:
     async def _pass(self, lead: Leadership, now_s: float) -> int:
         """One planning pass; returns the highest revision written (0: nothing applied)."""
         self.passes += 1
+        snap = self._view.snapshot()
+        now_ms = now_wall_ms()
         actions = next_actions(
-            self._view.snapshot(), now_s=now_s, last_move_s=self._last_move_s, limits=self._limits
+            snap, now_s=now_s, last_move_s=self._last_move_s, limits=self._limits, now_ms=now_ms
         )
         wrote = 0
+        started: dict[str, list[int]] = {}
         for action in actions:
             if lead.lost.is_set():
                 break
@@ -151,12 +156,43 @@ class LoadManager:
                 wrote = max(wrote, out.revision)
                 if isinstance(action, Move):
                     self._last_move_s[action.topic] = now_s
+                    if action.plan is not None:
+                        started.setdefault(action.plan[0], []).append(action.plan[1])
             else:
                 self.refused += 1
                 log.debug("refused by etcd (stale view or term over): %s", action)
+        wrote = max(wrote, await self._record_plans(lead, snap, started, now_ms))
         if len(self._last_move_s) > 100_000:  # forget cool-downs long past
             cutoff = now_s - self._limits.move_cooldown_s
             self._last_move_s = {t: at for t, at in self._last_move_s.items() if at >= cutoff}
+        return wrote
+
+    async def _record_plans(
+        self, lead: Leadership, snap: Snapshot, started: dict[str, list[int]], now_ms: int
+    ) -> int:
+        """Bring every live plan's move statuses up to date (settled against this pass's snapshot,
+        before the moves it just started are marked ``moving``) and write the changed ones."""
+        wrote = 0
+        active = snap.active_brokers()
+        for plan_id, doc in snap.plans.items():
+            if lead.lost.is_set():
+                break
+            settled = settle(doc, snap.owners, active, now_ms=now_ms)
+            new = mark_started(settled or doc, started.get(plan_id, ()), now_ms=now_ms)
+            if settled is None and plan_id not in started:
+                continue
+            try:
+                rev = await self._executor.update_plan(
+                    plan_id, snap.plan_revisions[plan_id], new, fence=lead.fence()
+                )
+            except DanubeError as exc:
+                log.warning("could not record the progress of plan %s: %s", plan_id, exc)
+                continue
+            if rev:
+                wrote = max(wrote, rev)
+                if new.get("status") == "done" and doc.get("status") != "done":
+                    outcome = [f"{m.get('topic')}: {m.get('status')}" for m in new.get("moves") or []]
+                    log.info("plan %s done: %s", plan_id, ", ".join(outcome) or "no moves")
         return wrote
 
 

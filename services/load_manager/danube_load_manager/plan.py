@@ -6,7 +6,8 @@ reports, ownership, placement and move requests) into actions, in this order:
 1. **Re-place** every topic whose owner is no longer registered (its lease expired).
 2. **Place** every requested (unassigned) topic that has no owner yet.
 3. **Move** topics an admin asked to move (to the named broker, or the best other one).
-4. **Drain**: move topics off brokers whose admin state is ``draining``; a draining broker
+4. **Plans**: start the pending moves of rebalancing plans that are still valid (:mod:`plans`).
+5. **Drain**: move topics off brokers whose admin state is ``draining``; a draining broker
    that owns nothing (and has no move in flight) is marked ``drained``.
 
 Moves are bounded: at most ``max_moves_in_flight`` topics are mid-move at once (counting those
@@ -19,9 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from danube_common.load import LoadReport
 from danube_common.resources import BrokerRecord, Ownership
+from danube_load_manager.plans import startable
 from danube_load_manager.scoring import Placer, Weights
 
 
@@ -38,6 +41,9 @@ class Snapshot:
     unassigned: frozenset[str] = frozenset()
     #: Move requests: topic -> target broker ("" = the best other broker).
     move_requests: Mapping[str, str] = field(default_factory=dict)
+    #: Rebalancing plans (the Spark planner's), by plan id, and their mod_revisions.
+    plans: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    plan_revisions: Mapping[str, int] = field(default_factory=dict)
 
     def state_of(self, broker_id: str) -> str:
         """Effective state: the broker's own ``draining`` (shutting down) wins, then the admin's."""
@@ -79,6 +85,8 @@ class Move:
     epoch: int
     to: str
     reason: str
+    #: (plan_id, index of the move in the plan) for a move of a rebalancing plan.
+    plan: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +118,7 @@ def next_actions(
     now_s: float,
     last_move_s: Mapping[str, float],
     limits: Limits = Limits(),
+    now_ms: int = 0,
 ) -> list[Action]:
     """The actions to take now (see the module docstring for the order and the bounds)."""
     active = snap.active_brokers()
@@ -162,6 +171,21 @@ def next_actions(
             continue
         placer.moved_away(own.broker_id)
         actions.append(Move(name, own.broker_id, own.epoch, to, "requested"))
+        budget -= 1
+
+    started = {a.topic for a in actions if isinstance(a, Move)}
+    for plan_id, index, move in startable(snap.plans, snap.owners, active, now_ms=now_ms):
+        name = str(move["topic"])
+        if name in started or name in snap.move_requests or cooling(name):
+            continue
+        if budget <= 0:
+            break
+        own = snap.owners[name]
+        placer.moved_away(own.broker_id)
+        actions.append(
+            Move(name, own.broker_id, own.epoch, str(move["to"]), f"plan {plan_id}", (plan_id, index))
+        )
+        started.add(name)
         budget -= 1
 
     for broker_id in sorted(snap.brokers):

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from danube_common.keys import Keys
 from danube_common.load import LoadReport
@@ -34,6 +35,8 @@ class ControlView:
         self.owners: dict[str, Ownership] = {}
         self.unassigned: set[str] = set()
         self.move_requests: dict[str, str] = {}
+        #: plan_id -> (plan document, mod_revision)
+        self.plans: dict[str, tuple[dict[str, Any], int]] = {}
         self.revision = 0
         self._waiters = Waiters()
         self._task: asyncio.Task[None] | None = None
@@ -51,8 +54,9 @@ class ControlView:
         k = self._keys
         revs = []
         self.brokers, self.admin_states, self.reports = {}, {}, {}
-        self.owners, self.unassigned, self.move_requests = {}, set(), {}
+        self.owners, self.unassigned, self.move_requests, self.plans = {}, set(), {}, {}
         for prefix in (
+            k.rebalance_plans_prefix(),
             k.brokers_prefix(),
             k.broker_states_prefix(),
             k.load_prefix(),
@@ -110,6 +114,10 @@ class ControlView:
             elif (topic := k.parse_topic_suffix(k.move_requests_prefix(), key)) is not None:
                 value = item.json() or {}
                 self.move_requests[str(topic)] = str(value.get("to") or "")
+            elif key.startswith(k.rebalance_plans_prefix()):
+                doc = item.json()
+                if isinstance(doc, dict):
+                    self.plans[key[len(k.rebalance_plans_prefix()) :]] = (doc, revision)
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("ignoring malformed value at %s: %s", key, exc)
 
@@ -127,6 +135,8 @@ class ControlView:
             self.unassigned.discard(str(topic))
         elif (topic := k.parse_topic_suffix(k.move_requests_prefix(), key)) is not None:
             self.move_requests.pop(str(topic), None)
+        elif key.startswith(k.rebalance_plans_prefix()):
+            self.plans.pop(key[len(k.rebalance_plans_prefix()) :], None)
 
     # ------------------------------------------------------------------ readers
     def snapshot(self) -> Snapshot:
@@ -138,6 +148,8 @@ class ControlView:
             owners=dict(self.owners),
             unassigned=frozenset(self.unassigned),
             move_requests=dict(self.move_requests),
+            plans={p: doc for p, (doc, _) in self.plans.items()},
+            plan_revisions={p: rev for p, (_, rev) in self.plans.items()},
         )
 
     def _wake(self) -> None:
