@@ -1,0 +1,287 @@
+"""Wiring of the planner: etcd, the object store, the engine, the ``spark-planner`` role, the loop.
+
+The planner campaigns for the ``spark-planner`` role through the leader service. While it
+leads, it runs a cycle (:mod:`danube_planner.cycle`) every ``interval_s``, and at once when a
+request key appears under ``/{cluster}/rebalance/requests/``; every write is fenced by its
+term, so a deposed planner (paused, partitioned) writes nothing. It keeps no state of its own:
+a crash at any point loses nothing (the next leader reads everything from etcd and the object
+store again), and a cycle cut short writes nothing (one transaction).
+
+``--once``: one cycle, then exit. With a leader service it waits to be elected (at most
+``election_timeout_s``) and fences as usual; with ``leader_endpoints: []`` it runs one cycle at
+once, **unfenced** (for tests and operators; the log says so).
+
+Shutdown (stop event; SIGINT/SIGTERM): resign (a standby takes over at once), stop the engine
+(the SparkSession), close the object store and etcd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from danube_common.grpc_util import install_stop_signals
+from danube_common.keys import Keys
+from danube_common.leadership import Candidacy, Elector, Leadership
+from danube_common.load_history import LoadHistoryReader
+from danube_common.metadata.etcd import EtcdStore
+from danube_common.metadata.store import MetadataStore
+from danube_common.objstore import open_object_store
+from danube_common.service import remove_ready_file, write_ready_file
+from danube_planner.config import PlannerConfig
+from danube_planner.cycle import CycleResult, Engine, Planner, PythonEngine
+from danube_planner.model import PLANNER_ROLE, AggregateParams, Aggregates, PlannerInputs
+
+log = logging.getLogger(__name__)
+
+
+class PlannerFailure(RuntimeError):
+    """The planner stopped because something it depends on failed."""
+
+
+class SparkEngine:
+    """The DataFrame path on a SparkSession (created in the constructor: blocking)."""
+
+    name = "spark"
+
+    def __init__(self, cfg: PlannerConfig) -> None:
+        from danube_planner.sparkenv import create_session
+
+        self._spark = create_session(cfg.spark)
+
+    @property
+    def session(self) -> Any:
+        return self._spark
+
+    def aggregate(self, inp: PlannerInputs, params: AggregateParams) -> Aggregates:
+        from danube_planner.frames import aggregate_spark
+
+        return aggregate_spark(self._spark, inp, params)
+
+    def close(self) -> None:
+        self._spark.stop()
+
+
+def make_engine(cfg: PlannerConfig) -> Engine:
+    """Blocking (a SparkSession takes seconds to start): call from a thread."""
+    if cfg.engine == "python":
+        return PythonEngine()
+    return SparkEngine(cfg)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyInfo:
+    candidate_id: str
+    engine: str
+    pid: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "service": "planner",
+            "candidate_id": self.candidate_id,
+            "engine": self.engine,
+            "pid": self.pid,
+        }
+
+
+class RequestWatch:
+    """Sets ``requested`` whenever a key is put under the requests prefix (owned task)."""
+
+    def __init__(self, store: MetadataStore, keys: Keys) -> None:
+        self._store = store
+        self._prefix = keys.rebalance_requests_prefix()
+        self.requested = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name="planner-requests")
+
+    async def _run(self) -> None:
+        async for ev in self._store.watch_prefix(self._prefix):
+            if ev.kind == "put":
+                log.info("cycle requested (%s)", ev.key.rsplit("/", 1)[-1])
+                self.requested.set()
+
+    async def aclose(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+            self.task = None
+
+
+async def serve_term(
+    planner: Planner,
+    lead: Leadership,
+    *,
+    interval_s: float,
+    requests: RequestWatch,
+    stop: asyncio.Event,
+) -> None:
+    """Run cycles while ``lead`` holds: every ``interval_s``, or sooner on a request."""
+    while not lead.lost.is_set() and not stop.is_set():
+        requests.requested.clear()
+        try:
+            await planner.cycle(lead)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # a failed cycle (etcd, object store, Spark): retry next time
+            log.error("planner cycle failed: %s", exc, exc_info=not isinstance(exc, TimeoutError))
+        waits = {
+            asyncio.ensure_future(lead.lost.wait()),
+            asyncio.ensure_future(stop.wait()),
+            asyncio.ensure_future(requests.requested.wait()),
+        }
+        try:
+            await asyncio.wait(waits, timeout=interval_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+
+
+async def run(
+    cfg: PlannerConfig,
+    *,
+    once: bool = False,
+    ready: Callable[[ReadyInfo], None] | None = None,
+    stop: asyncio.Event | None = None,
+    on_cycle: Callable[[CycleResult], None] | None = None,
+) -> None:
+    """Plan until ``stop`` (default: SIGINT/SIGTERM), or one cycle with ``once``."""
+    if not once and not cfg.leader_endpoints:
+        raise PlannerFailure(
+            "no leader service configured (leader_endpoints is empty): only --once can run without one"
+        )
+    if stop is None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+    keys = Keys(cfg.etcd.cluster)
+    store = EtcdStore(cfg.etcd.endpoints, request_timeout_s=cfg.etcd.request_timeout_s)
+    objects = None
+    engine: Engine | None = None
+    elector: Elector | None = None
+    candidacy: Candidacy | None = None
+    requests = RequestWatch(store, keys)
+    try:
+        await store.wait_ready(cfg.etcd.connect_timeout_s)
+        objects = await open_object_store(cfg.object_store)
+        engine = await asyncio.to_thread(make_engine, cfg)
+        planner = Planner(
+            cfg,
+            store,
+            keys,
+            LoadHistoryReader(objects, read_concurrency=cfg.history_read_concurrency),
+            engine,
+        )
+        info = ReadyInfo(cfg.candidate_id, engine.name, os.getpid())
+        if cfg.ready_file:
+            write_ready_file(cfg.ready_file, info.to_json())
+        if ready is not None:
+            ready(info)
+        if not cfg.leader_endpoints:
+            log.warning(
+                "no leader service configured: running one cycle WITHOUT fencing (writes are not "
+                "guarded by a planner term; do not run two planners like this)"
+            )
+            result = await planner.cycle(None)
+            if on_cycle is not None:
+                on_cycle(result)
+            return
+        elector = Elector(
+            cfg.leader_endpoints,
+            rpc_timeout_s=cfg.leader_rpc_timeout_s,
+            heartbeat_deadline_s=cfg.leader_heartbeat_deadline_s,
+        )
+        candidacy = elector.campaign(PLANNER_ROLE, candidate_id=cfg.candidate_id, ttl_s=cfg.leadership_ttl_s)
+        log.info(
+            "planner %s campaigning for %s (leader service %s, engine %s)",
+            cfg.candidate_id,
+            PLANNER_ROLE,
+            ",".join(cfg.leader_endpoints),
+            engine.name,
+        )
+        if once:
+            lead = await _first_term(candidacy, stop, cfg.election_timeout_s)
+            if lead is None:
+                return
+            result = await planner.cycle(lead)
+            if on_cycle is not None:
+                on_cycle(result)
+            return
+        requests.start()
+        await _lead_until_stop(cfg, planner, candidacy, requests, stop)
+    finally:
+        if candidacy is not None:
+            await candidacy.aclose()  # resign: a standby takes over at once
+        if elector is not None:
+            await elector.aclose()
+        await requests.aclose()
+        if engine is not None:
+            await asyncio.to_thread(engine.close)
+        if objects is not None:
+            await objects.aclose()
+        await store.aclose()
+        if cfg.ready_file:
+            remove_ready_file(cfg.ready_file)
+    log.info("planner %s stopped", cfg.candidate_id)
+
+
+async def _first_term(candidacy: Candidacy, stop: asyncio.Event, timeout_s: float) -> Leadership | None:
+    elected = asyncio.ensure_future(anext(candidacy))
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {elected, stopped}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        for f in (elected, stopped):
+            f.cancel()
+    if elected in done and not elected.cancelled():
+        return elected.result()
+    if stopped in done:
+        return None
+    raise PlannerFailure(
+        f"not elected {PLANNER_ROLE} within {timeout_s:.0f}s: another planner leads, or the leader "
+        "service is unreachable"
+    )
+
+
+async def _lead_until_stop(
+    cfg: PlannerConfig,
+    planner: Planner,
+    candidacy: Candidacy,
+    requests: RequestWatch,
+    stop: asyncio.Event,
+) -> None:
+    async def follow() -> None:
+        async for lead in candidacy:
+            log.info("leading %s (term %d)", PLANNER_ROLE, lead.term)
+            await serve_term(planner, lead, interval_s=cfg.interval_s, requests=requests, stop=stop)
+            if not stop.is_set():
+                log.warning("term %d is over: no longer planning", lead.term)
+
+    loop = asyncio.create_task(follow(), name="planner-loop")
+    stopped = asyncio.create_task(stop.wait(), name="planner-stop")
+    watched: dict[asyncio.Task[Any], str] = {loop: "the planning loop", stopped: "stop"}
+    if requests.task is not None:
+        watched[requests.task] = "the request watch"
+    try:
+        await asyncio.wait(set(watched), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (loop, stopped):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+    if stop.is_set():
+        log.info("stop requested: shutting down")
+        return
+    for task, what in watched.items():
+        if task.done() and task is not stopped:
+            exc = None if task.cancelled() else task.exception()
+            raise PlannerFailure(f"{what} ended unexpectedly: {exc!r}") from exc

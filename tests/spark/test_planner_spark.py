@@ -1,0 +1,168 @@
+"""The DataFrame path on a local SparkSession: it computes what the plain-Python path computes,
+and its plan evens out a skewed cluster within the move budget.
+
+One SparkSession (local[2], loopback, UI off) is shared by the module; its start-up and each
+step's wall time are printed (run with -s to see them).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from danube_common.keys import Keys
+from danube_common.metadata.memory import MemoryStore
+from danube_planner.aggregate import aggregate
+from danube_planner.config import PlannerConfig, SparkSettings
+from danube_planner.cycle import Planner, candidates
+from danube_planner.frames import aggregate_spark
+from danube_planner.model import AggregateParams, Aggregates, PlannerInputs
+from danube_planner.plan import PlanLimits, compute_plan
+from danube_planner.sparkenv import create_session
+from tests.unit.planner.helpers import NOW, Synthetic, zipf_cluster
+from tests.unit.planner.test_cycle import publish
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(180)]
+
+PARAMS = AggregateParams(hot_topics=10, max_namespaces=100)
+BUDGET = 60
+SETTINGS = SparkSettings(master="local[2]", shuffle_partitions=2)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    t0 = time.monotonic()
+    session = create_session(SETTINGS)
+    print(f"\nSpark session start: {time.monotonic() - t0:.1f} s")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def skewed() -> Synthetic:
+    # 10 brokers, 300 topics with Zipf loads (rank r: 1/r^1.1), early brokers get more topics;
+    # reports list 25 topics at most (the rest are estimated), two history samples each.
+    return zipf_cluster(brokers=10, topics=300, skew=1.1, history_samples=2, max_topics=25, namespaces=4)
+
+
+@pytest.fixture(scope="module")
+def both(spark: Any, skewed: Synthetic) -> tuple[Aggregates, Aggregates, PlannerInputs]:
+    inp = skewed.inputs()
+    t0 = time.monotonic()
+    plain = aggregate(inp, PARAMS)
+    t1 = time.monotonic()
+    frames = aggregate_spark(spark, inp, PARAMS)
+    t2 = time.monotonic()
+    print(f"aggregate: plain Python {1000 * (t1 - t0):.0f} ms, Spark {1000 * (t2 - t1):.0f} ms")
+    return plain, frames, inp
+
+
+def test_session_is_local_and_quiet(spark: Any) -> None:
+    conf = spark.sparkContext.getConf()
+    assert conf.get("spark.master") == "local[2]"
+    assert conf.get("spark.ui.enabled") == "false"
+    assert conf.get("spark.driver.host") == "127.0.0.1"
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+
+
+def test_dataframe_path_computes_the_plain_python_report(both: tuple[Aggregates, Aggregates, Any]) -> None:
+    plain, frames, _ = both
+    assert frames.samples == plain.samples == 30
+    assert frames.cv == pytest.approx(plain.cv, rel=1e-9)
+    assert frames.means == pytest.approx(plain.means, rel=1e-9)
+    assert [b.broker_id for b in frames.brokers] == [b.broker_id for b in plain.brokers]
+    for f, p in zip(frames.brokers, plain.brokers, strict=True):
+        assert (f.state, f.topics) == (p.state, p.topics)
+        for name in (
+            "msg_rate_in",
+            "msg_rate_out",
+            "byte_rate_in",
+            "byte_rate_out",
+            "backlog",
+            "cpu",
+            "memory",
+            "score",
+        ):
+            assert getattr(f, name) == pytest.approx(getattr(p, name), rel=1e-9, abs=1e-12), (
+                f.broker_id,
+                name,
+            )
+    assert len(frames.topics) == len(plain.topics) == 300
+    assert sum(t.estimated for t in plain.topics) > 0  # truncated reports exercised the estimate
+    for f, p in zip(frames.topics, plain.topics, strict=True):
+        assert (f.topic, f.namespace, f.broker_id, f.estimated) == (
+            p.topic,
+            p.namespace,
+            p.broker_id,
+            p.estimated,
+        )
+        assert f.load == pytest.approx(p.load, rel=1e-9)
+        assert f.msg_rate_in == pytest.approx(p.msg_rate_in, rel=1e-9)
+        assert f.backlog == pytest.approx(p.backlog, rel=1e-9)
+    assert [t.topic for t in frames.hot_topics] == [t.topic for t in plain.hot_topics]
+
+
+def test_namespace_breakdown(both: tuple[Aggregates, Aggregates, Any]) -> None:
+    plain, frames, _ = both
+    assert [n.namespace for n in frames.namespaces] == [n.namespace for n in plain.namespaces]
+    assert {n.namespace for n in frames.namespaces} == {"ns0", "ns1", "ns2", "ns3"}
+    for f, p in zip(frames.namespaces, plain.namespaces, strict=True):
+        assert (f.topics, f.brokers) == (p.topics, p.brokers)
+        assert f.load == pytest.approx(p.load, rel=1e-9)
+        assert f.byte_rate_out == pytest.approx(p.byte_rate_out, rel=1e-9)
+        mine = [t for t in frames.topics if t.namespace == f.namespace]
+        assert f.topics == len(mine) == 75
+        assert f.msg_rate_in == pytest.approx(math.fsum(t.msg_rate_in for t in mine), rel=1e-9)
+        assert f.brokers == len({t.broker_id for t in mine})
+    assert math.fsum(n.load for n in frames.namespaces) == pytest.approx(
+        math.fsum(b.score for b in frames.brokers)
+    )
+
+
+def test_plan_brings_the_imbalance_under_target_within_the_budget(
+    both: tuple[Aggregates, Aggregates, Any], skewed: Synthetic
+) -> None:
+    plain, frames, _ = both
+    limits = PlanLimits(max_moves=BUDGET, target_cv=0.15)
+    t0 = time.monotonic()
+    plan = compute_plan(frames.active_scores(), candidates(frames, skewed.owners), now_ms=NOW, limits=limits)
+    print(
+        f"plan: CV {plan.cv_before:.3f} -> {plan.cv_after:.3f} with {len(plan.moves)} moves "
+        f"in {1000 * (time.monotonic() - t0):.0f} ms"
+    )
+    assert plan.cv_before > 0.5  # the cluster really is skewed
+    assert plan.cv_after <= 0.15 and plan.stopped == "target_reached"
+    assert 0 < len(plan.moves) <= BUDGET
+    same = compute_plan(plain.active_scores(), candidates(plain, skewed.owners), now_ms=NOW, limits=limits)
+    assert [m.topic for m in same.moves] == [m.topic for m in plan.moves]  # same input, same plan
+
+
+async def test_one_cycle_on_spark(spark: Any, skewed: Synthetic) -> None:
+    store = MemoryStore()
+    keys = Keys("spark-test")
+    await publish(store, keys, skewed)
+
+    class SessionEngine:  # the module's session (a SparkEngine would stop it on close)
+        name = "spark"
+
+        def aggregate(self, inp: PlannerInputs, params: AggregateParams) -> Aggregates:
+            return aggregate_spark(spark, inp, params)
+
+        def close(self) -> None:
+            return None
+
+    cfg = PlannerConfig(engine="spark", leader_endpoints=[], max_moves_per_cycle=BUDGET, spark=SETTINGS)
+    t0 = time.monotonic()
+    result = await Planner(cfg, store, keys, None, SessionEngine()).cycle(None, now=NOW)
+    print(
+        f"one cycle (Spark engine, 10 brokers x 300 topics): {1000 * (time.monotonic() - t0):.0f} ms {result.timings_ms}"
+    )
+    assert result.written and result.plan is not None
+    assert result.report["planner"]["engine"] == "spark"
+    assert result.plan["imbalance_after"] <= 0.15 < result.plan["imbalance_before"]
+    assert await store.get_json(keys.rebalance_plan(result.plan_id)) == result.plan  # type: ignore[arg-type]
+    await store.aclose()
