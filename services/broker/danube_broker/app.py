@@ -43,6 +43,7 @@ from danube_common.discovery import DiscoveryServicer
 from danube_common.errors import DanubeError
 from danube_common.grpc_util import bind, install_stop_signals, new_server
 from danube_common.keys import Keys
+from danube_common.load_history import LoadHistoryWriter
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.metadata.lease import KeptLease
 from danube_common.pb import DanubeAdmin_pb2_grpc as admin_grpc
@@ -148,6 +149,7 @@ async def _serve(
     dead_letters = DeadLetterPublisher(registry, discovery.resolve, rpc_timeout_s=cfg.etcd.request_timeout_s)
     registry.set_dead_letter(dead_letters)
     loops: dict[asyncio.Task[Any], str] = {}
+    history: LoadHistoryWriter | None = None
     lease: KeptLease | None = None
     failure: BrokerFailure | None = None
     served = False
@@ -161,6 +163,12 @@ async def _serve(
         loops[asyncio.create_task(_sweep_forever(registry, cfg.sweep_interval_s), name="sweep")] = (
             "the expiry sweep"
         )
+        if tiering is not None and tiering.objects is not None and cfg.load_history_flush_interval_s > 0:
+            history = LoadHistoryWriter(
+                tiering.objects,
+                flush_interval_s=cfg.load_history_flush_interval_s,
+                max_batch=max(1, int(cfg.load_history_flush_interval_s / cfg.load_report_interval_s)),
+            ).start()
         reporter = LoadReporter(
             registry,
             resources.store,
@@ -168,6 +176,7 @@ async def _serve(
             lease_id=lambda: lease.lease_id if lease is not None else 0,
             interval_s=cfg.load_report_interval_s,
             max_topics=cfg.load_report_max_topics,
+            history=history,
         )
         await reporter.publish()
         loops[asyncio.create_task(reporter.run(), name="load-report")] = "the load reporter"
@@ -202,6 +211,8 @@ async def _serve(
         failure = await _wait_for_stop(stop, lease, loops, registry)
     finally:
         await mover.aclose()
+        if history is not None:
+            await history.aclose()  # a last flush of the buffered reports
         await _shutdown(cfg, server, registry, membership, view, lease, loops, served=served, tiering=tiering)
         await dead_letters.aclose()
     if failure is not None:

@@ -53,6 +53,9 @@ class BrokerConfig(ServiceConfig):
     load_report_interval_s: float = Field(default=5.0, gt=0)
     #: Most topics listed in one load report (the busiest first; totals always cover every topic).
     load_report_max_topics: int = Field(default=2000, ge=0)
+    #: With object storage: load reports are appended to the load history (for the Spark planner)
+    #: in one object per this many seconds (0: no load history).
+    load_history_flush_interval_s: float = Field(default=60.0, ge=0)
     #: A topic move hands ownership over within this; past it the move is abandoned (the topic
     #: stays here) and the load manager may try again.
     move_timeout_s: float = Field(default=30.0, gt=0)

@@ -4,7 +4,9 @@ Rates are counter deltas over the interval (per topic: messages and payload byte
 CPU is this process's CPU time over the interval (in cores), memory its resident set. The report
 goes to ``/{cluster}/load/{broker_id}`` attached to the registration lease, so it disappears with
 the broker. A failed write is logged and retried at the next interval: the report is advisory
-(placement falls back to topic counts), never a reason to stop serving.
+(placement falls back to topic counts), never a reason to stop serving. With object storage
+configured, every report is also appended to the load history (``danube_common.load_history``,
+batched: ``load_history_flush_interval_s``), the window the Spark planner reads.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from danube_broker.stats import TopicStats
 from danube_common.errors import DanubeError
 from danube_common.keys import Keys
 from danube_common.load import LoadReport, TopicLoad, rate
+from danube_common.load_history import LoadHistoryWriter
 from danube_common.metadata.store import MetadataStore
 from danube_common.resources import now_ms
 
@@ -57,7 +60,10 @@ class LoadReporter:
         max_topics: int,
         wall: Callable[[], float] = time.monotonic,
         cpu: Callable[[], float] = time.process_time,
+        history: LoadHistoryWriter | None = None,
     ) -> None:
+        """``history``: also append every report to the load history (object storage), which the
+        Spark planner reads as a window."""
         self._reg = registry
         self._store = store
         self._keys = keys
@@ -70,6 +76,7 @@ class LoadReporter:
         self._prev_wall = wall()
         self._prev_cpu = cpu()
         self.last: LoadReport | None = None
+        self._history = history
 
     def sample(self) -> LoadReport:
         """Measure since the previous sample and return the report (pure of I/O but /proc)."""
@@ -114,6 +121,8 @@ class LoadReporter:
     async def publish(self) -> LoadReport:
         report = self.sample()
         await self._store.put(self._keys.load(self._reg.broker_id), report.to_json(), lease=self._lease_id())
+        if self._history is not None:
+            self._history.add(report)
         return report
 
     async def run(self) -> NoReturn:
