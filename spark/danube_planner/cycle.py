@@ -80,6 +80,9 @@ class ClusterState:
     #: (plan_id, plan document), oldest first.
     plans: list[tuple[str, dict[str, Any]]]
     requests: list[str]
+    #: Every request asked for a dry run (``{"dry_run": true}``): the plan is written ``proposed``
+    #: (the load manager does not execute it; ``danube-admin rebalance --apply ID`` does).
+    dry_run: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,10 +159,11 @@ async def read_cluster(store: MetadataStore, keys: Keys) -> ClusterState:
         doc = _json(kv)
         if isinstance(doc, dict):
             plans.append((kv.key[len(keys.rebalance_plans_prefix()) :], doc))
-    requests = [
-        kv.key[len(keys.rebalance_requests_prefix()) :]
-        for kv in (await store.get_prefix(keys.rebalance_requests_prefix()))[0]
-    ]
+    request_kvs = (await store.get_prefix(keys.rebalance_requests_prefix()))[0]
+    requests = [kv.key[len(keys.rebalance_requests_prefix()) :] for kv in request_kvs]
+    dry_run = bool(request_kvs) and all(
+        isinstance(doc := _json(kv), dict) and bool(doc.get("dry_run")) for kv in request_kvs
+    )
     return ClusterState(
         current_lines=valid_report_lines(lines),
         broker_states=effective_states(regs, admin),
@@ -167,6 +171,7 @@ async def read_cluster(store: MetadataStore, keys: Keys) -> ClusterState:
         pinned=frozenset(pinned),
         plans=plans,
         requests=requests,
+        dry_run=dry_run,
     )
 
 
@@ -285,6 +290,8 @@ class Planner:
                     planner=planner_info,
                     requests=state.requests,
                 )
+                if state.dry_run:
+                    plan["status"] = "proposed"
         timings = {
             "read_etcd_ms": (t_read - t0) * 1000,
             "read_history_ms": (t_hist - t_read) * 1000,

@@ -7,6 +7,7 @@ GetTopicStats is forwarded to the owning broker (:mod:`danube_lookup.broker_stat
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import grpc.aio
 
@@ -89,9 +90,42 @@ def broker_info(b: BrokerView) -> apb.BrokerInfo:
     return info
 
 
+def json_document(key: str, doc: object) -> apb.JsonDocument:
+    return apb.JsonDocument(key=key, json=json.dumps(doc, sort_keys=True))
+
+
 class ClusterAdminApi(apb_grpc.ClusterAdminServicer):
     def __init__(self, catalog: Catalog) -> None:
         self._catalog = catalog
+
+    async def GetLoadReport(
+        self, request: apb.GetLoadReportRequest, context: grpc.aio.ServicerContext
+    ) -> apb.JsonDocument:
+        return json_document(*await self._catalog.load_report())
+
+    async def RequestRebalance(
+        self, request: apb.RequestRebalanceRequest, context: grpc.aio.ServicerContext
+    ) -> apb.RequestRebalanceResponse:
+        return apb.RequestRebalanceResponse(
+            request_id=await self._catalog.request_rebalance(dry_run=request.dry_run)
+        )
+
+    async def ListPlans(
+        self, request: apb.ListPlansRequest, context: grpc.aio.ServicerContext
+    ) -> apb.ListPlansResponse:
+        plans, pending = await self._catalog.list_plans(request.limit)
+        return apb.ListPlansResponse(plans=[json_document(k, d) for k, d in plans], pending_requests=pending)
+
+    async def ApplyPlan(
+        self, request: apb.ApplyPlanRequest, context: grpc.aio.ServicerContext
+    ) -> apb.JsonDocument:
+        return json_document(*await self._catalog.apply_plan(request.plan_id))
+
+    async def SetTopicPinned(
+        self, request: apb.SetTopicPinnedRequest, context: grpc.aio.ServicerContext
+    ) -> apb.SetTopicPinnedResponse:
+        await self._catalog.set_pinned(request.name, request.pinned)
+        return apb.SetTopicPinnedResponse(name=request.name, pinned=request.pinned)
 
     async def ListLeaders(
         self, request: apb.ListLeadersRequest, context: grpc.aio.ServicerContext

@@ -9,18 +9,22 @@ such.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from danube_common.errors import (
     BrokerNotFound,
     FailedPrecondition,
     InvalidArgument,
     NoBrokerAvailable,
+    NotFound,
     TopicNotFound,
 )
 from danube_common.leadership import LeaderInfo, read_leaders
 from danube_common.load import LoadReport
+from danube_common.metadata.store import Compare, Op
 from danube_common.resources import (
     BrokerRecord,
     Ownership,
@@ -176,6 +180,67 @@ class Catalog:
             if view.record.broker_id == broker_id:
                 return view
         return BrokerView(BrokerRecord(broker_id, "", "", "active"), 0, state)
+
+    # ------------------------------------------------------------------ rebalancing (Spark planner)
+    async def load_report(self) -> tuple[str, Any]:
+        key = self._res.keys.load_report()
+        doc = await self._res.store.get_json(key)
+        if doc is None:
+            raise NotFound(
+                "no cluster load report yet: the Spark planner (danube-planner) writes one each cycle; "
+                "is it running? `danube-admin leaders list` shows whether it holds the spark-planner role"
+            )
+        return key, doc
+
+    async def request_rebalance(self, *, dry_run: bool) -> str:
+        request_id = f"{now_ms():013d}-{secrets.token_hex(3)}"
+        await self._res.store.put(
+            self._res.keys.rebalance_request(request_id),
+            {"requested_at_ms": now_ms(), "by": "danube-admin", "dry_run": dry_run},
+        )
+        log.info("rebalance requested (%s), request %s", "dry run" if dry_run else "apply", request_id)
+        return request_id
+
+    async def list_plans(self, limit: int = 0) -> tuple[list[tuple[str, Any]], list[str]]:
+        k = self._res.keys
+        kvs, _ = await self._res.store.get_prefix(k.rebalance_plans_prefix())
+        plans = sorted(((kv.key, kv.json()) for kv in kvs), key=lambda p: p[0], reverse=True)
+        reqs, _ = await self._res.store.get_prefix(k.rebalance_requests_prefix())
+        pending = [kv.key[len(k.rebalance_requests_prefix()) :] for kv in reqs]
+        return (plans[:limit] if limit else plans), pending
+
+    async def apply_plan(self, plan_id: str) -> tuple[str, Any]:
+        """A proposed plan (a dry run) becomes pending: the load manager executes it."""
+        key = self._res.keys.rebalance_plan(plan_id)
+        kv = await self._res.store.get(key)
+        if kv is None:
+            raise NotFound(f"no plan {plan_id!r}; see `danube-admin rebalance history`")
+        doc = kv.json()
+        if doc.get("status") != "proposed":
+            raise FailedPrecondition(
+                f"plan {plan_id} is {doc.get('status')}: only a proposed plan (from `rebalance --dry-run`) "
+                "can be applied"
+            )
+        if int(doc.get("expires_at_ms") or 0) <= now_ms():
+            raise FailedPrecondition(
+                f"plan {plan_id} has expired; request a new one with `danube-admin rebalance`"
+            )
+        doc = {**doc, "status": "pending", "applied_at_ms": now_ms()}
+        res = await self._res.store.txn([Compare.mod_revision_is(key, kv.mod_revision)], [Op.put(key, doc)])
+        if not res.succeeded:
+            raise FailedPrecondition(f"plan {plan_id} changed meanwhile; look at it again")
+        log.info("plan %s applied by an admin", plan_id)
+        return key, doc
+
+    async def set_pinned(self, name: str, pinned: bool) -> None:
+        topic = TopicName.parse(name)
+        if await self._res.get_topic(topic) is None:
+            raise TopicNotFound(f"topic {topic} does not exist; see `danube-admin topics list`")
+        key = self._res.keys.pinned(topic)
+        if pinned:
+            await self._res.store.put(key, {"by": "danube-admin", "at_ms": now_ms()})
+        else:
+            await self._res.store.delete(key)
 
     # ------------------------------------------------------------------ control plane
     async def list_leaders(self) -> list[LeaderInfo]:

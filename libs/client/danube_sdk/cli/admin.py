@@ -24,10 +24,13 @@ from danube_sdk.cli.admin_commands import (
     brokers_activate,
     brokers_drain,
     brokers_list,
+    cluster_load,
     leaders_list,
     namespaces_create,
     namespaces_delete,
     namespaces_list,
+    rebalance,
+    rebalance_history,
     subscriptions_get_policy,
     subscriptions_set_policy,
     topic_dict,
@@ -37,7 +40,9 @@ from danube_sdk.cli.admin_commands import (
     topics_describe,
     topics_list,
     topics_move,
+    topics_pin_cmd,
     topics_stats,
+    topics_unpin_cmd,
 )
 from danube_sdk.cli.output import FORMATS
 
@@ -184,6 +189,62 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("broker_id", help="broker id")
 
+    cg = group(
+        "cluster",
+        "the cluster as the Spark planner sees it: load report and rebalancing plans",
+        ["danube-admin cluster load", "danube-admin cluster plans"],
+    )
+    p = leaf(
+        cg,
+        "load",
+        "the planner's latest cluster load report: per broker score, rates, backlog; the imbalance "
+        "(coefficient of variation of the scores) and the hottest topics",
+        cluster_load,
+        [
+            "danube-admin cluster load",
+            "danube-admin cluster load --hot 20",
+            "danube-admin cluster load -o json",
+        ],
+    )
+    p.add_argument(
+        "--hot", type=_non_negative_int, default=10, metavar="N", help="hot topics shown (default 10)"
+    )
+    p = leaf(
+        cg,
+        "plans",
+        "plan history: each rebalancing plan, its status and how its moves ended",
+        rebalance_history,
+        ["danube-admin cluster plans", "danube-admin cluster plans --show 1700000000000-a1b2c3"],
+    )
+    p.add_argument("--limit", type=_non_negative_int, default=20, metavar="N", help="newest N plans (0: all)")
+    p.add_argument("--show", dest="plan_id", metavar="PLAN_ID", help="also list this plan's moves")
+
+    rb = groups.add_parser(
+        "rebalance",
+        help="ask the Spark planner for a rebalancing plan now, show it, and apply it",
+        description="Ask the Spark planner (danube-planner) for a plan now and show it. Without "
+        "--dry-run the plan is pending at once and the load manager carries it out; with --dry-run "
+        "it is only proposed: apply it with --apply PLAN_ID.",
+        parents=[common],
+        formatter_class=_F,
+        epilog=_examples(
+            "danube-admin rebalance --dry-run",
+            "danube-admin rebalance --apply 1700000000000-a1b2c3",
+            "danube-admin rebalance              # plan and execute",
+        ),
+    )
+    rb.set_defaults(func=rebalance)
+    mode = rb.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="propose a plan without executing it")
+    mode.add_argument("--apply", dest="apply_plan", metavar="PLAN_ID", help="execute a proposed plan")
+    rb.add_argument(
+        "--wait-s",
+        type=_positive_float,
+        default=120.0,
+        metavar="N",
+        help="how long to wait for the plan (default 120)",
+    )
+
     lg = group("leaders", "control-plane leadership", ["danube-admin leaders list"])
     leaf(
         lg,
@@ -316,6 +377,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("topic", help="topic name, /namespace/topic (one partition of a partitioned topic)")
     p.add_argument("--to", metavar="BROKER_ID", help="target broker; default: the least-loaded other broker")
+    p = leaf(
+        t,
+        "pin",
+        "pin a topic to its broker: rebalancing plans never move it (drains and explicit moves still do)",
+        topics_pin_cmd,
+        ["danube-admin topics pin /default/orders"],
+    )
+    p.add_argument("topic", help="topic name, /namespace/topic")
+    p = leaf(
+        t,
+        "unpin",
+        "let rebalancing plans move the topic again",
+        topics_unpin_cmd,
+        ["danube-admin topics unpin /default/orders"],
+    )
+    p.add_argument("topic", help="topic name, /namespace/topic")
 
     sp = group(
         "subscriptions",
@@ -430,6 +507,7 @@ def _hint(err: DanubeError, namespace: str) -> str:
         "NAMESPACE_NOT_EMPTY": f"list its topics with `danube-admin topics list --namespace {namespace}`",
         "TOPIC_NOT_FOUND": "list topics with `danube-admin topics list`",
         "BROKER_NOT_FOUND": "list brokers with `danube-admin brokers list`",
+        "NOT_FOUND": "",
         "NO_BROKER_AVAILABLE": "start a broker (`danube-local up` starts a whole cluster)",
         "METADATA_UNAVAILABLE": "the lookup service cannot reach etcd; check that etcd is running",
         "TIMEOUT": "the lookup service, etcd or the owning broker is slow; retry, or raise --timeout-s",

@@ -8,7 +8,9 @@ field names). gRPC errors propagate to ``admin.main``, which explains them.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -480,3 +482,167 @@ def subscriptions_get_policy(admin: Admin, args: argparse.Namespace) -> None:
     req = apb.GetSubscriptionPolicyRequest(topic=args.topic, subscription=args.subscription)
     resp = admin.topics.GetSubscriptionPolicy(req, timeout=admin.timeout_s)
     _print_policy(resp, args, f"policy of subscription {resp.subscription} on {resp.topic}")
+
+
+# ---------------------------------------------------------------------------- rebalancing
+
+
+def _cluster(admin: Admin) -> apb_grpc.ClusterAdminStub:
+    assert admin.cluster is not None
+    return admin.cluster
+
+
+def cluster_load(admin: Admin, args: argparse.Namespace) -> None:
+    doc = json.loads(_cluster(admin).GetLoadReport(apb.GetLoadReportRequest(), timeout=admin.timeout_s).json)
+    if args.output == "json":
+        emit([], fmt="json", json_data=doc)
+        return
+    imb = doc.get("imbalance", {})
+    print(
+        f"cluster load report of {_time(int(doc.get('generated_at_ms', 0)))}: imbalance (CV of broker scores) "
+        f"{imb.get('cv', 0):.3f} over {imb.get('active_brokers', 0)} active broker(s)"
+    )
+    rows = [
+        {
+            "broker_id": b["broker_id"],
+            "state": b.get("state", ""),
+            "score": f"{b.get('score', 0):.3f}",
+            "topics": b.get("topics", 0),
+            "msg/s in": f"{b.get('msg_rate_in', 0):,.0f}",
+            "msg/s out": f"{b.get('msg_rate_out', 0):,.0f}",
+            "MB/s in": f"{b.get('byte_rate_in', 0) / 1e6:.2f}",
+            "backlog": b.get("backlog", 0),
+        }
+        for b in doc.get("brokers", [])
+    ]
+    emit(
+        rows,
+        fmt="table",
+        columns=("broker_id", "state", "score", "topics", "msg/s in", "msg/s out", "MB/s in", "backlog"),
+    )
+    hot = doc.get("hot_topics", [])[: args.hot]
+    if hot:
+        print("\nhot topics:")
+        emit(
+            [{"topic": t["topic"], "broker": t["broker_id"], "load": f"{t['load']:.3f}",
+              "msg/s in": f"{t.get('msg_rate_in', 0):,.0f}"} for t in hot],
+            fmt="table",
+            columns=("topic", "broker", "load", "msg/s in"),
+        )  # fmt: skip
+
+
+def _plan_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"topic": m.get("topic"), "from": m.get("from"), "to": m.get("to"), "load": f"{m.get('load', 0):.3f}",
+         "status": m.get("status"), "reason": m.get("reason", "")}
+        for m in doc.get("moves", [])
+    ]  # fmt: skip
+
+
+def _print_plan(doc: dict[str, Any]) -> None:
+    moves = doc.get("moves", [])
+    print(
+        f"plan {doc.get('plan_id')} ({doc.get('status')}): {len(moves)} move(s), imbalance "
+        f"{doc.get('imbalance_before', 0):.3f} -> {doc.get('imbalance_after', 0):.3f} predicted"
+    )
+    if moves:
+        emit(_plan_rows(doc), fmt="table", columns=("topic", "from", "to", "load", "status", "reason"))
+
+
+def _plans(admin: Admin, limit: int = 0) -> tuple[list[dict[str, Any]], list[str]]:
+    resp = _cluster(admin).ListPlans(apb.ListPlansRequest(limit=limit), timeout=admin.timeout_s)
+    return [json.loads(p.json) for p in resp.plans], list(resp.pending_requests)
+
+
+def rebalance(admin: Admin, args: argparse.Namespace) -> None:
+    """Request a plan now (--dry-run: proposed only), wait for it, show it; or --apply PLAN_ID."""
+    cluster = _cluster(admin)
+    if args.apply_plan:
+        doc = json.loads(
+            cluster.ApplyPlan(apb.ApplyPlanRequest(plan_id=args.apply_plan), timeout=admin.timeout_s).json
+        )
+        if args.output == "json":
+            emit([], fmt="json", json_data=doc)
+        else:
+            print(f"plan {args.apply_plan} applied: the load manager carries out its moves")
+            _print_plan(doc)
+        return
+    rid = cluster.RequestRebalance(
+        apb.RequestRebalanceRequest(dry_run=args.dry_run), timeout=admin.timeout_s
+    ).request_id
+    if args.output != "json":
+        print(
+            f"asked the planner for a plan (request {rid}); waiting up to {args.wait_s:g}s ...",
+            file=sys.stderr,
+        )
+    deadline = time.monotonic() + args.wait_s
+    while True:
+        plans, pending = _plans(admin)
+        mine = next((p for p in plans if rid in (p.get("requests") or [])), None)
+        if mine is not None or rid not in pending:  # answered (with or without a plan)
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(
+                f"error: no plan within {args.wait_s:g}s: is danube-planner running? "
+                "(`danube-admin leaders list` shows who holds spark-planner)"
+            )
+        time.sleep(0.5)
+    if mine is None:
+        raise SystemExit("error: the planner answered without a plan (another plan is still pending?); "
+                         "see `danube-admin rebalance history` and `danube-admin cluster load`")  # fmt: skip
+    if args.output == "json":
+        emit([], fmt="json", json_data=mine)
+        return
+    _print_plan(mine)
+    if args.dry_run and mine.get("moves"):
+        print(f"dry run: nothing moves until `danube-admin rebalance --apply {mine['plan_id']}`")
+
+
+def rebalance_history(admin: Admin, args: argparse.Namespace) -> None:
+    plans, pending = _plans(admin, args.limit)
+    if args.output == "json":
+        emit([], fmt="json", json_data={"plans": plans, "pending_requests": pending})
+        return
+    rows = []
+    for p in plans:
+        moves = p.get("moves", [])
+        count = {s: sum(1 for m in moves if m.get("status") == s) for s in ("done", "skipped", "failed")}
+        rows.append(
+            {
+                "plan_id": p.get("plan_id"),
+                "created": _time(int(p.get("created_at_ms", 0))),
+                "status": p.get("status"),
+                "moves": len(moves),
+                "done/skipped/failed": f"{count['done']}/{count['skipped']}/{count['failed']}",
+                "cv before -> after": f"{p.get('imbalance_before', 0):.3f} -> {p.get('imbalance_after', 0):.3f}",
+            }
+        )
+    emit(
+        rows,
+        fmt="table",
+        columns=("plan_id", "created", "status", "moves", "done/skipped/failed", "cv before -> after"),
+    )
+    if args.plan_id:
+        for p in plans:
+            if p.get("plan_id") == args.plan_id:
+                print()
+                _print_plan(p)
+
+
+def topics_pin(admin: Admin, args: argparse.Namespace, pinned: bool) -> None:
+    _cluster(admin).SetTopicPinned(
+        apb.SetTopicPinnedRequest(name=args.topic, pinned=pinned), timeout=admin.timeout_s
+    )
+    _done(
+        args,
+        f"{args.topic} {'pinned: plans never move it' if pinned else 'unpinned'}",
+        {"name": args.topic, "pinned": pinned},
+    )
+
+
+def topics_pin_cmd(admin: Admin, args: argparse.Namespace) -> None:
+    topics_pin(admin, args, True)
+
+
+def topics_unpin_cmd(admin: Admin, args: argparse.Namespace) -> None:
+    topics_pin(admin, args, False)

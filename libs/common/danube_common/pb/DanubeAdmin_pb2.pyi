@@ -64,6 +64,66 @@ class ListLeadersRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class JsonDocument(_message.Message):
+    __slots__ = ("key", "json")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    json: str
+    def __init__(self, key: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...
+
+class GetLoadReportRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RequestRebalanceRequest(_message.Message):
+    __slots__ = ("dry_run",)
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    dry_run: bool
+    def __init__(self, dry_run: _Optional[bool] = ...) -> None: ...
+
+class RequestRebalanceResponse(_message.Message):
+    __slots__ = ("request_id",)
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ...) -> None: ...
+
+class ListPlansRequest(_message.Message):
+    __slots__ = ("limit",)
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+
+class ListPlansResponse(_message.Message):
+    __slots__ = ("plans", "pending_requests")
+    PLANS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    plans: _containers.RepeatedCompositeFieldContainer[JsonDocument]
+    pending_requests: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, plans: _Optional[_Iterable[_Union[JsonDocument, _Mapping]]] = ..., pending_requests: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ApplyPlanRequest(_message.Message):
+    __slots__ = ("plan_id",)
+    PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    plan_id: str
+    def __init__(self, plan_id: _Optional[str] = ...) -> None: ...
+
+class SetTopicPinnedRequest(_message.Message):
+    __slots__ = ("name", "pinned")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    pinned: bool
+    def __init__(self, name: _Optional[str] = ..., pinned: _Optional[bool] = ...) -> None: ...
+
+class SetTopicPinnedResponse(_message.Message):
+    __slots__ = ("name", "pinned")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    pinned: bool
+    def __init__(self, name: _Optional[str] = ..., pinned: _Optional[bool] = ...) -> None: ...
+
 class LeaderInfo(_message.Message):
     __slots__ = ("role", "candidate_id", "term", "metadata")
     class MetadataEntry(_message.Message):

@@ -157,6 +157,31 @@ class ClusterAdminStub:
                 request_serializer=DanubeAdmin__pb2.ListLeadersRequest.SerializeToString,
                 response_deserializer=DanubeAdmin__pb2.ListLeadersResponse.FromString,
                 _registered_method=True)
+        self.GetLoadReport = channel.unary_unary(
+                '/danube.admin.v1.ClusterAdmin/GetLoadReport',
+                request_serializer=DanubeAdmin__pb2.GetLoadReportRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.JsonDocument.FromString,
+                _registered_method=True)
+        self.RequestRebalance = channel.unary_unary(
+                '/danube.admin.v1.ClusterAdmin/RequestRebalance',
+                request_serializer=DanubeAdmin__pb2.RequestRebalanceRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.RequestRebalanceResponse.FromString,
+                _registered_method=True)
+        self.ListPlans = channel.unary_unary(
+                '/danube.admin.v1.ClusterAdmin/ListPlans',
+                request_serializer=DanubeAdmin__pb2.ListPlansRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.ListPlansResponse.FromString,
+                _registered_method=True)
+        self.ApplyPlan = channel.unary_unary(
+                '/danube.admin.v1.ClusterAdmin/ApplyPlan',
+                request_serializer=DanubeAdmin__pb2.ApplyPlanRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.JsonDocument.FromString,
+                _registered_method=True)
+        self.SetTopicPinned = channel.unary_unary(
+                '/danube.admin.v1.ClusterAdmin/SetTopicPinned',
+                request_serializer=DanubeAdmin__pb2.SetTopicPinnedRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.SetTopicPinnedResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterAdminServicer:
@@ -169,6 +194,42 @@ class ClusterAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetLoadReport(self, request, context):
+        """The Spark planner's latest cluster load report (NOT_FOUND before its first cycle).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RequestRebalance(self, request, context):
+        """Ask the planner for a cycle now. dry_run: the plan is written "proposed" and not executed
+        until ApplyPlan; otherwise it is "pending" and the load manager carries it out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPlans(self, request, context):
+        """Plans, newest first, and the requests the planner has not answered yet.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApplyPlan(self, request, context):
+        """A proposed plan becomes pending (the load manager executes it). FAILED_PRECONDITION otherwise.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetTopicPinned(self, request, context):
+        """A pinned topic is never moved by a plan.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -176,6 +237,31 @@ def add_ClusterAdminServicer_to_server(servicer, server):
                     servicer.ListLeaders,
                     request_deserializer=DanubeAdmin__pb2.ListLeadersRequest.FromString,
                     response_serializer=DanubeAdmin__pb2.ListLeadersResponse.SerializeToString,
+            ),
+            'GetLoadReport': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLoadReport,
+                    request_deserializer=DanubeAdmin__pb2.GetLoadReportRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.JsonDocument.SerializeToString,
+            ),
+            'RequestRebalance': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequestRebalance,
+                    request_deserializer=DanubeAdmin__pb2.RequestRebalanceRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.RequestRebalanceResponse.SerializeToString,
+            ),
+            'ListPlans': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPlans,
+                    request_deserializer=DanubeAdmin__pb2.ListPlansRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.ListPlansResponse.SerializeToString,
+            ),
+            'ApplyPlan': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyPlan,
+                    request_deserializer=DanubeAdmin__pb2.ApplyPlanRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.JsonDocument.SerializeToString,
+            ),
+            'SetTopicPinned': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTopicPinned,
+                    request_deserializer=DanubeAdmin__pb2.SetTopicPinnedRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.SetTopicPinnedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -206,6 +292,141 @@ class ClusterAdmin:
             '/danube.admin.v1.ClusterAdmin/ListLeaders',
             DanubeAdmin__pb2.ListLeadersRequest.SerializeToString,
             DanubeAdmin__pb2.ListLeadersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLoadReport(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.ClusterAdmin/GetLoadReport',
+            DanubeAdmin__pb2.GetLoadReportRequest.SerializeToString,
+            DanubeAdmin__pb2.JsonDocument.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequestRebalance(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.ClusterAdmin/RequestRebalance',
+            DanubeAdmin__pb2.RequestRebalanceRequest.SerializeToString,
+            DanubeAdmin__pb2.RequestRebalanceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPlans(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.ClusterAdmin/ListPlans',
+            DanubeAdmin__pb2.ListPlansRequest.SerializeToString,
+            DanubeAdmin__pb2.ListPlansResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyPlan(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.ClusterAdmin/ApplyPlan',
+            DanubeAdmin__pb2.ApplyPlanRequest.SerializeToString,
+            DanubeAdmin__pb2.JsonDocument.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTopicPinned(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.ClusterAdmin/SetTopicPinned',
+            DanubeAdmin__pb2.SetTopicPinnedRequest.SerializeToString,
+            DanubeAdmin__pb2.SetTopicPinnedResponse.FromString,
             options,
             channel_credentials,
             insecure,
