@@ -42,6 +42,7 @@ examples:
   danube-local up --lookup-port 0 --admin-port 0   # any free ports (printed once started)
   danube-local up --etcd-endpoint 127.0.0.1:2379   # use a running etcd instead of starting one
   danube-local up --s3-endpoint http://127.0.0.1:9000 --s3-bucket danube-wal   # history in MinIO
+  danube-local up --planner spark                  # also the PySpark rebalancing planner
 
 State (etcd data, logs, ready files) lives in the work directory; delete it for a fresh cluster.
 """
@@ -95,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="one WAL uploader per broker, shipping reliable topics' history to a local object store "
         "in the work directory (objects/); --no-uploaders keeps history on each broker's disk only",
+    )
+    up.add_argument(
+        "--planner",
+        choices=("spark", "python"),
+        help="also run the rebalancing planner (danube-planner): spark (PySpark local[*], needs Java 17) "
+        "or python (the same computation without Spark); default: no planner",
     )
     up.add_argument(
         "--s3-endpoint",
@@ -178,6 +185,9 @@ def endpoints_table(cluster: LocalCluster) -> str:
         rows.append((f"broker {b.broker_id}", b.url, str(b.pid), _rel(b.log_path)))
     for svc in [*cluster.leaders, *cluster.load_managers, *cluster.uploaders.values()]:
         rows.append((svc.name, svc.url, str(svc.pid), _rel(svc.log_path)))
+    if cluster.planner is not None:
+        p = cluster.planner
+        rows.append(("planner", f"engine {p.info.get('engine')}", str(p.pid), _rel(p.log_path)))
     head = ("component", "address", "pid", "log")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
     lines = [
@@ -236,6 +246,9 @@ def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
     if args.leaders < 0 or args.load_managers < 0:
         say("danube-local: --leaders and --load-managers must be 0 or more")
         return EXIT_USAGE
+    if args.planner and not args.leaders:
+        say("danube-local: the planner needs the leader service: give --leaders 1 or more")
+        return EXIT_USAGE
     if args.load_managers and not args.leaders:
         say(
             "danube-local: load managers need the leader service: give --leaders 1 or more (or --load-managers 0)"
@@ -265,6 +278,7 @@ def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
         load_managers=args.load_managers,
         uploaders=args.uploaders,
         object_store=s3_settings(args),
+        planner=args.planner,
         workdir=args.workdir,
         cluster=args.cluster,
         etcd_endpoint=args.etcd_endpoint,

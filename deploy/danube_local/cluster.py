@@ -131,7 +131,7 @@ class ServiceProcess:
     def label(self) -> str:
         if self.kind == "broker":
             return f"broker {self.broker_id}"
-        return self.name if self.kind in ("leader", "load_manager", "wal_uploader") else self.kind
+        return self.name if self.kind in ("leader", "load_manager", "wal_uploader", "planner") else self.kind
 
 
 class LocalCluster:
@@ -145,6 +145,7 @@ class LocalCluster:
         load_managers: int = 0,
         uploaders: bool = False,
         object_store: dict[str, str] | None = None,
+        planner: str | None = None,
         workdir: Path,
         cluster: str = "danube",
         etcd_endpoint: str | None = None,
@@ -177,6 +178,9 @@ class LocalCluster:
         #: environment form (``{"BACKEND": "s3", "S3__ENDPOINT_URL": ..., "S3__BUCKET": ...}``),
         #: given to every broker and uploader.
         self.object_store = dict(object_store or {})
+        #: Run the Spark planner (danube-planner) with this engine ("spark" or "python"); None: no planner.
+        self.planner_engine = planner
+        self.planner: ServiceProcess | None = None
         self.workdir = Path(workdir).resolve()
         self.cluster = cluster
         self.host = host
@@ -355,6 +359,17 @@ class LocalCluster:
         self._spawn(svc)
         self._wait_ready([svc], deadline, timeout_s)
 
+    def planner_argv(self) -> list[str]:
+        ready = self.run_dir / "planner.json"
+        return [
+            self.python, "-m", "danube_planner",
+            "--engine", self.planner_engine or "spark",
+            "--candidate-id", "planner-1",
+            "--leader-endpoints", self.leader_endpoints,
+            "--history-dir", str(self.objects_dir),
+            *self._common_flags(ready),
+        ]  # fmt: skip
+
     def _indexed_service(self, kind: str, index: int, argv: list[str]) -> ServiceProcess:
         name = f"{kind.replace('_', '-')}-{index}"
         return ServiceProcess(
@@ -431,6 +446,19 @@ class LocalCluster:
                 for i in range(self.n_load_managers)
             ]
             services = [self._lookup, *self.brokers, *self.load_managers]
+            if self.planner_engine:
+                if not self.leaders:
+                    raise ClusterError(
+                        "the planner campaigns through the leader service: start at least one leader"
+                    )
+                self.planner = ServiceProcess(
+                    kind="planner",
+                    name="planner",
+                    argv=self.planner_argv(),
+                    log_path=self.log_dir / "planner.log",
+                    ready_file=self.run_dir / "planner.json",
+                )
+                services.append(self.planner)
             for svc in services:
                 self._spawn(svc)
             self._wait_ready(services, deadline, timeout_s)
@@ -540,6 +568,8 @@ class LocalCluster:
             self._progress(f"lookup    {svc.url}  admin {svc.admin_url}  (pid {svc.pid})")
         elif svc.kind == "broker":
             self._progress(f"broker {svc.broker_id}  {svc.url}  (pid {svc.pid})")
+        elif svc.kind == "planner":
+            self._progress(f"planner   engine {info.get('engine')}  (pid {svc.pid})")
         else:
             self._progress(f"{svc.name}  {svc.url}  (pid {svc.pid})")
 
