@@ -2,9 +2,10 @@
 producing and consuming, and the next load report shows the imbalance reduced.
 
 3 brokers, 2 load managers, 2 leader replicas; 6 reliable topics, 2 per broker; the two topics of
-one broker get 20x the traffic of the others. The planner runs as `danube-planner --once`
-(engine python: the DataFrame path is the same computation and has its own Spark-marked tests),
-fenced through the leader service like the long-running planner.
+one broker get 20x the traffic of the others. The planner runs as `danube-planner --once`, fenced
+through the leader service like the long-running planner: on Spark (local[*]) for the cycle whose
+plan is executed, then with the plain-Python engine (the same computation, checked equal to 1e-9 by
+the Spark-marked tests) to measure the imbalance from the next load reports.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from tests.e2e.conftest import cli, subprocess_env
 from tests.e2e.control_plane import etcd, full_cluster, owners, start_flow, stop_flow
 from tests.support import unique, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield c
 
 
-def planner_once(cluster: LocalCluster) -> dict[str, Any]:
+def planner_once(cluster: LocalCluster, engine: str = "python") -> dict[str, Any]:
     env = {
         **subprocess_env(),
         "DANUBE_PLANNER_MIN_TOPIC_AGE_S": "0",
@@ -43,7 +44,7 @@ def planner_once(cluster: LocalCluster) -> dict[str, Any]:
         "DANUBE_PLANNER_MAX_MOVES_PER_CYCLE": "2",
     }
     res = subprocess.run(
-        [sys.executable, "-m", "danube_planner", "--once", "--engine", "python",
+        [sys.executable, "-m", "danube_planner", "--once", "--engine", engine,
          "--etcd-endpoints", cluster.etcd_endpoint, "--cluster", cluster.cluster,
          "--leader-endpoints", cluster.leader_endpoints, "--candidate-id", "planner-test"],
         capture_output=True, text=True, timeout=120, env=env, cwd=os.fspath(cluster.workdir),
@@ -76,7 +77,7 @@ async def test_a_planner_cycle_rebalances_a_skewed_cluster(cluster: LocalCluster
             return bool(load) and load["msg_rate_in"] > 600
 
         await wait_until(skew_reported, timeout_s=30, interval_s=0.2, what="the skew in the load reports")
-        before = await asyncio.to_thread(planner_once, cluster)
+        before = await asyncio.to_thread(planner_once, cluster, "spark")
         plan_id = before["plan"]["plan_id"]
         assert plan_id, f"a skewed cluster gets a plan: {before['plan']}"
 
