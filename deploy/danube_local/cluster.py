@@ -680,6 +680,7 @@ class LocalCluster:
         try:
             # Load managers first (they resign), then the data plane, then the leader service.
             order = [
+                self.planner,
                 *self.load_managers,
                 self._lookup,
                 *self.brokers,

@@ -64,7 +64,12 @@ class SparkEngine:
         return aggregate_spark(self._spark, inp, params)
 
     def close(self) -> None:
-        self._spark.stop()
+        """Stop the Spark session. When the whole process group was signalled (danube-local, a
+        container stop), the JVM may already be gone: that is a normal end, not an error."""
+        try:
+            self._spark.stop()
+        except Exception as exc:  # py4j's network errors when the JVM exited first
+            log.info("the Spark JVM was already gone at shutdown (%s)", type(exc).__name__)
 
 
 def make_engine(cfg: PlannerConfig) -> Engine:

@@ -308,3 +308,19 @@ async def _in_thread(fn: object, *args: object) -> object:
     import asyncio
 
     return await asyncio.to_thread(fn, *args)  # type: ignore[arg-type]
+
+
+@real_services
+def test_every_process_of_the_full_stack_stops(tmp_path: Path) -> None:
+    """Leaders, uploaders, load managers and the planner are all stopped (none left behind)."""
+    lc = LocalCluster(
+        brokers=1, leaders=1, load_managers=1, uploaders=True, planner="python", workdir=tmp_path / "wd"
+    )
+    lc.start(timeout_s=60)
+    try:
+        assert lc.planner is not None and lc.planner.ready and lc.planner.info["engine"] == "python"
+        procs = [lc.planner, *lc.leaders, *lc.load_managers, *lc.uploaders.values(), lc.lookup, *lc.brokers]
+        pids = [s.pid for s in procs]
+    finally:
+        lc.stop()
+    assert len(pids) == 6 and not any(alive(p) for p in pids)
