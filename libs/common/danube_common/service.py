@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -112,6 +113,24 @@ def write_ready_file(path: str | Path, info: Mapping[str, Any]) -> None:
 def remove_ready_file(path: str | Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         Path(path).unlink()
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceReady:
+    """Where a running service answers: what ``ready`` callbacks get and the ready file holds
+    (``{"service", <extra fields>, "addr", "url", "pid"}``)."""
+
+    service: str
+    addr: str
+    pid: int
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.addr}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"service": self.service, **self.extra, "addr": self.addr, "url": self.url, "pid": self.pid}
 
 
 class ServiceRun(Protocol[R_co]):

@@ -16,8 +16,6 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Any
 
 import grpc.aio
 
@@ -26,28 +24,13 @@ from danube_common.grpc_util import SERVER_OPTIONS, bind, install_stop_signals
 from danube_common.keys import Keys
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.pb import DanubeLeader_pb2_grpc as lpb_grpc
-from danube_common.service import remove_ready_file, write_ready_file
+from danube_common.service import ServiceReady, remove_ready_file, write_ready_file
 from danube_common.service import running as service_running
 from danube_leader.config import LeaderConfig
 from danube_leader.election import Elections
 from danube_leader.grpc_api import LeaderElectionApi
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ReadyInfo:
-    """Where a running leader replica answers (also the content of the ready file)."""
-
-    addr: str
-    pid: int
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.addr}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"service": "leader", "addr": self.addr, "url": self.url, "pid": self.pid}
 
 
 def _new_server(cfg: LeaderConfig) -> grpc.aio.Server:
@@ -67,7 +50,7 @@ def _new_server(cfg: LeaderConfig) -> grpc.aio.Server:
 async def run(
     cfg: LeaderConfig,
     *,
-    ready: Callable[[ReadyInfo], None] | None = None,
+    ready: Callable[[ServiceReady], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Serve until ``stop`` is set (default: until SIGINT/SIGTERM)."""
@@ -103,7 +86,7 @@ async def run(
         stack.push_async_callback(shutdown)
         await server.start()
 
-        info = ReadyInfo(f"{cfg.advertised_host}:{port}", os.getpid())
+        info = ServiceReady("leader", f"{cfg.advertised_host}:{port}", os.getpid())
         if cfg.ready_file:
             write_ready_file(cfg.ready_file, info.to_json())
             stack.callback(remove_ready_file, cfg.ready_file)
@@ -120,7 +103,7 @@ async def run(
 
 
 @contextlib.asynccontextmanager
-async def running(cfg: LeaderConfig) -> AsyncIterator[ReadyInfo]:
+async def running(cfg: LeaderConfig) -> AsyncIterator[ServiceReady]:
     """Run the service in this event loop for the duration of the block (embedding, tests)."""
     async with service_running(run, cfg, name="leader") as info:
         yield info

@@ -20,8 +20,6 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 import grpc.aio
 
@@ -35,7 +33,7 @@ from danube_common.pb import DanubeLoadManager_pb2_grpc as lmpb_grpc
 from danube_common.placement import LOAD_MANAGER_ROLE
 from danube_common.resources import Resources
 from danube_common.resources import now_ms as now_wall_ms
-from danube_common.service import remove_ready_file, write_ready_file
+from danube_common.service import ServiceReady, remove_ready_file, write_ready_file
 from danube_load_manager.actions import Executor
 from danube_load_manager.config import LoadManagerConfig
 from danube_load_manager.plan import Limits, Move, Snapshot, next_actions
@@ -48,26 +46,6 @@ log = logging.getLogger(__name__)
 
 class LoadManagerFailure(RuntimeError):
     """The load manager stopped because something it depends on failed."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReadyInfo:
-    candidate_id: str
-    addr: str
-    pid: int
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.addr}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "service": "load_manager",
-            "candidate_id": self.candidate_id,
-            "addr": self.addr,
-            "url": self.url,
-            "pid": self.pid,
-        }
 
 
 class LoadManager:
@@ -224,7 +202,7 @@ class StatusApi(lmpb_grpc.LoadManagerStatusServicer):
 async def run(
     cfg: LoadManagerConfig,
     *,
-    ready: Callable[[ReadyInfo], None] | None = None,
+    ready: Callable[[ServiceReady], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Serve until ``stop`` is set (default: until SIGINT/SIGTERM)."""
@@ -257,7 +235,7 @@ async def run(
             metadata={"addr": addr},
         )
         follow = asyncio.create_task(manager.follow(candidacy), name="load-manager")
-        info = ReadyInfo(cfg.candidate_id, addr, os.getpid())
+        info = ServiceReady("load_manager", addr, os.getpid(), {"candidate_id": cfg.candidate_id})
         if cfg.ready_file:
             write_ready_file(cfg.ready_file, info.to_json())
         log.info(

@@ -19,7 +19,6 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from danube_common.errors import ConfigError, DanubeError
@@ -30,7 +29,7 @@ from danube_common.metadata.lease import KeptLease
 from danube_common.metadata.store import MetadataStore
 from danube_common.objstore import ObjectStore, ObjectStoreError, backoff_delays, open_object_store
 from danube_common.pb import DanubeWalUploader_pb2_grpc as upb_grpc
-from danube_common.service import remove_ready_file, write_ready_file
+from danube_common.service import ServiceReady, remove_ready_file, write_ready_file
 from danube_common.service import running as service_running
 from danube_wal_uploader.config import WalUploaderConfig
 from danube_wal_uploader.grpc_api import WalUploaderApi
@@ -41,26 +40,6 @@ log = logging.getLogger(__name__)
 
 class UploaderFailure(RuntimeError):
     """The uploader stopped because one of its loops failed."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReadyInfo:
-    broker_id: str
-    addr: str
-    pid: int
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.addr}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "service": "wal_uploader",
-            "broker_id": self.broker_id,
-            "addr": self.addr,
-            "url": self.url,
-            "pid": self.pid,
-        }
 
 
 class Registration:
@@ -120,7 +99,7 @@ async def open_objects(cfg: WalUploaderConfig, stop: asyncio.Event) -> ObjectSto
 async def run(
     cfg: WalUploaderConfig,
     *,
-    ready: Callable[[ReadyInfo], None] | None = None,
+    ready: Callable[[ServiceReady], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Serve until ``stop`` is set (default: until SIGINT/SIGTERM)."""
@@ -148,7 +127,9 @@ async def run(
         upb_grpc.add_WalUploaderServicer_to_server(WalUploaderApi(uploader), server)
         port = bind(server, cfg.listen_addr)
         await server.start()
-        info = ReadyInfo(cfg.broker_id, f"{cfg.advertised_host}:{port}", os.getpid())
+        info = ServiceReady(
+            "wal_uploader", f"{cfg.advertised_host}:{port}", os.getpid(), {"broker_id": cfg.broker_id}
+        )
         registration = Registration(
             store,
             keys.uploader(cfg.broker_id),
@@ -212,7 +193,7 @@ async def _wait_for_stop(stop: asyncio.Event, loops: dict[asyncio.Task[None], st
 
 
 @contextlib.asynccontextmanager
-async def running(cfg: WalUploaderConfig) -> AsyncIterator[ReadyInfo]:
+async def running(cfg: WalUploaderConfig) -> AsyncIterator[ServiceReady]:
     """Run the uploader in this event loop for the duration of the block (embedding, tests)."""
     async with service_running(run, cfg, name="wal-uploader") as info:
         yield info
