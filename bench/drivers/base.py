@@ -26,7 +26,23 @@ from __future__ import annotations
 import abc
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+#: Most payloads a consumer handle returns from one ``receive``.
+RECEIVE_BATCH_MAX_MSGS = 1000
+
+T = TypeVar("T")
+
+
+async def take_batch(queue: asyncio.Queue[T], max_items: int = RECEIVE_BATCH_MAX_MSGS) -> list[T]:
+    """Wait for one item, then take whatever else is queued, up to ``max_items``."""
+    out = [await queue.get()]
+    while len(out) < max_items:
+        try:
+            out.append(queue.get_nowait())
+        except asyncio.QueueEmpty:
+            break
+    return out
 
 
 class DriverUnavailable(RuntimeError):

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from bench.drivers._proc import free_port, port_open, stop_process_group
-from bench.drivers.base import ConsumerHandle, Driver, DriverUnavailable, ProducerHandle
+from bench.drivers.base import ConsumerHandle, Driver, DriverUnavailable, ProducerHandle, take_batch
 
 try:
     import nats
@@ -60,7 +60,6 @@ REQUEST_TIMEOUT_S = 10.0
 DEFAULT_MAX_IN_FLIGHT = 4096  # unacked JetStream publishes per producer
 DEFAULT_MAX_ACK_PENDING = 20_000  # delivered, unacked messages per JetStream consumer
 ACK_WAIT_S = 30.0
-RECEIVE_BATCH_MAX_MSGS = 1000
 CONSUMER_QUEUE_MAX_MSGS = 100_000  # core NATS: messages buffered in a consumer handle
 
 
@@ -330,12 +329,7 @@ class _JetStreamConsumer(ConsumerHandle):
         self._queue = queue
 
     async def receive(self) -> list[bytes]:
-        msgs = [await self._queue.get()]
-        while len(msgs) < RECEIVE_BATCH_MAX_MSGS:
-            try:
-                msgs.append(self._queue.get_nowait())
-            except asyncio.QueueEmpty:
-                break
+        msgs = await take_batch(self._queue)
         for msg in msgs:
             await msg.ack()  # a publish to the ack subject, buffered: no round trip
         return [m.data for m in msgs]
@@ -413,13 +407,7 @@ class _CoreConsumer(ConsumerHandle):
         self._queue = queue
 
     async def receive(self) -> list[bytes]:
-        out = [await self._queue.get()]
-        while len(out) < RECEIVE_BATCH_MAX_MSGS:
-            try:
-                out.append(self._queue.get_nowait())
-            except asyncio.QueueEmpty:
-                break
-        return out
+        return await take_batch(self._queue)
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.drivers._proc import free_port, port_open, stop_process_group
-from bench.drivers.base import ConsumerHandle, Driver, DriverUnavailable, ProducerHandle
+from bench.drivers.base import ConsumerHandle, Driver, DriverUnavailable, ProducerHandle, take_batch
 
 try:
     import aiormq
@@ -58,7 +58,6 @@ STOP_TIMEOUT_S = 30.0
 REQUEST_TIMEOUT_S = 10.0
 DEFAULT_MAX_IN_FLIGHT = 4096  # unconfirmed publishes per producer
 DEFAULT_PREFETCH = 1000  # unacked deliveries per consumer
-RECEIVE_BATCH_MAX_MSGS = 1000
 LOOPBACK_DIST_ARGS = "-kernel inet_dist_use_interface {127,0,0,1}"
 
 
@@ -410,12 +409,7 @@ class _RabbitConsumer(ConsumerHandle):
         self._manual_ack = manual_ack
 
     async def receive(self) -> list[bytes]:
-        msgs = [await self._queue.get()]
-        while len(msgs) < RECEIVE_BATCH_MAX_MSGS:
-            try:
-                msgs.append(self._queue.get_nowait())
-            except asyncio.QueueEmpty:
-                break
+        msgs = await take_batch(self._queue)
         if self._manual_ack:
             # Delivery tags grow per channel: acking the highest with multiple=True acks them all.
             tag = max(m.delivery.delivery_tag for m in msgs)

@@ -507,7 +507,6 @@ def _hint(err: DanubeError, namespace: str) -> str:
         "NAMESPACE_NOT_EMPTY": f"list its topics with `danube-admin topics list --namespace {namespace}`",
         "TOPIC_NOT_FOUND": "list topics with `danube-admin topics list`",
         "BROKER_NOT_FOUND": "list brokers with `danube-admin brokers list`",
-        "NOT_FOUND": "",
         "NO_BROKER_AVAILABLE": "start a broker (`danube-local up` starts a whole cluster)",
         "METADATA_UNAVAILABLE": "the lookup service cannot reach etcd; check that etcd is running",
         "TIMEOUT": "the lookup service, etcd or the owning broker is slow; retry, or raise --timeout-s",
