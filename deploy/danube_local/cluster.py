@@ -206,6 +206,8 @@ class LocalCluster:
         self.load_manager_flags: list[str] = []
         #: Extra flags for every leader service replica.
         self.leader_flags: list[str] = []
+        #: etcd endpoint per broker id, instead of the cluster's (e.g. a fault-injecting proxy).
+        self.broker_etcd_endpoints: dict[str, str] = {}
         #: How signals reach a service's process group (replaced by fakes in unit tests).
         self._send_signal: Callable[[Any, int], None] = signal_group
         self._lock = threading.RLock()
@@ -260,9 +262,9 @@ class LocalCluster:
     def admin_url(self) -> str:
         return self.lookup.admin_url
 
-    def _common_flags(self, ready_file: Path) -> list[str]:
+    def _common_flags(self, ready_file: Path, *, etcd_endpoint: str | None = None) -> list[str]:
         return [
-            "--etcd-endpoints", self.etcd_endpoint,
+            "--etcd-endpoints", etcd_endpoint or self.etcd_endpoint,
             "--cluster", self.cluster,
             "--ready-file", str(ready_file),
             "--log-level", self.log_level,
@@ -287,7 +289,7 @@ class LocalCluster:
             "--broker-id", broker_id,
             "--listen", f"{self.host}:{port}",
             "--advertised-host", self.host,
-            *self._common_flags(ready),
+            *self._common_flags(ready, etcd_endpoint=self.broker_etcd_endpoints.get(broker_id)),
         ]  # fmt: skip
         if self.broker_config:
             argv += ["--config", str(self.broker_config)]

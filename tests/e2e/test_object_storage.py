@@ -50,7 +50,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             "DANUBE_BROKER_WAL__SEGMENT_MAX_BYTES": str(64 * 1024),
             "DANUBE_BROKER_RETENTION_CHECK_INTERVAL_S": "1",
             "DANUBE_BROKER_CLOUD_FLUSH_INTERVAL_MS": "50",
-            "DANUBE_BROKER_TAKEOVER_WAIT_S": "5",
             "DANUBE_WAL_UPLOADER_SCAN_INTERVAL_S": "0.2",
             "DANUBE_WAL_UPLOADER_REGISTRATION_TTL_S": str(REGISTRATION_TTL_S),
         }

@@ -26,13 +26,14 @@ from tests.support import unique, wait_until
 from tests.support.faulty_proxy import FaultyProxy
 from tests.support.moto import MotoServer
 from tests.unit.wal_uploader.helpers import (
+    INCARNATION,
     UploaderClient,
     UploaderProcess,
     append,
     check_uploaded,
     checkpoint,
-    descriptors,
     open_log,
+    record_stint,
     s3_settings,
     write_topic,
 )
@@ -73,6 +74,7 @@ async def broker_lease(etcd_store: EtcdStore, keys: Keys) -> AsyncIterator[int]:
     """The broker's registration, on a lease the test revokes to "kill" the broker."""
     lease = await etcd_store.grant_lease(30)
     await etcd_store.put(keys.broker(BROKER), {"broker_id": BROKER}, lease=lease)
+    await record_stint(etcd_store, keys, T, BROKER)  # the broker opened the topic: it writes its log
     yield lease
     await etcd_store.revoke_lease(lease)
 
@@ -146,7 +148,15 @@ async def test_kill9_mid_upload_then_restart_describes_every_segment_once(
         descs = await check_uploaded(etcd_store, keys, objects, T, end=sealed_end)
         # Once each: one descriptor per local segment, under its range's deterministic key.
         assert len(descs) == len(list(log.directory.glob("*.idx")))
-        assert all(d.object_key == object_key(T, d.start_offset, d.next_offset) for d in descs)
+        stint = await etcd_store.get(keys.storage_state(T))
+        assert stint is not None
+        assert all(
+            d.object_key
+            == object_key(
+                T, d.start_offset, d.next_offset, incarnation=INCARNATION, revision=stint.mod_revision
+            )
+            for d in descs
+        )
         keys_stored = [o.key for o in await objects.list(f"{T.namespace}/{T.local}/")]
         assert set(keys_stored) == {d.object_key for d in descs}  # no orphan either (same ranges)
     finally:
@@ -247,28 +257,22 @@ async def test_broker_death_uploads_the_tail_and_records_the_true_end(
 
             t0 = time.monotonic()
             await etcd_store.revoke_lease(broker_lease)  # the broker's lease ends
+
+            async def closed() -> object:
+                state = await etcd_store.get_json(keys.storage_state(T))
+                return state if state and not state.get("open", True) else None
+
+            state = await wait_until(closed, timeout_s=10, what="the dead broker's log end recorded")
+            end_s = time.monotonic() - t0
+            assert state["next_offset"] == end and state["closed_by"] == "uploader"  # type: ignore[index]
             await wait_until(lambda: at(end), timeout_s=20, what="the tail uploaded")
             tail_s = time.monotonic() - t0
             descs = await check_uploaded(etcd_store, keys, objects, T, end=end)
             assert descs[-1].next_offset == end and not descs[-1].sealed
             status = await client.status(T)
-            assert not status.broker_alive and not status.topics[0].final
-            assert await etcd_store.get(keys.storage_state(T)) is None  # still owned by the dead broker
-
-            # The load manager re-places the topic: the final state follows.
-            t1 = time.monotonic()
-            await etcd_store.put(keys.owner(T), {"broker_id": "b2", "replaced": BROKER})
-
-            async def final() -> object:
-                return await etcd_store.get_json(keys.storage_state(T))
-
-            state = await wait_until(final, timeout_s=10, what="final storage state")
-            final_s = time.monotonic() - t1
-            assert state == {"next_offset": end, "broker_id": BROKER, "final": True, "at_ms": state["at_ms"]}
-            assert (await client.status(T)).topics[0].final
-            assert len(await descriptors(etcd_store, keys, T)) == len(descs)
+            assert not status.broker_alive and status.topics[0].final
             print(
-                f"\ntail uploaded {tail_s:.2f}s after the broker's lease ended; final state {final_s:.2f}s after re-placement"
+                f"\nlog end recorded {end_s:.2f}s and the tail uploaded {tail_s:.2f}s after the broker's lease ended"
             )
         finally:
             await client.aclose()

@@ -327,7 +327,19 @@ async def test_topic_stats_command(admin_url: str, etcd_store: EtcdStore, keys: 
         assert r.code == 0, r.err
         assert "broker             b1" in r.out and "offsets kept       10 .. 109" in r.out
         rows = {ln.split()[0]: ln.split() for ln in r.out.splitlines() if ln.startswith(("billing", "fresh"))}
-        assert rows["billing"] == ["billing", "exclusive", "1", "7", "102", "3", "105", "4", "1", "9.5/s"]
+        assert rows["billing"] == [
+            "billing",
+            "exclusive",
+            "1",
+            "7",
+            "102",
+            "3",
+            "105",
+            "4",
+            "1",
+            "0",
+            "9.5/s",
+        ]
         r = await cli("-o", "json", "topics", "stats", "/default/metered", url=admin_url)
         assert r.json()["subscriptions"][0]["dead_lettered_total"] == 1
 

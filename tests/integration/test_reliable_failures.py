@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
-from danube_broker import reliable_topic
+from danube_broker import takeover
 from danube_broker.wal import DiskOps, TopicLog
 from danube_common.etcd_server import EtcdProcess
 from danube_common.keys import Keys
@@ -60,7 +60,7 @@ async def test_a_full_disk_refuses_batches_in_band_and_the_topic_recovers(
         async def open(directory: Path, **kw: Any) -> TopicLog:
             return await TopicLog.open(directory, ops=DiskOps(pwrite=disk.pwrite), **kw)
 
-    monkeypatch.setattr(reliable_topic, "TopicLog", FaultyLog)
+    monkeypatch.setattr(takeover, "TopicLog", FaultyLog)
     b = await reliable_broker(etcd_server, cluster_name, tmp_path / "wal")
     try:
         topic = f"/default/{unique('full')}"
@@ -206,7 +206,7 @@ async def _gated_broker(
         async def open(directory: Path, **kw: Any) -> TopicLog:
             return await TopicLog.open(directory, ops=DiskOps(pwrite=disk.pwrite), **kw)
 
-    monkeypatch.setattr(reliable_topic, "TopicLog", GatedLog)
+    monkeypatch.setattr(takeover, "TopicLog", GatedLog)
     return await reliable_broker(etcd, cluster, tmp_path / "wal")
 
 

@@ -31,6 +31,7 @@ from tests.unit.wal_uploader.helpers import (
     append,
     check_uploaded,
     checkpoint,
+    record_stint,
     s3_settings,
     write_topic,
 )
@@ -66,6 +67,7 @@ async def broker_registered(etcd_store: EtcdStore, keys: Keys) -> AsyncIterator[
     lease = KeptLease(etcd_store, 5, name="fake broker")
     await lease.start()
     await etcd_store.put(keys.broker(BROKER), {"broker_id": BROKER}, lease=lease.lease_id)
+    await record_stint(etcd_store, keys, T, BROKER)  # the broker opened the topic
     yield lease
     await lease.aclose()
 

@@ -168,6 +168,21 @@ class MetadataUnavailable(Unavailable):
     code = "METADATA_UNAVAILABLE"
 
 
+class TakeoverPending(Unavailable):
+    """A reliable topic's new owner is waiting for the previous owner's log end to be recorded
+    (its WAL uploader, the previous owner itself, or an operator's decision): retry later."""
+
+    code = "TAKEOVER_PENDING"
+
+
+class OwnershipUncertain(Unavailable):
+    """The broker could not renew its registration lease in time, so it cannot be sure it still
+    owns the topic: it refuses to acknowledge (the batch may or may not be stored; a re-send with
+    the same sequence ids is deduplicated). Look the topic up again."""
+
+    code = "OWNERSHIP_UNCERTAIN"
+
+
 # ---- RESOURCE_EXHAUSTED: back-pressure; retry later.
 class ResourceExhausted(DanubeError):
     code = "RESOURCE_EXHAUSTED"
@@ -229,6 +244,13 @@ class DataLoss(DanubeError):
 
 class CorruptData(DataLoss):
     code = "CORRUPT_DATA"
+
+
+class HistoryConflict(DataLoss):
+    """What etcd records about a reliable topic's log contradicts itself or the disk (two
+    histories): the topic is refused rather than served wrongly; an operator must look."""
+
+    code = "HISTORY_CONFLICT"
 
 
 class Unauthenticated(DanubeError):

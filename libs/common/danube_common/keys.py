@@ -19,7 +19,9 @@ Layout (values are JSON unless noted)::
     /{cluster}/topics/{ns}/{topic}/subscriptions/{sub}     subscription metadata
     /{cluster}/topics/{ns}/{topic}/subscriptions/{sub}/cursor   acked cursor (reliable)
     /{cluster}/topics/{ns}/{topic}/subscriptions/{sub}/policy   failure policy (reliable)
-    /{cluster}/storage/{ns}/{topic}/state                  where the log ends {next_offset} (hand-over)
+    /{cluster}/storage/{ns}/{topic}/state                  the log's current writer (stint) or where it ended
+    /{cluster}/storage/{ns}/{topic}/reserved               offsets the current writer may assign (below reserved_to)
+    /{cluster}/storage/{ns}/{topic}/gaps/{start:020d}      offsets lost by an accepted unclean takeover
     /{cluster}/storage/{ns}/{topic}/uploaded               uploader checkpoint {next_offset}
     /{cluster}/storage/{ns}/{topic}/segments/{start:020d}  segment descriptors
     /{cluster}/uploaders/{broker_id}                       a running WAL uploader of that broker; lease
@@ -216,10 +218,26 @@ class Keys:
     def segments_prefix(self, topic: TopicName) -> str:
         return f"/{self.cluster}/storage/{topic.namespace}/{topic.local}/segments/"
 
+    def storage_topic_prefix(self, topic: TopicName) -> str:
+        """Everything stored about one reliable topic's log (deleted with the topic)."""
+        return f"/{self.cluster}/storage/{topic.namespace}/{topic.local}/"
+
     def storage_state(self, topic: TopicName) -> str:
-        """``{"next_offset": N, "broker_id", "epoch", "at_ms"}``: where a reliable topic's log ends,
-        written when an owner hands the topic over or releases it (the next owner starts at N)."""
+        """The log record (``danube_common.log_state.LogState``): which broker writes the log now,
+        from which offset, at which ownership epoch, or where the last writer's log ended."""
         return f"/{self.cluster}/storage/{topic.namespace}/{topic.local}/state"
+
+    def storage_reservation(self, topic: TopicName) -> str:
+        """``{"reserved_to", "writer", "state_revision"}``: the current writer never assigns an
+        offset at or above ``reserved_to`` (an unclean takeover starts there)."""
+        return f"/{self.cluster}/storage/{topic.namespace}/{topic.local}/reserved"
+
+    def storage_gaps_prefix(self, topic: TopicName) -> str:
+        return f"/{self.cluster}/storage/{topic.namespace}/{topic.local}/gaps/"
+
+    def storage_gap(self, topic: TopicName, start_offset: int) -> str:
+        """An accepted loss: offsets ``[start_offset, next_offset)`` are skipped by readers."""
+        return f"{self.storage_gaps_prefix(topic)}{start_offset:020d}"
 
     def upload_checkpoint(self, topic: TopicName) -> str:
         """``{"next_offset": N}``: every offset below N is in object storage (the WAL uploader)."""

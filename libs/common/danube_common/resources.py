@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from danube_common.errors import (
@@ -33,6 +33,9 @@ from danube_common.topic_name import TopicName, validate_namespace
 _TXN_CHUNK = 100
 
 DispatchName = Literal["non_reliable", "reliable"]
+#: Extra compares and operations that close a reliable topic's log record in the same
+#: transaction as a release or a hand-over (``danube_common.log_state.LogRecords.close_txn``).
+LogClose = tuple[Sequence[Compare], Sequence[Op]]
 DISPATCH_NAMES: tuple[str, ...] = ("non_reliable", "reliable")
 BrokerState = Literal["active", "draining", "drained"]
 
@@ -69,13 +72,24 @@ class TopicRecord:
     partition_of: str = ""
     created_at_ms: int = 0
     policies: dict[str, Any] = field(default_factory=dict)
+    #: The ``create_revision`` of the topic's metadata key (not stored in it): a topic deleted and
+    #: created again under the same name is a new incarnation and never sees the old one's data.
+    #: 0: not known (a record built without reading etcd).
+    incarnation: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        del d["incarnation"]
+        return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> TopicRecord:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+    def from_json(cls, d: dict[str, Any], *, incarnation: int = 0) -> TopicRecord:
+        fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k != "incarnation"}
+        return cls(**fields, incarnation=incarnation)
+
+    @classmethod
+    def from_kv(cls, kv: KeyValue) -> TopicRecord:
+        return cls.from_json(kv.json(), incarnation=kv.create_revision)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +138,12 @@ class Resources:
             raise NamespaceAlreadyExists(f"namespace {ns!r} already exists")
         return created
 
+    async def namespace_policies(self, ns: str) -> dict[str, Any]:
+        """The namespace's policies ({} when it has none, or does not exist)."""
+        value = await self.store.get_json(self.keys.namespace(ns))
+        policies = value.get("policies") if isinstance(value, dict) else None
+        return dict(policies) if isinstance(policies, dict) else {}
+
     async def namespace_exists(self, ns: str) -> bool:
         return await self.store.get(self.keys.namespace(ns)) is not None
 
@@ -152,7 +172,7 @@ class Resources:
     # ------------------------------------------------------------------ topics
     async def get_topic(self, topic: TopicName) -> TopicRecord | None:
         kv = await self.store.get(self.keys.topic(topic))
-        return TopicRecord.from_json(kv.json()) if kv else None
+        return TopicRecord.from_kv(kv) if kv else None
 
     async def create_topic(
         self,
@@ -182,13 +202,13 @@ class Resources:
             [Op.get(self.keys.topic(topic))],
         )
         if res.succeeded:
-            return rec, True
+            return replace(rec, incarnation=res.revision), True
         existing = res.gets[0]
         if existing is None:  # deleted in between; the caller may simply retry
             raise TopicNotFound(f"topic {topic} was deleted while being created; retry")
         if not exist_ok:
             raise TopicAlreadyExists(f"topic {topic} already exists")
-        return TopicRecord.from_json(existing.json()), False
+        return TopicRecord.from_kv(existing), False
 
     async def create_partitioned_topic(
         self,
@@ -232,7 +252,7 @@ class Resources:
         if not res.succeeded:
             await self._undo(written)
             raise TopicAlreadyExists(f"topic {topic} already exists")
-        return parent
+        return replace(parent, incarnation=res.revision)
 
     async def _undo(self, written: list[tuple[str, int]]) -> None:
         for lo in range(0, len(written), _TXN_CHUNK):
@@ -244,7 +264,7 @@ class Resources:
         out = []
         for kv in kvs:
             if self.keys.parse_topic(kv.key) is not None:
-                out.append(TopicRecord.from_json(kv.json()))
+                out.append(TopicRecord.from_kv(kv))
         return out
 
     async def topic_partitions(self, topic: TopicName) -> list[str]:
@@ -271,10 +291,13 @@ class Resources:
         names = [topic.partition(i) for i in range(rec.partitions)] if rec.partitions else []
         names.append(topic)
         for t in names:
+            # The log's records, descriptors, checkpoint and accepted gaps go with the topic: a
+            # topic created again under this name is a new incarnation and starts empty.
             ops = [
                 Op.delete(self.keys.topic(t)),
                 Op.delete_prefix(self.keys.topic(t) + "/"),
                 Op.delete(self.keys.unassigned(t)),
+                Op.delete_prefix(self.keys.storage_topic_prefix(t)),
             ]
             own = await self.get_owner(t)
             if own is not None:
@@ -340,14 +363,14 @@ class Resources:
             return await self.assign_if_unowned(topic, broker_id)
         return self._ownership(topic, kv)
 
-    async def release(self, own: Ownership, *, next_offset: int | None = None) -> bool:
-        """Give up ownership, only if still at the same epoch (fenced). ``next_offset``: a
-        reliable topic's log end, recorded so the next owner continues from it."""
+    async def release(self, own: Ownership, *, close: LogClose | None = None) -> bool:
+        """Give up ownership, only if still at the same epoch (fenced). ``close``: for a reliable
+        topic, the compare and put that record where its log ended (``LogRecords.close_txn``),
+        so the next owner continues from there."""
         t = TopicName.parse(own.topic)
-        ops = [Op.delete(self.keys.owner(t)), Op.delete(self.keys.assignment(own.broker_id, t))]
-        if next_offset is not None:
-            ops.append(self._storage_state_op(t, own, next_offset))
-        res = await self.store.txn([Compare.mod_revision_is(self.keys.owner(t), own.epoch)], ops)
+        compares, extra = close if close is not None else ([], [])
+        ops = [Op.delete(self.keys.owner(t)), Op.delete(self.keys.assignment(own.broker_id, t)), *extra]
+        res = await self.store.txn([Compare.mod_revision_is(self.keys.owner(t), own.epoch), *compares], ops)
         return res.succeeded
 
     # ------------------------------------------------------------------ topic moves
@@ -383,11 +406,12 @@ class Resources:
             return None
         return Ownership(own.topic, own.broker_id, res.revision, to_broker)
 
-    async def hand_over(self, own: Ownership, *, next_offset: int | None) -> bool:
+    async def hand_over(self, own: Ownership, *, close: LogClose | None = None) -> bool:
         """Step 2 of a move (the old owner, once sealed): make ``own.moving_to`` the owner.
 
         Fenced on ``own.epoch`` (the epoch step 1 set). One transaction moves the owner key and
-        both assignment keys and, for a reliable topic, records where its log ends."""
+        both assignment keys and, for a reliable topic, records where its log ends (``close``:
+        ``LogRecords.close_txn``'s compare and put)."""
         t = TopicName.parse(own.topic)
         ts = now_ms()
         ops = [
@@ -400,9 +424,9 @@ class Resources:
                 self.keys.assignment(own.moving_to, t), {"assigned_at_ms": ts, "moved_from": own.broker_id}
             ),
         ]
-        if next_offset is not None:
-            ops.append(self._storage_state_op(t, own, next_offset))
-        res = await self.store.txn([Compare.mod_revision_is(self.keys.owner(t), own.epoch)], ops)
+        compares, extra = close if close is not None else ([], [])
+        ops += extra
+        res = await self.store.txn([Compare.mod_revision_is(self.keys.owner(t), own.epoch), *compares], ops)
         return res.succeeded
 
     async def abort_move(self, own: Ownership) -> Ownership | None:
@@ -417,17 +441,6 @@ class Resources:
             ],
         )
         return Ownership(own.topic, own.broker_id, res.revision) if res.succeeded else None
-
-    def _storage_state_op(self, t: TopicName, own: Ownership, next_offset: int) -> Op:
-        return Op.put(
-            self.keys.storage_state(t),
-            {"next_offset": next_offset, "broker_id": own.broker_id, "epoch": own.epoch, "at_ms": now_ms()},
-        )
-
-    async def storage_next_offset(self, topic: TopicName) -> int | None:
-        """Where the reliable topic's log ended at its last hand-over or release (None: never)."""
-        kv = await self.store.get(self.keys.storage_state(topic))
-        return int(kv.json()["next_offset"]) if kv is not None else None
 
     async def place_new_topic(self, topic: TopicName) -> Ownership:
         """Place an unowned topic on the active broker with the fewest topics (ties: by id).

@@ -10,7 +10,13 @@ topic's whole history with no gap.
 Object keys are deterministic, so re-uploading after a crash overwrites the same object with the
 same bytes::
 
-    {ns}/{topic}/{start_offset:020d}-{next_offset:020d}.wal      (under the store's own prefix)
+    {ns}/{topic}/i{incarnation}/{start_offset:020d}-{next_offset:020d}.r{revision}.wal
+
+(under the store's own prefix). The incarnation keeps a deleted topic's objects apart from a new
+topic of the same name; the revision is the log record's (``danube_common.log_state``) when the
+range was uploaded, so two writers can never put different bytes under one key (a woken former
+owner's uploader cannot overwrite the new owner's object). Keys without them (``{ns}/{topic}/
+{start}-{next}.wal``) are still read.
 
 An object is a segment file as written by the broker (the 32-byte header, then frames), cut at
 ``next_offset``: any reader of WAL segments reads it.
@@ -26,19 +32,34 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from danube_common.topic_name import TopicName
 
-_OBJECT_RE = re.compile(r"^(?P<ns>[^/]+)/(?P<topic>[^/]+)/(?P<start>\d{20})-(?P<next>\d{20})\.wal$")
+_OBJECT_RE = re.compile(
+    r"^(?P<ns>[^/]+)/(?P<topic>[^/]+)/(?:i(?P<inc>\d+)/)?(?P<start>\d{20})-(?P<next>\d{20})(?:\.r(?P<rev>\d+))?\.wal$"
+)
 
 
-def object_key(topic: TopicName, start_offset: int, next_offset: int) -> str:
+def object_key(
+    topic: TopicName,
+    start_offset: int,
+    next_offset: int,
+    *,
+    incarnation: int | None = None,
+    revision: int = 0,
+) -> str:
     """The object key of a topic's history ``[start_offset, next_offset)``."""
     if not 0 <= start_offset < next_offset:
         raise ValueError(f"an object holds at least one offset: got [{start_offset}, {next_offset})")
-    return f"{topic.namespace}/{topic.local}/{start_offset:020d}-{next_offset:020d}.wal"
+    where = f"{topic.namespace}/{topic.local}/" + (f"i{incarnation}/" if incarnation else "")
+    return f"{where}{start_offset:020d}-{next_offset:020d}" + (f".r{revision}" if revision else "") + ".wal"
+
+
+def incarnation_prefix(topic: TopicName, incarnation: int) -> str:
+    """Every object of one incarnation of a topic (deleted with the topic)."""
+    return f"{topic.namespace}/{topic.local}/i{incarnation}/"
 
 
 def parse_object_key(key: str) -> tuple[TopicName, int, int] | None:
@@ -65,6 +86,11 @@ class SegmentDescriptor:
     broker_id: str = ""
     #: False for a tail cut from a segment that was still open (a hand-over or a dead broker).
     sealed: bool = True
+    #: The topic's incarnation (None: before incarnations were recorded).
+    incarnation: int | None = None
+    #: Highest sequence id per producer name among the object's records (idempotent producers
+    #: keep their deduplication when a ``cloud`` topic is taken over from a dead broker).
+    producer_sequences: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -139,7 +139,9 @@ async def _serve(
     stop: asyncio.Event,
     tiering: Tiering | None = None,
 ) -> None:
-    membership = Membership(resources, registry, registration_ttl_s=cfg.registration_ttl_s)
+    membership = Membership(
+        resources, registry, registration_ttl_s=cfg.registration_ttl_s, ack_margin_s=cfg.ack_margin_s
+    )
     mover = TopicMover(registry, resources, move_timeout_s=cfg.move_timeout_s, tiering=tiering)
     membership.mover = mover
     view = ClusterView(resources)
@@ -156,6 +158,9 @@ async def _serve(
     try:
         record = BrokerRecord(cfg.broker_id, addr, registry.broker_url, "active", now_ms())
         lease = await membership.register(record)
+        # From here on, nothing is acknowledged unless this lease is surely alive.
+        registry.reliable.lease = lease
+        registry.reliable.renewal_wait_s = cfg.ack_renewal_wait_s
         revision = await membership.load_assignments()
         loops[asyncio.create_task(membership.follow_assignments(revision + 1), name="assignments")] = (
             "the assignment watch"
@@ -278,6 +283,11 @@ async def _shutdown(
     # Reliable topics: dispatch stopped; cursors written and logs closed before ownership goes.
     await registry.wait_closed()
     log_ends = {name: rt.local.next_offset for name, rt in reliables.items()}
+    closes = {
+        name: close
+        for name, rt in reliables.items()
+        if (close := rt.close_txn(rt.local.next_offset, "release")) is not None
+    }
     own_loops = [
         t
         for t, what in loops.items()
@@ -294,7 +304,7 @@ async def _shutdown(
         await tiering.flush_all(log_ends)
     if lease_ok:
         try:
-            await membership.release_all(held, log_ends)
+            await membership.release_all(held, closes)
         except DanubeError as exc:
             log.warning("could not release topic ownership (peers take over after the lease TTL): %s", exc)
     await server_stop

@@ -134,9 +134,28 @@ class BrokerConfig(ServiceConfig):
     #: "cloud" durability: a topic asks the uploader to flush at most this often (the waiting
     #: acks of the interval share one Flush).
     cloud_flush_interval_ms: int = Field(default=200, ge=1)
-    #: A topic re-placed from a dead broker whose uploader is alive waits up to this long for
-    #: that uploader to publish the dead broker's final log end, then opens anyway.
-    takeover_wait_s: float = Field(default=10.0, ge=0)
+
+    # ---- ownership you can trust (see danube_common.log_state and services/broker/README.md)
+    #: A reliable topic taken over from a broker that did not hand it over waits (clients get the
+    #: retryable TAKEOVER_PENDING) until that broker's log end is recorded: by its WAL uploader, by
+    #: itself when it restarts, or by `danube-admin topics force-takeover --accept-loss`. With this
+    #: set (> 0), after waiting this long for a writer that is not registered, the new owner forces
+    #: the takeover itself, recording the offsets it gives up. 0 (default): never; a topic's or its
+    #: namespace's policy ``unclean_takeover_after_s`` overrides it.
+    unclean_takeover_after_s: float = Field(default=0.0, ge=0)
+    #: How many offsets a reliable topic's writer reserves at a time (an etcd write per block;
+    #: an unclean takeover starts after the last reserved offset, so none is ever reused).
+    offset_reservation_block: int = Field(default=1_000_000, ge=1000)
+    #: The broker acknowledges a publish only while its registration lease is surely alive: until
+    #: the last renewal's send time + the TTL - this margin (monotonic clock). Past it, publishes
+    #: wait (up to ack_renewal_wait_s) for a renewal, else fail with OWNERSHIP_UNCERTAIN.
+    #: None: 20% of registration_ttl_s, at least 0.5 s.
+    ack_deadline_margin_s: float | None = Field(default=None, gt=0)
+    ack_renewal_wait_s: float = Field(default=1.0, ge=0)
+    #: A producer or consumer attaching to a reliable topic that is still opening (recovering its
+    #: log, or waiting for a previous owner's log end) waits up to this long, then gets a
+    #: retryable error saying what the topic waits for (clients retry with backoff).
+    topic_open_client_wait_s: float = Field(default=5.0, ge=0)
 
     # ---- process
     #: Seconds in-flight RPCs get to finish at shutdown before they are cancelled.
@@ -190,6 +209,13 @@ class BrokerConfig(ServiceConfig):
         return v
 
     # ---- derived values
+    @property
+    def ack_margin_s(self) -> float:
+        """Safety margin of the ack deadline (see ``ack_deadline_margin_s``)."""
+        if self.ack_deadline_margin_s is not None:
+            return min(self.ack_deadline_margin_s, self.registration_ttl_s / 2)
+        return min(max(0.5, 0.2 * self.registration_ttl_s), self.registration_ttl_s / 2)
+
     def advertised_addr(self, port: int) -> str:
         """``host:port`` clients connect to, once the real port is known."""
         host, _ = split_host_port(self.listen_addr)

@@ -42,7 +42,7 @@ from danube_broker.registry import BrokerRegistry
 from danube_broker.tiering import Tiering
 from danube_broker.topic import Topic, not_owned
 from danube_common.errors import DanubeError
-from danube_common.resources import Ownership, Resources
+from danube_common.resources import LogClose, Ownership, Resources
 from danube_common.topic_name import TopicName
 
 log = logging.getLogger(__name__)
@@ -115,6 +115,7 @@ class TopicMover:
         t = self._reg.topics.get(name)
         next_offset: int | None = None
         uploaded: int | None = None
+        close: LogClose | None = None
         try:
             if t is not None:
                 t.epoch = max(t.epoch, own.epoch)
@@ -135,11 +136,12 @@ class TopicMover:
                     next_offset = reliable.log.next_offset
                 self._reg.unload(name, not_owned(name, f"moved to broker {own.moving_to}"))
                 await self._reg.tasks.before_open(name)
-                if flusher is not None and reliable is not None:
+                if reliable is not None:
                     next_offset = reliable.local.next_offset  # closed: what the log really holds
-                    if uploaded is not None and next_offset > uploaded:
+                    if flusher is not None and uploaded is not None and next_offset > uploaded:
                         await self._flush_rest(name, flusher, next_offset)
-            handed = await self._res.hand_over(own, next_offset=next_offset)
+                    close = reliable.close_txn(next_offset, "hand_over")
+            handed = await self._res.hand_over(own, close=close)
         except DanubeError as exc:
             log.error(
                 "topic %s: the move to %s failed (%s); the load manager will re-place it",

@@ -21,7 +21,7 @@ from danube_broker.registry import BrokerRegistry
 from danube_common.errors import MetadataUnavailable
 from danube_common.metadata.lease import KeptLease
 from danube_common.metadata.store import WatchCompacted
-from danube_common.resources import BrokerRecord, Ownership, Resources
+from danube_common.resources import BrokerRecord, LogClose, Ownership, Resources
 from danube_common.topic_name import TopicName
 
 log = logging.getLogger(__name__)
@@ -42,12 +42,14 @@ class Membership:
         *,
         registration_ttl_s: int,
         stale_wait_s: float | None = None,
+        ack_margin_s: float = 0.0,
     ) -> None:
         self._res = resources
         self._store = resources.store
         self._keys = resources.keys
         self._registry = registry
         self._ttl_s = registration_ttl_s
+        self._ack_margin_s = ack_margin_s
         #: How long start-up waits for a previous registration of our id to expire.
         self._stale_wait_s = registration_ttl_s + 2.0 if stale_wait_s is None else stale_wait_s
         self.lease: KeptLease | None = None
@@ -61,7 +63,12 @@ class Membership:
 
     async def register(self, record: BrokerRecord) -> KeptLease:
         """Create our registration on a fresh lease; return the lease (watch ``lease.lost``)."""
-        lease = KeptLease(self._store, self._ttl_s, name=f"broker {self.broker_id} registration")
+        lease = KeptLease(
+            self._store,
+            self._ttl_s,
+            name=f"broker {self.broker_id} registration",
+            margin_s=self._ack_margin_s,
+        )
         await lease.start()
         try:
             await self._create_registration(record, lease.lease_id)
@@ -153,14 +160,15 @@ class Membership:
                 continue
             raise MetadataUnavailable(f"the assignment watch on {prefix} ended unexpectedly")
 
-    async def release_all(self, held: list[Ownership], log_ends: dict[str, int] | None = None) -> None:
+    async def release_all(self, held: list[Ownership], closes: dict[str, LogClose] | None = None) -> None:
         """Give up every topic we own, fenced by epoch (peers can take them over at once).
 
-        ``held`` are the loaded topics; ``log_ends`` the reliable ones' next offsets (recorded so
-        the next owner continues from them). Assignments made to us but never loaded (e.g.
-        during shutdown) are found by listing our prefix.
+        ``held`` are the loaded topics; ``closes`` the reliable ones' log closes (recording where
+        each log ends, in the release's transaction, so the next owner continues from there).
+        Assignments made to us but never loaded (e.g. during shutdown) are found by listing our
+        prefix.
         """
-        ends = log_ends or {}
+        ends = closes or {}
         released = 0
         seen: set[str] = set()
         for own in held:
@@ -173,8 +181,8 @@ class Membership:
                 released += await self._release(Ownership(str(parsed[1]), self.broker_id, kv.mod_revision))
         log.info("released ownership of %d topic(s)", released)
 
-    async def _release(self, own: Ownership, next_offset: int | None = None) -> int:
-        if await self._res.release(own, next_offset=next_offset):
+    async def _release(self, own: Ownership, close: LogClose | None = None) -> int:
+        if await self._res.release(own, close=close):
             return 1
         log.warning("topic %s: not released (ownership changed since epoch %d)", own.topic, own.epoch)
         return 0

@@ -29,9 +29,10 @@ from danube_broker.consumer import Consumer, StreamSession
 from danube_broker.dispatch.base import Msg, PublishResult, SubType
 from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink
 from danube_broker.producer import Producer
-from danube_broker.reliable_topic import LogOpener, ReliableContext
+from danube_broker.reliable_topic import ReliableContext
 from danube_broker.stats import TopicStats
 from danube_broker.subscription import Subscription
+from danube_broker.takeover import LogOpener
 from danube_broker.tiering import Tiering
 from danube_broker.topic import Topic, not_owned
 from danube_common.errors import (
@@ -136,11 +137,15 @@ class BrokerRegistry:
             if not topic.closed:
                 log.warning("topic %s: could not open it yet (%s); the next client retries", topic.name, exc)
 
-    async def _adopt(self, topic: Topic, record: TopicRecord, requested: str | None = None) -> None:
-        """Hand ``record`` to ``topic``, after the previous instance of the topic is closed."""
+    async def _adopt(
+        self, topic: Topic, record: TopicRecord, requested: str | None = None, *, client: bool = False
+    ) -> None:
+        """Hand ``record`` to ``topic``, after the previous instance of the topic is closed.
+        ``client``: for a client's request, which waits for the opening at most
+        ``topic_open_client_wait_s`` (then gets a retryable error saying what it waits for)."""
         if record.dispatch_strategy == "reliable" and topic.reliable is None:
             await self.tasks.before_open(topic.name)
-        await topic.adopt(record, requested)
+        await topic.adopt(record, requested, wait_s=self._cfg.topic_open_client_wait_s if client else None)
 
     def on_unassigned(self, topic: TopicName, revision: int) -> None:
         """The assignment watch saw our assignment of ``topic`` deleted at ``revision``."""
@@ -275,7 +280,7 @@ class BrokerRegistry:
                 record = await self._res.get_topic(topic_id)
                 if record is None:
                     raise self._topic_not_found(topic_id)
-        await self._adopt(topic, record, dispatch_strategy)
+        await self._adopt(topic, record, dispatch_strategy, client=True)
         producer, created = topic.attach_producer(
             producer_name, exclusive=exclusive, new_id=self.new_id(), now=self._clock()
         )
@@ -338,7 +343,7 @@ class BrokerRegistry:
     def last_sequence(producer: Producer) -> int:
         """Reliable topics: the highest sequence id stored for the producer's name (0: none)."""
         reliable = producer.topic.reliable
-        return reliable.log.last_sequence(producer.name) if reliable is not None else 0
+        return reliable.last_sequence(producer.name) if reliable is not None else 0
 
     # ------------------------------------------------------------------ consumers
     async def subscribe(
@@ -366,7 +371,7 @@ class BrokerRegistry:
             record = await self._res.get_topic(topic_id)
             if record is None:
                 raise self._topic_not_found(topic_id)
-        await self._adopt(topic, record)
+        await self._adopt(topic, record, client=True)
         consumer = await topic.subscribe_any(
             subscription=subscription,
             consumer_name=consumer_name,

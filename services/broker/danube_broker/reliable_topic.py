@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -48,14 +49,23 @@ from danube_broker.dispatch.reliable.retention import estimated_segments, retent
 from danube_broker.producer import Producer
 from danube_broker.stats import TieredStats
 from danube_broker.subscription import Subscription
+from danube_broker.takeover import LogOpener, LogOpening
 from danube_broker.tiering import Tiering
-from danube_broker.wal import Durability, LogClosed, StorageError, TopicLog
+from danube_broker.wal import Durability, LogClosed, StorageError
 from danube_broker.wal.remote import RemoteHistory
 from danube_broker.wal.tiered import TieredLog
-from danube_common.errors import DanubeError, FailedPrecondition, Unavailable
+from danube_common.errors import (
+    DanubeError,
+    FailedPrecondition,
+    OwnershipUncertain,
+    TopicNotOwned,
+    Unavailable,
+)
+from danube_common.log_state import LogRecords, LogState, Reservation, merge_sequences
+from danube_common.metadata.lease import KeptLease
 from danube_common.pb import DanubeApi_pb2 as pb
-from danube_common.resources import Resources, TopicRecord
-from danube_common.topic_name import TopicName
+from danube_common.resources import LogClose, Resources, TopicRecord
+from danube_common.storage import incarnation_prefix
 
 if TYPE_CHECKING:
     from danube_broker.topic import Topic
@@ -64,7 +74,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-LogOpener = Callable[[Path, Durability], Awaitable[TopicLogPort]]
 #: Later, the WAL uploader: (topic, proposed cut) -> the cut it allows (not above the proposal).
 RetentionGate = Callable[[str, int], Awaitable[int]]
 
@@ -89,6 +98,28 @@ class ReliableContext:
     retention_gate: RetentionGate | None = None
     #: Object storage and the WAL uploader (None: local history only, "cloud" acts as "fsync").
     tiering: Tiering | None = None
+    #: The broker's registration lease: nothing is acknowledged unless it is surely alive
+    #: (None: no lease, e.g. unit tests: always).
+    lease: KeptLease | None = None
+    #: How long a publish waits for a lease renewal once the ack deadline passed.
+    renewal_wait_s: float = 1.0
+
+    async def broker_registered(self, broker_id: str) -> bool:
+        """Whether ``broker_id`` holds a registration (its lease is alive)."""
+        return await self.resources.get_broker(broker_id) is not None
+
+    async def check_ackable(self, topic: str) -> None:
+        """Raise OwnershipUncertain unless the registration lease is surely alive (waiting up to
+        ``renewal_wait_s`` for a renewal): called before every acknowledgement and append."""
+        lease = self.lease
+        if lease is None or lease.surely_alive():
+            return
+        if not lease.lost.is_set() and await lease.wait_renewed(self.renewal_wait_s):
+            return
+        raise OwnershipUncertain(
+            f"broker could not renew its registration lease in time, so it may no longer own {topic}: "
+            "not acknowledging (a re-send with the same sequence ids is deduplicated); look the topic up again"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,69 +127,34 @@ class TopicPolicies:
     durability: Durability
     retention_time_s: int
     retention_size_bytes: int
+    #: Force the takeover from an unreachable writer after this long (0: never).
+    unclean_takeover_after_s: float = 0.0
 
     @classmethod
-    def of(cls, record: TopicRecord, cfg: BrokerConfig) -> TopicPolicies:
+    def of(
+        cls, record: TopicRecord, cfg: BrokerConfig, namespace_policies: dict[str, Any] | None = None
+    ) -> TopicPolicies:
         """The topic's own policies (written by admin at creation: every key it has wins, 0
-        included), else the broker defaults (e.g. a topic auto-created by its first producer)."""
-        p = record.policies or {}
+        included), else its namespace's, else the broker defaults (e.g. a topic auto-created by
+        its first producer)."""
+        p = {**(namespace_policies or {}), **(record.policies or {})}
         try:
             return cls(
                 durability=Durability(p.get("durability") or cfg.default_durability),
                 retention_time_s=max(0, int(p.get("retention_time_s", cfg.retention_time_s))),
                 retention_size_bytes=max(0, int(p.get("retention_size_bytes", cfg.retention_size_bytes))),
+                unclean_takeover_after_s=max(
+                    0.0, float(p.get("unclean_takeover_after_s", cfg.unclean_takeover_after_s))
+                ),
             )
         except (ValueError, TypeError) as exc:
             log.error("topic %s: bad policies %r (%s); using the broker defaults", record.name, p, exc)
-            return cls(cfg.default_durability, cfg.retention_time_s, cfg.retention_size_bytes)
-
-
-async def _open_continuing(
-    directory: Path,
-    name: TopicName,
-    cfg: BrokerConfig,
-    ctx: ReliableContext,
-    durability: Durability,
-    history: RemoteHistory | None = None,
-) -> TopicLog:
-    """Open the topic's WAL so that it continues where the previous owner's log ended.
-
-    A topic that moved here starts at the offset its last owner recorded when handing it over
-    (``storage/{topic}/state``), or, with object storage, at the end of what is uploaded if that
-    is later (``Tiering.resume_offset``: a dead broker's uploader may have shipped more). A local
-    log that ends *before* that offset is left from an earlier stay of the topic on this broker:
-    its messages were all acknowledged (or are in object storage) before the topic moved away, so
-    it is set aside (renamed ``<dir>.superseded-<offset>``) and a fresh log starts at the
-    recorded offset. One that ends *after* it is newer than the record (the
-    record predates a crash here) and is kept.
-    """
-    if ctx.tiering is not None:
-        recorded = await ctx.tiering.resume_offset(name, history)
-    else:
-        recorded = await ctx.resources.storage_next_offset(name)
-    log_ = await TopicLog.open(directory, cfg=cfg.wal, durability=durability, initial_offset=recorded or 0)
-    if recorded is None or log_.next_offset >= recorded:
-        if recorded is not None and log_.next_offset > recorded:
-            log.warning(
-                "topic %s: the local log ends at %d, past the recorded hand-over offset %d; keeping it",
-                name,
-                log_.next_offset,
-                recorded,
+            return cls(
+                cfg.default_durability,
+                cfg.retention_time_s,
+                cfg.retention_size_bytes,
+                cfg.unclean_takeover_after_s,
             )
-        return log_
-    stale_end = log_.next_offset
-    await log_.aclose()
-    aside = directory.with_name(f"{directory.name}.superseded-{stale_end}")
-    await asyncio.to_thread(directory.rename, aside)
-    log.warning(
-        "topic %s: local log (offsets up to %d) is from an earlier stay here; the topic continues at %d. "
-        "Set aside as %s (safe to delete)",
-        name,
-        stale_end,
-        recorded,
-        aside,
-    )
-    return await TopicLog.open(directory, cfg=cfg.wal, durability=durability, initial_offset=recorded)
 
 
 class ReliableTopic:
@@ -172,6 +168,8 @@ class ReliableTopic:
         policies: TopicPolicies,
         local: TopicLogPort | None = None,
         history: RemoteHistory | None = None,
+        stint: LogState | None = None,
+        reservation: Reservation | None = None,
     ) -> None:
         self.topic = topic
         #: What dispatch reads: the local log, or object storage + the local log (TieredLog).
@@ -182,8 +180,17 @@ class ReliableTopic:
         self.policies = policies
         self._cfg = cfg
         self._ctx = ctx
+        self._records = LogRecords(ctx.resources.store, ctx.resources.keys)
+        #: Our stint as recorded in etcd (None: built without the log protocol, unit tests).
+        self.stint = stint
+        #: Offsets at or above ``reservation.reserved_to`` are not assigned before it is extended.
+        self.reservation = reservation
+        self._reserve_lock = asyncio.Lock()
+        self._reserve_wake = asyncio.Event()
+        #: Sequence ids stored before this stint (by earlier writers): deduplication continues.
+        self._inherited = dict(stint.producer_sequences) if stint is not None else {}
         self._store = SubscriptionStore(ctx.resources, topic.topic_name, lambda: topic.epoch)
-        self._dedup = Dedup(log_.last_sequence)
+        self._dedup = Dedup(self.last_sequence)
         #: The log's end when opened: sequence ids below it are learnt lazily (``_seed_dedup``).
         self._opened_at = log_.next_offset
         self._dedup_seeded = False
@@ -196,12 +203,15 @@ class ReliableTopic:
         self._dirty = asyncio.Event()
         self._flush_lock = asyncio.Lock()
         self._create_lock = asyncio.Lock()
+        #: Cursor writes were refused: ownership moved on.
+        self._cursors_fenced = False
+        #: Our stint of the log was ended by someone else: we must not write it any more.
         self._fenced = False
         self._tasks: dict[asyncio.Task[Any], str] = {}
         self._closed = False
         self.cloud: CloudAcks | None = None
         if policies.durability is Durability.CLOUD:
-            uploader = ctx.tiering.uploader if ctx.tiering is not None else None
+            uploader = _cloud_uploader(ctx)
             if uploader is None:
                 log.warning(
                     "topic %s has durability cloud but this broker has no WAL uploader (uploader_addr): "
@@ -221,17 +231,44 @@ class ReliableTopic:
     async def open(
         cls, topic: Topic, record: TopicRecord, *, cfg: BrokerConfig, ctx: ReliableContext
     ) -> ReliableTopic:
-        policies = TopicPolicies.of(record, cfg)
         name = topic.topic_name
+        ns = await ctx.resources.namespace_policies(name.namespace)
+        policies = TopicPolicies.of(record, cfg, ns)
         directory = cfg.data_path / name.namespace / name.local
         history = await ctx.tiering.history(name) if ctx.tiering is not None else None
-        local: TopicLogPort
-        if ctx.open_log is not None:
-            local = await ctx.open_log(directory, policies.durability)
-        else:
-            local = await _open_continuing(directory, name, cfg, ctx, policies.durability, history)
+        opening = LogOpening(
+            name,
+            incarnation=record.incarnation or None,
+            directory=directory,
+            durability=policies.durability,
+            cfg=cfg,
+            resources=ctx.resources,
+            epoch=lambda: topic.epoch,
+            closed=lambda: topic.closed,
+            history=history,
+            opener=ctx.open_log,
+            cloud_acks=policies.durability is Durability.CLOUD and _cloud_uploader(ctx) is not None,
+            unclean_after_s=policies.unclean_takeover_after_s,
+            writer_alive=ctx.broker_registered,
+        )
+        topic.opening = opening
+        try:
+            opened = await opening.run()
+        finally:
+            topic.opening = None
+        local = opened.log
         log_: TopicLogPort = TieredLog(local, history) if history is not None else local
-        rt = cls(topic, log_, cfg=cfg, ctx=ctx, policies=policies, local=local, history=history)
+        rt = cls(
+            topic,
+            log_,
+            cfg=cfg,
+            ctx=ctx,
+            policies=policies,
+            local=local,
+            history=history,
+            stint=opened.stint,
+            reservation=opened.reservation,
+        )
         try:
             await rt._restore()
         except BaseException:
@@ -267,6 +304,8 @@ class ReliableTopic:
             self._add_subscription(rec.name, sub_type, cursor=s.cursor, policy=policy)
         self._spawn(self._store.follow_policies(revision + 1, self._policy_changed), "the policy watch")
         self._spawn(self._maintain(), "the cursor flush and retention loop")
+        if self.reservation is not None:
+            self._spawn(self._reserve_ahead(), "the offset reservation loop")
         if self.cloud is not None:
             self._spawn(self.cloud.run(), "the cloud ack flusher")
 
@@ -300,6 +339,38 @@ class ReliableTopic:
             )
         await self.log.aclose()
 
+    async def discard_if_deleted(self) -> None:
+        """After closing: if the topic was deleted meanwhile (or deleted and created again: another
+        incarnation), remove its local WAL and its objects. A topic created again under the name
+        never sees them anyway (its incarnation differs); this frees the space."""
+        mine = self.stint.incarnation if self.stint is not None else None
+        if mine is None:
+            return
+        try:
+            rec = await self._ctx.resources.get_topic(self.topic.topic_name)
+        except DanubeError:
+            return
+        if rec is not None and rec.incarnation == mine:
+            return
+        directory = getattr(self.local, "directory", None)
+        if isinstance(directory, Path):
+            await asyncio.to_thread(shutil.rmtree, directory, True)
+        tiering = self._ctx.tiering
+        objects = tiering.objects if tiering is not None else None
+        removed = 0
+        if objects is not None:
+            try:
+                for info in await objects.list(incarnation_prefix(self.topic.topic_name, mine)):
+                    await objects.delete(info.key)
+                    removed += 1
+            except DanubeError as exc:
+                log.warning("topic %s was deleted; removing its objects failed: %s", self.topic.name, exc)
+        log.info(
+            "topic %s was deleted: its local log%s removed",
+            self.topic.name,
+            f" and {removed} object(s)" if removed else "",
+        )
+
     def _spawn(self, coro: Awaitable[Any], what: str) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks[task] = what
@@ -321,7 +392,10 @@ class ReliableTopic:
         in the log): the part up to the log's queue runs under ``_admission`` (a FIFO lock,
         free on the hot path), the wait for durability outside it. So a publish stream can keep
         several batches in flight and they share group commits."""
+        await self._ctx.check_ackable(self.topic.name)
         async with self._admission:
+            if self._fenced:
+                raise self._fenced_error()
             split = self._dedup.split(producer.name, msgs)
             if not self._dedup_seeded and any(where is None for _, where in split.duplicates):
                 await self._seed_dedup()
@@ -337,6 +411,13 @@ class ReliableTopic:
             new = split.new
             first = self.log.next_offset
             durable: asyncio.Future[int] | None = None
+            if new and self.reservation is not None and first + len(new) > self.reservation.reserved_to:
+                try:
+                    await self._reserve(first + len(new))
+                except BaseException:
+                    self._dedup.failed(producer.name, split.append)
+                    split.append.failed(Unavailable("the offset reservation could not be extended; retry"))
+                    raise
             if new:
                 now_ms = int(time.time() * 1000)
                 self.topic.stamp(producer, new, first, now_ms)
@@ -357,9 +438,14 @@ class ReliableTopic:
             first = await self._appending(producer.name, split.append, new, durable)
             split.append.stored(first)
             self._published(new, nbytes if len(new) == len(msgs) else sum(len(m.payload) for m in new))
+            if self.reservation is not None and (
+                self.log.next_offset + self._cfg.offset_reservation_block // 2 >= self.reservation.reserved_to
+            ):
+                self._reserve_wake.set()
             if self.cloud is not None:
                 await self.cloud.wait_uploaded(first + len(new))
         if not split.duplicates:
+            await self._ctx.check_ackable(self.topic.name)
             return PublishResult(first, len(new))
         offsets = [0] * len(msgs)
         dup_at = {i for i, _ in split.duplicates}
@@ -373,7 +459,85 @@ class ReliableTopic:
             known = [o for o in offsets if o != UNKNOWN_OFFSET]
             if known:
                 await self.cloud.wait_uploaded(max(known) + 1)
+        await self._ctx.check_ackable(self.topic.name)
         return PublishResult(first, len(msgs), offsets, len(split.duplicates))
+
+    def last_sequence(self, producer_name: str) -> int:
+        """Highest sequence id stored for ``producer_name`` on this topic, by this broker or the
+        writers before it (0: none)."""
+        return max(self.log.last_sequence(producer_name), self._inherited.get(producer_name, 0))
+
+    # ------------------------------------------------------------------ offset reservation
+    async def _reserve(self, needed: int) -> None:
+        """Extend the reservation so that offsets below ``needed`` may be assigned."""
+        async with self._reserve_lock:
+            res, stint = self.reservation, self.stint
+            if res is None or stint is None or needed <= res.reserved_to:
+                return
+            if self._fenced:
+                raise self._fenced_error()
+            target = max(needed, self.log.next_offset) + self._cfg.offset_reservation_block
+            new = await self._records.extend_reservation(self.topic.topic_name, stint, res, target)
+            if new is None:
+                self._fence_out("the log record changed: another broker took the topic's log over")
+                raise self._fenced_error()
+            self.reservation = new
+
+    async def _reserve_ahead(self) -> None:
+        """Extend the reservation before publishes reach it (half a block ahead)."""
+        while True:
+            await self._reserve_wake.wait()
+            self._reserve_wake.clear()
+            res = self.reservation
+            if res is None or self._fenced:
+                return
+            if self.log.next_offset + self._cfg.offset_reservation_block // 2 < res.reserved_to:
+                continue
+            try:
+                await self._ctx.check_ackable(self.topic.name)
+                await self._reserve(res.reserved_to + 1)
+            except DanubeError as exc:
+                if self._fenced:
+                    return
+                log.warning(
+                    "topic %s: extending the offset reservation failed (%s); retrying", self.topic.name, exc
+                )
+                await asyncio.sleep(1.0)
+                self._reserve_wake.set()
+
+    async def _still_owned(self) -> bool:
+        """Whether the owner key still names this broker (then adopt its current epoch)."""
+        try:
+            own = await self._ctx.resources.get_owner(self.topic.topic_name)
+        except DanubeError:
+            return True  # unknown: try again later
+        if own is None or own.broker_id != self._cfg.broker_id:
+            return False
+        self.topic.epoch = max(self.topic.epoch, own.epoch)
+        return True
+
+    def _fence_out(self, why: str) -> None:
+        if not self._fenced:
+            self._fenced = True
+            log.warning("topic %s: %s; this broker stops writing it", self.topic.name, why)
+
+    def _fenced_error(self) -> TopicNotOwned:
+        return TopicNotOwned(
+            f"topic {self.topic.name} is no longer written by this broker (its ownership moved on); look it up again"
+        )
+
+    def close_txn(self, next_offset: int, closed_by: str) -> LogClose | None:
+        """The compare and put that record where our stint of the log ends (None: no stint)."""
+        if self.stint is None:
+            return None
+        sequences = merge_sequences(self._inherited, self.local.producer_sequences())
+        return self._records.close_txn(
+            self.topic.topic_name,
+            self.stint,
+            next_offset=next_offset,
+            closed_by=closed_by,
+            sequences=sequences,
+        )
 
     async def _appending(
         self, producer_name: str, append: PendingAppend, new: list[Msg], step: Awaitable[T]
@@ -568,7 +732,7 @@ class ReliableTopic:
         """Write every changed cursor in one fenced transaction (failures are retried later)."""
         async with self._flush_lock:
             self._dirty.clear()
-            if self._fenced:
+            if self._cursors_fenced:
                 return
             changed: dict[str, int] = {}
             for sub in subs if subs is not None else list(self.topic.subscriptions.values()):
@@ -584,7 +748,10 @@ class ReliableTopic:
             try:
                 await self._store.write_cursors(changed)
             except FencedOut as exc:
-                self._fenced = True
+                if await self._still_owned():
+                    self._dirty.set()  # our epoch moved on (e.g. a move was marked): write again
+                    return
+                self._cursors_fenced = True
                 log.warning("%s; cursors are no longer written", exc.message)
                 return
             except DanubeError as exc:
@@ -643,6 +810,16 @@ class ReliableTopic:
             log.warning("topic %s: retention could not delete segments: %s", self.topic.name, exc)
 
     # ------------------------------------------------------------------ stats
+    def stint_stats(self) -> tuple[str, int, int, int] | None:
+        if self.stint is None:
+            return None
+        reserved = self.reservation.reserved_to if self.reservation is not None else 0
+        return self.stint.writer, self.stint.epoch, self.stint.start_offset, reserved
+
+    def gap_stats(self) -> tuple[tuple[int, int, str, str, int, str], ...]:
+        gaps = self.history.gaps if self.history is not None else []
+        return tuple((g.start_offset, g.next_offset, g.reason, g.decided_by, g.at_ms, g.writer) for g in gaps)
+
     def wal_stats(self) -> tuple[int, int]:
         """(bytes on disk, segments)."""
         s = self.local.stats()
@@ -670,3 +847,8 @@ class ReliableTopic:
             cloud_flush_failures=c.failures if c else 0,
             last_cloud_error=c.last_error if c else "",
         )
+
+
+def _cloud_uploader(ctx: ReliableContext) -> Any:
+    """The uploader ``cloud`` acks go through (None: "cloud" acts as "fsync")."""
+    return ctx.tiering.uploader if ctx.tiering is not None else None

@@ -52,6 +52,8 @@ class SubscriptionStats:
     #: Why reading the log is failing right now ("" when it is not): a damaged frame, a gap in
     #: the history (HISTORY_GAP), object storage unreachable. The subscription stalls meanwhile.
     read_error: str = ""
+    #: Offsets skipped because they are gone (retention, or an accepted gap).
+    skipped_total: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,12 @@ class TopicStats:
     wal_segments: int = 0
     #: Object storage's figures (None: not configured).
     tiered: TieredStats | None = None
+    #: The log's current stint: (writer, ownership epoch, start offset, reserved_to) (None: not open).
+    log_stint: tuple[str, int, int, int] | None = None
+    #: "" when serving; otherwise what the topic waits for.
+    state: str = ""
+    #: Offsets given up by recorded decisions: (start, end, reason, decided_by, at_ms, writer).
+    accepted_gaps: tuple[tuple[int, int, str, str, int, str], ...] = ()
 
 
 class Rate:

@@ -44,6 +44,8 @@ def subscription_proto(s: SubscriptionStats) -> admin.SubscriptionStats:
         dead_lettered_total=s.dead_lettered_total,
         dropped_total=s.dropped_total or s.msgs_dropped,
         msg_rate_out=s.msg_rate_out,
+        skipped_total=s.skipped_total,
+        read_error=s.read_error,
     )
 
 
@@ -63,6 +65,17 @@ def topic_proto(t: TopicStats, broker_id: str) -> admin.TopicStats:
         bytes_rate_in=t.bytes_rate_in,
         producers=t.producers,
         subscriptions=[subscription_proto(s) for s in t.per_subscription.values()],
+        log_writer=t.log_stint[0] if t.log_stint else "",
+        log_epoch=t.log_stint[1] if t.log_stint else 0,
+        log_start_offset=t.log_stint[2] if t.log_stint else 0,
+        reserved_to=t.log_stint[3] if t.log_stint else 0,
+        state=t.state,
+        accepted_gaps=[
+            admin.AcceptedGap(
+                start_offset=a, next_offset=b, reason=why, decided_by=who, at_ms=at, writer=writer
+            )
+            for a, b, why, who, at, writer in t.accepted_gaps
+        ],
     )
 
 

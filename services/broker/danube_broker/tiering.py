@@ -8,10 +8,6 @@ One :class:`Tiering` per broker (``app.run`` opens it when ``object_store`` or
 - ``retention_gate(topic, point)``: local segments are deleted only below the uploader's
   checkpoint (``storage/{topic}/uploaded``): ``min(point, checkpoint)``. Object storage keeps
   the full history (deleting objects by retention is not done);
-- ``resume_offset(topic, history)``: where a reliable topic opened here continues:
-  ``max(storage_state.next_offset, last descriptor's next_offset)``; for a topic re-placed
-  from a dead broker whose uploader is alive, after waiting up to ``takeover_wait_s`` for that
-  uploader's ``final`` state;
 - ``uploader``: the Flush client (``cloud`` acks, hand-overs, shutdown).
 """
 
@@ -19,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from danube_broker.cloud import UploaderClient
 from danube_broker.config import BrokerConfig
@@ -31,8 +26,6 @@ from danube_common.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 
-#: How often a takeover re-reads the storage state while waiting for a dead broker's uploader.
-_TAKEOVER_POLL_S = 0.1
 #: Topics flushed at once at shutdown.
 _SHUTDOWN_FLUSHES = 8
 
@@ -112,72 +105,6 @@ class Tiering:
         value = await self._res.store.get_json(self._keys.upload_checkpoint(topic))
         return int(value["next_offset"]) if isinstance(value, dict) and "next_offset" in value else 0
 
-    # ------------------------------------------------------------------ takeover
-    async def _storage_state(self, topic: TopicName) -> dict[str, Any] | None:
-        value = await self._res.store.get_json(self._keys.storage_state(topic))
-        return value if isinstance(value, dict) else None
-
-    async def resume_offset(self, topic: TopicName, history: RemoteHistory | None) -> int | None:
-        """Where the topic's log continues here (None: nothing recorded anywhere, start at 0)."""
-        state = await self._storage_state(topic)
-        owner = await self._res.store.get_json(self._keys.owner(topic))
-        dead = str(owner.get("replaced") or "") if isinstance(owner, dict) else ""
-        if dead and not _final_of(state, dead):
-            state = await self._await_final(topic, dead, state)
-            if history is not None:
-                await history.refresh()  # the dead broker's uploader may have added segments
-        ends = [int(state["next_offset"])] if state is not None and "next_offset" in state else []
-        if history is not None and history.end_offset is not None:
-            ends.append(history.end_offset)
-        return max(ends) if ends else None
-
-    async def _await_final(
-        self, topic: TopicName, dead: str, state: dict[str, Any] | None
-    ) -> dict[str, Any] | None:
-        if await self._res.store.get(self._keys.uploader(dead)) is None:
-            log.warning(
-                "topic %s: re-placed from dead broker %s, which has no live WAL uploader; continuing at the "
-                "recorded end (%s) and object storage's: what %s had not uploaded is not readable here",
-                topic,
-                dead,
-                state.get("next_offset") if state else "none",
-                dead,
-            )
-            return state
-        wait_s = self._cfg.takeover_wait_s
-        log.info(
-            "topic %s: re-placed from dead broker %s; waiting up to %.1fs for its WAL uploader to ship the "
-            "log's tail and record its end",
-            topic,
-            dead,
-            wait_s,
-        )
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        deadline = start + wait_s
-        while loop.time() < deadline:
-            await asyncio.sleep(_TAKEOVER_POLL_S)
-            state = await self._storage_state(topic)
-            if state is not None and _final_of(state, dead):
-                log.info(
-                    "topic %s: the uploader of dead broker %s recorded the log's end at offset %s after %.1fs",
-                    topic,
-                    dead,
-                    state.get("next_offset"),
-                    loop.time() - start,
-                )
-                return state
-        log.warning(
-            "topic %s: the uploader of dead broker %s recorded no final log end within %.1fs; continuing at "
-            "what is recorded (%s) and in object storage: later offsets of %s are not readable here",
-            topic,
-            dead,
-            wait_s,
-            state.get("next_offset") if state else "none",
-            dead,
-        )
-        return state
-
     # ------------------------------------------------------------------ flushes
     async def flush_all(self, log_ends: dict[str, int]) -> None:
         """At shutdown: ask the uploader to upload every given topic up to its log end (failures
@@ -204,7 +131,3 @@ class Tiering:
 
         await asyncio.gather(*(one(t, end) for t, end in log_ends.items()))
         log.info("flushed %d reliable topic(s) to object storage", len(log_ends))
-
-
-def _final_of(state: dict[str, Any] | None, broker_id: str) -> bool:
-    return state is not None and bool(state.get("final")) and state.get("broker_id") == broker_id

@@ -17,6 +17,7 @@ Topic metadata is read by the registry and handed over with :meth:`Topic.adopt`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from danube_broker.producer import Producer
 from danube_broker.reliable_topic import ReliableContext, ReliableTopic
 from danube_broker.stats import Counters, Rate, TopicStats
 from danube_broker.subscription import Subscription
+from danube_broker.takeover import LogOpening
 from danube_common.errors import (
     DanubeError,
     DispatchStrategyMismatch,
@@ -84,6 +86,9 @@ class Topic:
         self.reliable: ReliableTopic | None = None
         self._reliable_ctx = reliable_ctx
         self._open_lock = asyncio.Lock()
+        self._opening_task: asyncio.Task[None] | None = None
+        #: While the reliable part opens: what it is doing (waiting for a previous owner...).
+        self.opening: LogOpening | None = None
         #: What :meth:`close` took out of service, for :meth:`aclose`.
         self._closed_subscriptions: list[Subscription] = []
 
@@ -128,26 +133,60 @@ class Topic:
             )
         self.record = record
 
-    async def adopt(self, record: TopicRecord, requested: str | None = None) -> None:
-        """:meth:`accept_record`, then for a reliable topic open its log and subscriptions (once)."""
+    async def adopt(
+        self, record: TopicRecord, requested: str | None = None, *, wait_s: float | None = None
+    ) -> None:
+        """:meth:`accept_record`, then for a reliable topic open its log and subscriptions (once).
+
+        The opening runs in a task of its own (it may wait long for a previous owner's log end,
+        see :mod:`danube_broker.takeover`); ``wait_s`` bounds how long this call waits for it
+        (None: until done), after which a retryable error says what the opening waits for."""
         self.accept_record(record, requested)
         if not self.is_reliable or self.reliable is not None:
             return
+        self.check_open()
+        if self._reliable_ctx is None:
+            raise Unavailable(f"topic {self.name} is reliable and this broker has no storage configured")
+        task = self._opening_task
+        if task is None:
+            task = self._opening_task = asyncio.ensure_future(self._open_reliable(record))
+            task.add_done_callback(self._opening_done)
+        if wait_s is None:
+            await asyncio.shield(task)
+            return
+        done, _ = await asyncio.wait({task}, timeout=wait_s)
+        if not done:
+            raise self.opening_error()
+        task.result()
+
+    def _opening_done(self, task: asyncio.Task[None]) -> None:
+        if self._opening_task is task:
+            self._opening_task = None
+        if not task.cancelled():
+            task.exception()  # retrieved: callers that gave up waiting may never look
+
+    async def _open_reliable(self, record: TopicRecord) -> None:
+        assert self._reliable_ctx is not None
         async with self._open_lock:
             if self.reliable is not None:
                 return
             self.check_open()
-            if self._reliable_ctx is None:
-                raise Unavailable(f"topic {self.name} is reliable and this broker has no storage configured")
             opened = await ReliableTopic.open(self, record, cfg=self._cfg, ctx=self._reliable_ctx)
             if self.closed:
                 await opened.aclose()
                 self.check_open()
             self.reliable = opened
 
+    def opening_error(self) -> DanubeError:
+        """What a client is told while the reliable part is not open yet."""
+        opening = self.opening
+        if opening is not None and opening.waiting is not None:
+            return opening.waiting.error(self.name)
+        return Unavailable(f"reliable topic {self.name} is still opening; retry")
+
     def _reliable_or_raise(self) -> ReliableTopic:
         if self.reliable is None:
-            raise Unavailable(f"reliable topic {self.name} is still opening; retry")
+            raise self.opening_error()
         return self.reliable
 
     # ---- producers
@@ -385,10 +424,16 @@ class Topic:
 
         Waits for an opening in progress (it closes what it opened when it sees the topic closed).
         """
+        task = self._opening_task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         async with self._open_lock:
             reliable, self.reliable = self.reliable, None
             if reliable is not None:
                 await reliable.aclose(self._closed_subscriptions)
+                await reliable.discard_if_deleted()
             self._closed_subscriptions = []
 
     def stats(self) -> TopicStats:
@@ -418,6 +463,9 @@ class Topic:
             wal_bytes=wal_bytes,
             wal_segments=wal_segments,
             tiered=reliable.tiered_stats() if reliable is not None else None,
+            log_stint=reliable.stint_stats() if reliable is not None else None,
+            state="" if reliable is not None or not self.is_reliable else self.opening_error().message,
+            accepted_gaps=reliable.gap_stats() if reliable is not None else (),
         )
 
 

@@ -230,3 +230,27 @@ class TopicAdminApi(apb_grpc.TopicAdminServicer):
     ) -> apb.MoveTopicResponse:
         origin, target = await self._catalog.move_topic(request.name, request.to_broker)
         return apb.MoveTopicResponse(name=request.name, from_broker=origin, to_broker=target)
+
+    async def ForceTakeover(
+        self, request: apb.ForceTakeoverRequest, context: grpc.aio.ServicerContext
+    ) -> apb.ForceTakeoverResponse:
+        closed, gap = await self._catalog.force_takeover(
+            request.name, accept_loss=request.accept_loss, reason=request.reason
+        )
+        lost = (
+            [
+                apb.AcceptedGap(
+                    start_offset=gap.start_offset,
+                    next_offset=gap.next_offset,
+                    reason=gap.reason,
+                    decided_by=gap.decided_by,
+                    at_ms=gap.at_ms,
+                    writer=gap.writer,
+                )
+            ]
+            if gap is not None
+            else []
+        )
+        return apb.ForceTakeoverResponse(
+            name=request.name, writer=closed.writer, next_offset=closed.next_offset or 0, lost=lost
+        )

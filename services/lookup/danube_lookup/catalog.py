@@ -24,6 +24,7 @@ from danube_common.errors import (
 )
 from danube_common.leadership import LeaderInfo, read_leaders
 from danube_common.load import LoadReport
+from danube_common.log_state import AcceptedGap, LogRecords, LogState
 from danube_common.metadata.store import Compare, Op
 from danube_common.resources import (
     BrokerRecord,
@@ -272,6 +273,56 @@ class Catalog:
             "move of topic %s from broker %s requested (to %s)", topic, own.broker_id, to_broker or "any"
         )
         return own.broker_id, to_broker
+
+    async def force_takeover(
+        self, name: str, *, accept_loss: bool, reason: str = ""
+    ) -> tuple[LogState, AcceptedGap | None]:
+        """End the wait for a dead writer's log end by a recorded decision (see the RPC's doc)."""
+        topic = TopicName.parse(name)
+        rec = await self._res.get_topic(topic)
+        if rec is None:
+            raise TopicNotFound(f"topic {topic} does not exist; see `danube-admin topics list`")
+        if rec.partitions:
+            raise InvalidArgument(
+                f"topic {topic} is partitioned: force one partition at a time (e.g. {topic.partition(0)})"
+            )
+        if rec.dispatch_strategy != "reliable":
+            raise InvalidArgument(f"topic {topic} is non_reliable: it has no log to take over")
+        if not accept_loss:
+            raise FailedPrecondition(
+                f"forcing the takeover of {topic} gives up whatever its previous owner did not upload: pass "
+                "--accept-loss to confirm"
+            )
+        records = LogRecords(self._res.store, self._res.keys)
+        state = await records.state(topic)
+        if state is None or not state.open:
+            raise FailedPrecondition(
+                f"topic {topic} is not waiting for anyone: its log is "
+                + (
+                    "not opened yet"
+                    if state is None
+                    else f"ended and continues at offset {state.next_offset}"
+                )
+            )
+        if await self._res.get_broker(state.writer) is not None:
+            raise FailedPrecondition(
+                f"broker {state.writer} still writes topic {topic} and is registered (alive): it may still "
+                "acknowledge messages. Stop it (or wait for its lease to expire) first"
+            )
+        closed, gap = await records.force_close(
+            topic,
+            decided_by="an operator (danube-admin topics force-takeover)",
+            reason=reason or f"broker {state.writer}'s disk declared lost",
+            incarnation=rec.incarnation or None,
+        )
+        log.error(
+            "UNCLEAN TAKEOVER of topic %s forced by an operator: broker %s's log ends at %d; %s",
+            topic,
+            state.writer,
+            closed.next_offset,
+            f"offsets {gap.start_offset}..{gap.next_offset - 1} given up" if gap else "nothing lost",
+        )
+        return closed, gap
 
     # ------------------------------------------------------------------ namespaces
     async def list_namespaces(self) -> list[str]:

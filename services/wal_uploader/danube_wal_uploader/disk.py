@@ -7,31 +7,37 @@
   turns ``[start, end)`` of one segment into the bytes of an object: a segment header whose first
   offset is ``start`` then the frames copied byte for byte, each checked (crc32c, consecutive
   offsets) before anything is uploaded.
-- :func:`directory_lock`: the broker's own per-directory lock (``wal.lock``, flock). While the
-  uploader holds it no broker process has the topic's log open, so every intact frame of the
-  open segment is final (used when the broker is dead).
+- :meth:`TopicDir.incarnation`: the directory's incarnation marker (``danube_common.wal.marker``);
+  :meth:`TopicDir.intact_end`: where the log really ends (every frame's crc checked) and the
+  highest sequence id per producer in it (used to record a dead broker's log end).
+
+The broker's directory lock is not taken: what the uploader reads after its broker's lease
+expired holds every frame the broker acknowledged (the broker acknowledges only before its
+lease's deadline, see ``KeptLease``), and frames the broker may still write afterwards were never
+acknowledged and lie past the end the uploader records.
 
 The segment format is ``danube_common.wal`` (the uploader never imports the broker).
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import logging
 import os
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import google_crc32c
+from google.protobuf.message import DecodeError
 
 from danube_common.errors import CorruptData, InvalidTopicName
+from danube_common.pb.DanubeApi_pb2 import StreamMessage
 from danube_common.topic_name import TopicName
-from danube_common.wal.codec import FRAME_HEADER_BYTES, StopReason, scan
+from danube_common.wal.codec import FRAME_HEADER_BYTES, Frame, StopReason, scan
+from danube_common.wal.marker import read_incarnation
 from danube_common.wal.segment import (
     HEADER_BYTES,
     SegmentIndex,
@@ -46,8 +52,6 @@ from danube_wal_uploader.plan import LocalSegment
 
 log = logging.getLogger(__name__)
 
-#: The broker's per-topic-directory lock file (flock, held while a log is open).
-LOCK_NAME = "wal.lock"
 #: A topic directory the broker set aside (an older stay of the topic on this broker).
 _SUPERSEDED = re.compile(r"\.superseded-\d+$")
 #: Frames checked per scan call (bounds the memory a scan's frame list takes).
@@ -80,24 +84,6 @@ def discover_topics(data_dir: Path) -> dict[TopicName, Path]:
     return found
 
 
-class DirectoryBusy(Exception):
-    """A broker process holds the topic directory's lock (its log is open)."""
-
-
-@contextlib.contextmanager
-def directory_lock(directory: Path) -> Iterator[None]:
-    """Hold the broker's lock on ``directory`` (non-blocking; DirectoryBusy when taken)."""
-    fd = os.open(directory / LOCK_NAME, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DirectoryBusy(str(directory)) from None
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
 @dataclass(frozen=True, slots=True)
 class Built:
     """An object ready to upload: ``data`` holds offsets ``[start, end)`` (empty when end == start)."""
@@ -111,6 +97,8 @@ class Built:
     end_position: int
     #: False when the segment ends before ``start`` (nothing read).
     reached: bool = True
+    #: Highest sequence id per producer name among the object's records.
+    producer_sequences: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -229,6 +217,34 @@ class TopicDir:
         self._follow[first] = (nxt, pos)
         return nxt
 
+    def incarnation(self) -> int | None:
+        """The directory's incarnation marker (None: none)."""
+        return read_incarnation(self.path)
+
+    def sealed_sequences(self) -> dict[str, int]:
+        """Highest sequence id per producer over the sealed segments' indexes seen by ``list``."""
+        out: dict[str, int] = {}
+        for cached in self._sealed.values():
+            if cached.index is not None:
+                for name, seq in cached.index.producer_sequences.items():
+                    out[name] = max(out.get(name, 0), seq)
+        return out
+
+    def intact_end(self, segments: Sequence[LocalSegment]) -> tuple[int | None, dict[str, int]]:
+        """Where the log ends (the last frame with a good crc in the open segment, after an
+        fsync; the last sealed segment's end without one) and the highest sequence id per
+        producer over the local log. (None, {}) without any segment."""
+        if not segments:
+            return None, {}
+        last = max(segments, key=lambda seg: seg.first_offset)
+        seqs = self.sealed_sequences()
+        if last.sealed:
+            return last.next_offset, seqs
+        built = self.build(last, last.first_offset, 1 << 63, fsync=True)
+        for name, seq in built.producer_sequences.items():
+            seqs[name] = max(seqs.get(name, 0), seq)
+        return built.end, seqs
+
     # ------------------------------------------------------------------ reading
 
     def build(self, segment: LocalSegment, start: int, end: int, *, fsync: bool = False) -> Built:
@@ -328,10 +344,12 @@ def _build(
         off, pos = r.frames[-1].offset + 1, r.end
     p_start = pos
     max_pt = 0
+    seqs: dict[str, int] = {}
     while off < end:
         r = scan(data, pos, expected_offset=off, max_frames=min(_SCAN_FRAMES, end - off))
         if r.frames:
             max_pt = max(max_pt, max(fr.publish_time_ms for fr in r.frames))
+            _note_sequences(seqs, r.frames)
             off, pos = r.frames[-1].offset + 1, r.end
         elif base and pos == from_pos - base and r.stop.is_damage:
             raise _BadHint
@@ -349,4 +367,17 @@ def _build(
     else:
         obj = b"".join((encode_header(start, header.created_ms), memoryview(data)[p_start:pos]))
     del data
-    return Built(start, off, obj, google_crc32c.value(obj), max_pt, base + pos)
+    return Built(start, off, obj, google_crc32c.value(obj), max_pt, base + pos, producer_sequences=seqs)
+
+
+def _note_sequences(seqs: dict[str, int], frames: list[Frame]) -> None:
+    """Fold the frames' (producer name, sequence id) into ``seqs`` (records that do not decode
+    are skipped: the object is still byte-exact, only deduplication learns less)."""
+    decode = StreamMessage.FromString
+    for fr in frames:
+        try:
+            m = decode(fr.record)
+        except DecodeError:
+            continue
+        if m.sequence_id and m.sequence_id > seqs.get(m.producer_name, 0):
+            seqs[m.producer_name] = m.sequence_id

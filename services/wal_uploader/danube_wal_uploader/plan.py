@@ -10,7 +10,8 @@ and checkpoint (as read from etcd) and how far the open segment may be read. The
   at the checkpoint, so a topic's objects are contiguous and disjoint.
 - :class:`Idle`: nothing to do now (caught up, or the rest is in the open segment).
 - :class:`Gap`: the next offset to upload is neither in object storage nor on this disk (another
-  uploader holds it, or it is lost): wait, never skip.
+  uploader holds it, or it is lost): wait, never skip (only an operator's recorded decision, an
+  accepted gap, covers such offsets).
 - :class:`Conflict`: the next upload would overlap a descriptor (or the descriptors overlap each
   other): refuse. Offsets are assigned once, so this means two histories; an operator must look.
 
@@ -105,6 +106,8 @@ def next_step(
     descriptors: Sequence[SegmentDescriptor],
     segments: Sequence[LocalSegment],
     open_limit: int | None,
+    bound: int = UNBOUNDED,
+    gaps: Sequence[tuple[int, int]] = (),
 ) -> Step:
     """The next step for a topic.
 
@@ -112,7 +115,10 @@ def next_step(
     how far the open segment may be uploaded (exclusive): None = not at all (the broker is
     alive and only sealed segments are known to be durable), an offset (a Flush's
     ``up_to_offset``: the broker's durable offset), or :data:`UNBOUNDED` (the broker is dead:
-    every intact frame).
+    every intact frame). ``bound``: no upload reaches this offset (what this disk holds past it
+    is not the topic's history: ``danube_common.log_state.upload_bound``). ``gaps``: accepted
+    gaps (``[start, end)`` declared lost by an operator): covered like descriptors, never
+    uploaded into.
     """
     try:
         descs = check_disjoint(descriptors)
@@ -123,10 +129,12 @@ def next_step(
     start = effective_start(checkpoint, descs, local_first)
     if start is None:
         return Idle("no local data and nothing uploaded")
-    n = covered_until(descs, start)
+    n = _covered_until(descs, gaps, start)
     if n > start:
-        # Descriptors already cover [start, n): the checkpoint only has to catch up.
+        # Descriptors (or accepted gaps) already cover [start, n): the checkpoint only has to catch up.
         return Advance(n)
+    if n >= bound:
+        return Idle("caught up with what this disk may contribute (the log continues elsewhere)")
     if not segs:
         return Idle("no local data")
     assert local_first is not None
@@ -147,11 +155,32 @@ def next_step(
         end = open_limit
         if open_limit != UNBOUNDED and end <= n:
             return Idle("caught up to the requested offset")
+    end = min(end, bound)
     clash = overlapping(descs, n, end)
     if clash:
         shown = ", ".join(f"[{d.start_offset}, {d.next_offset})" for d in clash[:3])
         return Conflict(n, end, f"uploading [{n}, {end}) would overlap the descriptor(s) {shown}")
+    lost = [(a, b) for a, b in gaps if a < end and n < b]
+    if lost:
+        return Conflict(
+            n, end, f"uploading [{n}, {end}) would overlap the accepted gap [{lost[0][0]}, {lost[0][1]})"
+        )
     return Upload(seg.first_offset, n, end, seg.sealed)
+
+
+def _covered_until(
+    descriptors: Sequence[SegmentDescriptor], gaps: Sequence[tuple[int, int]], offset: int
+) -> int:
+    """Follow descriptors and accepted gaps from ``offset``: the first offset neither covers."""
+    at = offset
+    while True:
+        nxt = covered_until(descriptors, at)
+        for a, b in gaps:
+            if a <= nxt < b:
+                nxt = b
+        if nxt == at:
+            return at
+        at = nxt
 
 
 def _holding(segs: Sequence[LocalSegment], offset: int) -> LocalSegment | None:

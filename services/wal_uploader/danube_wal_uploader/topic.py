@@ -1,16 +1,31 @@
-"""One topic's uploads: plan, read, PUT, descriptor + checkpoint; and its final state.
+"""One topic's uploads: plan, read, PUT, descriptor + checkpoint; and a dead broker's log end.
 
 Every step starts from what etcd and the disk say now (nothing is trusted from a previous
 step, except as a shortcut to skip a topic with nothing new), so a step that failed half-way,
 in this process or in one that crashed, is simply planned again:
 
-1. list the segments; read the checkpoint and the descriptors;
-2. plan (:func:`danube_wal_uploader.plan.next_step`);
+1. list the segments and read the directory's incarnation marker; read the log record
+   (``danube_common.log_state``), the checkpoint, the descriptors and the accepted gaps;
+2. bound what this disk may contribute (:func:`~danube_common.log_state.upload_bound`: a
+   directory of another incarnation nothing; this broker's open stint everything; otherwise only
+   what ended before the current stint) and plan (:func:`danube_wal_uploader.plan.next_step`);
 3. build the object from the segment file (every frame checked) in a thread;
-4. PUT it under its deterministic key (same range, same bytes: re-PUT after a crash is harmless);
-5. one transaction: create the descriptor only if absent, and move the checkpoint from the
-   value read in 1 (its ``mod_revision``) to the range's end. A transaction that fails
-   (someone else moved first) writes nothing: plan again.
+4. PUT it under its deterministic key, which names the incarnation and the log record's
+   revision (same range, same record: the same bytes; a re-PUT after a crash is harmless, and
+   another writer's object can never be overwritten);
+5. one transaction: create the descriptor only if absent, move the checkpoint from the value
+   read in 1 (its ``mod_revision``) to the range's end, and compare the log record's
+   ``mod_revision``. A transaction that fails (someone else moved first, or the log record
+   changed: a new writer took over) writes nothing: plan again.
+
+**The broker is dead** (its registration is gone): first record where its log ends, if the log
+record still says this broker writes the topic: the intact end of the local log (every crc
+checked, after an fsync), with the highest sequence id per producer, closing the stint in a
+transaction fenced on the record. The new owner waits for exactly this. Then upload the rest up
+to that end. Reading without the broker's directory lock is safe: a broker acknowledges only
+before its lease's deadline, which passes before etcd expires the lease, so every acknowledged
+frame was written before this read; anything a woken broker writes later was never acknowledged
+and lies past the recorded end.
 
 One step at a time per topic (``lock``); Flush calls and the background pass share it.
 """
@@ -29,12 +44,20 @@ from typing import Any, TypeVar
 
 from danube_common.errors import DanubeError, FailedPrecondition, Unavailable
 from danube_common.keys import Keys
+from danube_common.log_state import (
+    AcceptedGap,
+    LogRecords,
+    LogState,
+    checkpoint_of,
+    checkpoint_value,
+    upload_bound,
+)
 from danube_common.metadata.store import Compare, KeyValue, MetadataStore, Op
 from danube_common.objstore import ObjectStore, backoff_delays
 from danube_common.storage import SegmentDescriptor, object_key
 from danube_common.topic_name import TopicName
 from danube_common.wal.segment import HEADER_BYTES
-from danube_wal_uploader.disk import Built, DirectoryBusy, TopicDir, directory_lock
+from danube_wal_uploader.disk import Built, TopicDir
 from danube_wal_uploader.metrics import TopicProgress, Totals
 from danube_wal_uploader.plan import (
     UNBOUNDED,
@@ -100,12 +123,6 @@ class Outcome:
     step: Step
     #: The step changed etcd (upload or checkpoint move): plan again at once.
     progressed: bool = False
-    #: The open segment was read to its last intact frame and nothing is left after the
-    #: checkpoint (dead broker: the tail is fully uploaded).
-    tail_done: bool = False
-    #: Dead broker: this disk holds nothing at or after the checkpoint (an older stay of the
-    #: topic, already uploaded): no final state to write from here.
-    nothing_here: bool = False
 
 
 async def _blocking(fn: Callable[..., T], *args: Any) -> T:
@@ -121,11 +138,12 @@ async def _blocking(fn: Callable[..., T], *args: Any) -> T:
         raise
 
 
-def _checkpoint_of(kv: KeyValue | None) -> int | None:
+def _checkpoint_of(kv: KeyValue | None, incarnation: int | None = None) -> int | None:
+    """The checkpoint's offset (None: absent, or another incarnation's)."""
     if kv is None:
         return None
     try:
-        return int(kv.json()["next_offset"])
+        return checkpoint_of(kv.json(), incarnation)
     except (ValueError, TypeError, KeyError) as exc:
         raise StepFailed(f"the upload checkpoint {kv.key} is malformed: {exc}", retryable=False) from exc
 
@@ -155,14 +173,20 @@ class TopicUploader:
         self._streak = 0
         self._last_failure_log = 0.0
         self._reported = ""
-        #: The broker-death epoch whose final state is written (-1: none).
-        self.final_epoch = -1
+        #: The broker-death epoch whose log end is dealt with: recorded by us, or not ours (-1: none).
+        self.closed_epoch = -1
+        #: The broker-death epoch after which everything up to the recorded end is uploaded.
+        self.done_epoch = -1
 
     # ------------------------------------------------------------------ keys
 
     @property
     def _cp_key(self) -> str:
         return self.ctx.keys.upload_checkpoint(self.name)
+
+    @property
+    def _state_key(self) -> str:
+        return self.ctx.keys.storage_state(self.name)
 
     # ------------------------------------------------------------------ one step
 
@@ -172,12 +196,6 @@ class TopicUploader:
             return await self._step(open_limit)
         except StepFailed:
             raise
-        except DirectoryBusy:
-            raise StepFailed(
-                f"the broker process still has {self.dir.path} open (its lease is gone but the process "
-                "holds the log): its open segment is uploaded once it exits",
-                retryable=True,
-            ) from None
         except FileNotFoundError as exc:
             raise StepFailed(
                 f"a file went away while reading it (retention or a move): {exc}", retryable=True
@@ -187,24 +205,40 @@ class TopicUploader:
         except OSError as exc:
             raise StepFailed(f"reading {self.dir.path}: {exc}", retryable=True) from exc
 
+    async def _read_records(self) -> tuple[KeyValue | None, KeyValue | None]:
+        """The log record and the checkpoint, in one consistent read."""
+        res = await self.ctx.store.txn([], [Op.get(self._state_key), Op.get(self._cp_key)])
+        return res.gets[0], res.gets[1]
+
     async def _step(self, open_limit: int | None) -> Outcome:
         store, keys = self.ctx.store, self.ctx.keys
         segments = await _blocking(self.dir.list)
-        cp_kv = await store.get(self._cp_key)
-        checkpoint = _checkpoint_of(cp_kv)
-        descriptors = await self._descriptors()
+        incarnation = await _blocking(self.dir.incarnation)
+        state_kv, cp_kv = await self._read_records()
+        state = LogState.from_kv(state_kv) if state_kv is not None else None
+        checkpoint = _checkpoint_of(cp_kv, incarnation)
         self._note(segments, checkpoint)
+        bound = upload_bound(state, me=self.ctx.broker_id, incarnation=incarnation)
+        if bound is None or state_kv is None:
+            return Outcome(Idle(self._not_ours(state, incarnation)))
+        descriptors = await self._descriptors()
+        gaps = await self._gaps()
         step = next_step(
-            checkpoint=checkpoint, descriptors=descriptors, segments=segments, open_limit=open_limit
+            checkpoint=checkpoint,
+            descriptors=descriptors,
+            segments=segments,
+            open_limit=open_limit,
+            bound=bound,
+            gaps=[(g.start_offset, g.next_offset) for g in gaps],
         )
         if isinstance(step, Advance):
             assert checkpoint is None or step.to > checkpoint
             res = await store.txn(
-                [_fence(self._cp_key, cp_kv)], [Op.put(self._cp_key, self._cp_value(step.to))]
+                [_fence(self._cp_key, cp_kv)], [Op.put(self._cp_key, self._cp_value(step.to, incarnation))]
             )
             if res.succeeded:
                 log.info(
-                    "topic %s: checkpoint %s -> %d (already described in etcd: a previous run stored it)",
+                    "topic %s: checkpoint %s -> %d (already described in etcd, or an accepted gap)",
                     self.name,
                     checkpoint,
                     step.to,
@@ -217,21 +251,16 @@ class TopicUploader:
         if isinstance(step, Gap):
             raise StepFailed(step.message(), retryable=True, gap=True)
         if isinstance(step, Idle):
-            # With the broker dead and no open segment (it died between sealing one and starting
-            # the next), the tail is done once the checkpoint is the end of the sealed segments.
-            end = local_end(segments)
-            dead = open_limit == UNBOUNDED
-            done = dead and checkpoint is not None and checkpoint == end
-            behind = dead and (end is None or (checkpoint is not None and checkpoint > end))
-            return Outcome(step, tail_done=done, nothing_here=behind)
+            return Outcome(step)
         assert isinstance(step, Upload)
         seg = next(s for s in segments if s.first_offset == step.segment)
-        dead = open_limit == UNBOUNDED and not step.sealed
         async with self.ctx.uploads:
-            built = await _blocking(self._build, seg, step, dead)
+            built = await _blocking(self._build, seg, step, open_limit == UNBOUNDED and not step.sealed)
             if built.end == built.start:
-                return Outcome(Idle("no new frames"), tail_done=dead and built.reached)
-            key = object_key(self.name, built.start, built.end)
+                return Outcome(Idle("no new frames"))
+            key = object_key(
+                self.name, built.start, built.end, incarnation=incarnation, revision=state_kv.mod_revision
+            )
             await self.ctx.objects.put(key, built.data)
         desc = SegmentDescriptor(
             topic=str(self.name),
@@ -244,15 +273,22 @@ class TopicUploader:
             uploaded_at_ms=now_ms(),
             broker_id=self.ctx.broker_id,
             sealed=step.sealed and built.end == seg.next_offset,
+            incarnation=incarnation,
+            producer_sequences=built.producer_sequences,
         )
         desc_key = keys.segment(self.name, built.start)
         res = await store.txn(
-            [Compare.absent(desc_key), _fence(self._cp_key, cp_kv)],
-            [Op.put(desc_key, desc.to_json()), Op.put(self._cp_key, self._cp_value(built.end))],
+            [
+                Compare.absent(desc_key),
+                _fence(self._cp_key, cp_kv),
+                Compare.mod_revision_is(self._state_key, state_kv.mod_revision),
+            ],
+            [Op.put(desc_key, desc.to_json()), Op.put(self._cp_key, self._cp_value(built.end, incarnation))],
         )
         if not res.succeeded:
             log.info(
-                "topic %s: [%d, %d) was uploaded but etcd changed meanwhile (another writer): planning again",
+                "topic %s: [%d, %d) was uploaded but etcd changed meanwhile (another writer, or the log "
+                "record): planning again",
                 self.name,
                 built.start,
                 built.end,
@@ -272,13 +308,19 @@ class TopicUploader:
         )
         return Outcome(step, progressed=True)
 
-    def _build(self, seg: LocalSegment, step: Upload, dead: bool) -> Built:
-        """Blocking (thread). The open segment of a dead broker is read under the broker's own
-        directory lock, after an fsync: no broker process can write it meanwhile."""
-        if dead:
-            with directory_lock(self.dir.path):
-                return self.dir.build(seg, step.start, step.end, fsync=True)
-        return self.dir.build(seg, step.start, step.end)
+    def _not_ours(self, state: LogState | None, incarnation: int | None) -> str:
+        if state is None:
+            return "the topic has no log record (deleted, or never opened): nothing of this directory is uploaded"
+        if incarnation is None:
+            return "the directory has no incarnation marker (the broker has not opened it yet)"
+        return (
+            f"the directory belongs to incarnation {incarnation} of the topic, the log record to "
+            f"{state.incarnation} (a deleted topic of the same name): nothing of it is uploaded"
+        )
+
+    def _build(self, seg: LocalSegment, step: Upload, fsync: bool) -> Built:
+        """Blocking (thread). The open segment of a dead broker is fsync'ed first."""
+        return self.dir.build(seg, step.start, step.end, fsync=fsync)
 
     async def _descriptors(self) -> list[SegmentDescriptor]:
         kvs, _ = await self.ctx.store.get_prefix(self.ctx.keys.segments_prefix(self.name))
@@ -290,8 +332,11 @@ class TopicUploader:
                 raise StepFailed(f"descriptor {kv.key} is malformed: {exc}", retryable=False) from exc
         return out
 
-    def _cp_value(self, next_offset: int) -> dict[str, Any]:
-        return {"next_offset": next_offset, "broker_id": self.ctx.broker_id, "at_ms": now_ms()}
+    async def _gaps(self) -> list[AcceptedGap]:
+        return await LogRecords(self.ctx.store, self.ctx.keys).gaps(self.name)
+
+    def _cp_value(self, next_offset: int, incarnation: int | None) -> dict[str, Any]:
+        return checkpoint_value(next_offset, broker_id=self.ctx.broker_id, incarnation=incarnation)
 
     def _note(self, segments: list[LocalSegment], checkpoint: int | None) -> None:
         self._checkpoint = checkpoint
@@ -401,73 +446,75 @@ class TopicUploader:
     # ------------------------------------------------------------------ background pass
 
     async def run_pass(self, *, dead: bool, death_epoch: int) -> None:
-        """The background pass: upload sealed segments (and, when the broker is dead, the whole
-        intact tail, then write the final storage state). Never raises StepFailed: failures are
-        counted and the topic waits its backoff."""
+        """The background pass: upload sealed segments; when the broker is dead, first record
+        where its log ends (if it still writes the topic), then upload everything up to there.
+        Never raises StepFailed: failures are counted and the topic waits its backoff."""
         try:
-            if dead and self.final_epoch == death_epoch:
+            if dead and self.done_epoch == death_epoch:
                 return
             async with self.lock:  # also keeps the directory's caches to one thread at a time
                 if not dead and not await self.refresh():
                     return
                 try:
+                    if dead and self.closed_epoch != death_epoch:
+                        await self._record_end(death_epoch)
                     out = await self.pump(UNBOUNDED if dead else None)
-                    if dead and out.tail_done:
-                        await self._final_state(death_epoch)
-                    elif dead and out.nothing_here:
-                        self.final_epoch = death_epoch  # done for this death: nothing to add
+                    if dead and self.closed_epoch == death_epoch and isinstance(out.step, Idle):
+                        self.done_epoch = death_epoch
                 except StepFailed as exc:
                     self._failed(exc)
         finally:
             self.scheduled = False
 
-    async def _final_state(self, death_epoch: int) -> None:
-        """The broker is dead and every intact frame here is uploaded (checkpoint = true end X):
-        record ``storage_state = {next_offset: X, final: true}`` for the next owner, once the
-        topic is no longer owned by the dead broker and unless a later end is recorded."""
-        store, keys = self.ctx.store, self.ctx.keys
+    async def _record_end(self, death_epoch: int) -> None:
+        """The broker is dead: if the log record still says it writes this topic, close its stint
+        at the intact end of the local log (with the producers' highest sequence ids), fenced on
+        the record. The topic's next owner waits for exactly this."""
+        store = self.ctx.store
+        me = self.ctx.broker_id
         try:
-            cp_kv = await store.get(self._cp_key)
-            end = _checkpoint_of(cp_kv)
-            if end is None:
+            state_kv = await store.get(self._state_key)
+            state = LogState.from_kv(state_kv) if state_kv is not None else None
+            incarnation = await _blocking(self.dir.incarnation)
+            if state is None or not state.open or state.writer != me or not state.matches(incarnation):
+                self.closed_epoch = death_epoch  # nothing of ours to record
                 return
-            owner_key, state_key = keys.owner(self.name), keys.storage_state(self.name)
-            owner_kv = await store.get(owner_key)
-            owner = owner_kv.json() if owner_kv is not None else None
-            if isinstance(owner, dict) and owner.get("broker_id") == self.ctx.broker_id:
-                self.progress.last_error = ""
-                log.debug("topic %s: tail uploaded up to %d; waiting for its re-placement", self.name, end)
-                return  # polled again by the next pass
-            state_kv = await store.get(state_key)
-            state = state_kv.json() if state_kv is not None else None
-            recorded = int(state.get("next_offset", 0)) if isinstance(state, dict) else None
-            if recorded is not None and recorded > end:
-                log.info(
-                    "topic %s: its recorded end %d is past this disk's %d: no final state to write",
-                    self.name,
-                    recorded,
-                    end,
+            segments = await _blocking(self.dir.list)
+            end, sequences = await _blocking(self.dir.intact_end, segments)
+            if end is None or end < state.start_offset:
+                raise StepFailed(
+                    f"the log record says broker {me} writes the topic from offset {state.start_offset}, but this "
+                    f"disk's log ends at {end}: it does not hold that log (a replaced disk?). The next owner "
+                    "waits; if the data is lost for good: danube-admin topics force-takeover "
+                    f"{self.name} --accept-loss",
+                    retryable=False,
                 )
-                self.final_epoch = death_epoch
-                return
-            value = {"next_offset": end, "broker_id": self.ctx.broker_id, "final": True, "at_ms": now_ms()}
-            res = await store.txn(
-                [_fence(state_key, state_kv), _fence(owner_key, owner_kv), _fence(self._cp_key, cp_kv)],
-                [Op.put(state_key, value)],
+            closed = await LogRecords(store, self.ctx.keys).close(
+                self.name,
+                state,
+                next_offset=end,
+                closed_by="uploader",
+                sequences=sequences,
+                detail=f"the WAL uploader of broker {me}, after the broker's lease ended",
             )
         except DanubeError as exc:
-            self._failed(
-                StepFailed(f"writing the final storage state: {exc.message}", retryable=exc.retryable)
-            )
+            raise StepFailed(
+                f"recording the dead broker's log end: {exc.message}", retryable=exc.retryable
+            ) from exc
+        except OSError as exc:
+            raise StepFailed(f"reading {self.dir.path} to find the log's end: {exc}", retryable=True) from exc
+        if not closed:
+            log.info("topic %s: the log record changed while recording its end; looking again", self.name)
             return
-        if res.succeeded:
-            self.final_epoch = death_epoch
-            self.progress.final = True
-            self.ctx.totals.final_states += 1
-            log.info(
-                "topic %s: broker %s is dead; its log ends at %d, all of it in object storage "
-                "(final storage state written for the next owner)",
-                self.name,
-                self.ctx.broker_id,
-                end,
-            )
+        self.closed_epoch = death_epoch
+        self.progress.final = True
+        self.ctx.totals.final_states += 1
+        log.info(
+            "topic %s: broker %s is dead; its log ends at offset %d (recorded for the next owner; offsets "
+            "%d..%d of its stint)",
+            self.name,
+            me,
+            end,
+            state.start_offset,
+            end - 1,
+        )

@@ -7,9 +7,9 @@
 - **Flush** (:meth:`Uploader.flush`): uploads now, including the open segment up to the offset
   the broker says is durable, and returns the checkpoint.
 - **Broker death** (:class:`BrokerWatch` on ``/{cluster}/brokers/{broker_id}``): while the key is
-  absent, passes also upload every intact frame of each topic's open segment (read under the
-  broker's directory lock) and then write the topic's final storage state. When the key comes
-  back, normal mode resumes.
+  absent, each topic whose log record still names the broker as its writer gets its log end
+  recorded (the intact end of the local log: the new owner waits for exactly this), then every
+  intact frame up to there is uploaded. When the key comes back, normal mode resumes.
 """
 
 from __future__ import annotations

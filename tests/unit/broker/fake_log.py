@@ -136,6 +136,9 @@ class FakeLog:
     def last_sequence(self, producer_name: str) -> int:
         return self._seq_accepted.get(producer_name, 0)
 
+    def producer_sequences(self) -> dict[str, int]:
+        return dict(self._seq_accepted)
+
     # ---- reads
     def read(self, from_offset: int, max_entries: int, max_bytes: int = 4 << 20) -> list[FakeLogEntry] | None:
         cache_start = max(self._base, self.next_offset - self.cache_entries)
@@ -224,10 +227,11 @@ class FakeLogs:
         self.opened: list[tuple[Path, Durability]] = []
         self._options = log_options
 
-    async def __call__(self, directory: Path, durability: Durability) -> FakeLog:
+    async def __call__(self, directory: Path, durability: Durability, initial_offset: int = 0) -> FakeLog:
         self.opened.append((directory, durability))
         log = self.logs.get(directory)
         if log is None:
-            log = self.logs[directory] = FakeLog(**self._options)  # type: ignore[arg-type]
+            options = {"first_offset": initial_offset, **self._options}
+            log = self.logs[directory] = FakeLog(**options)  # type: ignore[arg-type]
         log.closed = False
         return log

@@ -257,7 +257,7 @@ async def test_a_subscription_stalls_loudly_at_a_gap_and_resumes_once_it_is_fill
     local = await open_log(tmp_path / "wal", initial_offset=20)
     await local.append(stored(20, 25), [1] * 5)
 
-    async def opener(directory: Path, durability: Durability) -> TopicLog:
+    async def opener(directory: Path, durability: Durability, initial_offset: int) -> TopicLog:
         return local
 
     cfg = config(cursor_flush_interval_ms=1)
@@ -298,7 +298,7 @@ async def test_a_subscription_stalls_loudly_at_a_gap_and_resumes_once_it_is_fill
     await reg.wait_closed()
 
 
-# ---------------------------------------------------------------- retention and takeover
+# ---------------------------------------------------------------- retention
 async def test_the_retention_gate_is_the_upload_checkpoint(
     objects: LocalObjectStore, memory_store: MemoryStore, resources: Resources
 ) -> None:
@@ -348,76 +348,3 @@ async def test_retention_keeps_local_segments_that_are_not_uploaded(
     assert rt.local.first_offset == 45, "the open segment is never cut"
     reg.close_all("test over")
     await reg.wait_closed()
-
-
-async def test_a_new_owner_continues_after_the_last_descriptor(
-    objects: LocalObjectStore, memory_store: MemoryStore, resources: Resources
-) -> None:
-    tiering = Tiering(config(), resources, objects=objects, uploader=None)
-    assert await tiering.resume_offset(T, await tiering.history(T)) is None
-    await memory_store.put(
-        KEYS.storage_state(T), {"next_offset": 15, "broker_id": "a", "epoch": 1, "at_ms": 0}
-    )
-    assert await tiering.resume_offset(T, await tiering.history(T)) == 15
-    await put_history(objects, memory_store, KEYS, T, 0, [rec(i) for i in range(40)])
-    assert await tiering.resume_offset(T, await tiering.history(T)) == 40
-
-
-async def test_a_takeover_waits_for_the_dead_brokers_uploader_to_record_the_end(
-    objects: LocalObjectStore, memory_store: MemoryStore, resources: Resources
-) -> None:
-    await memory_store.put(KEYS.owner(T), {"broker_id": "new", "replaced": "dead"})
-    await memory_store.put(
-        KEYS.storage_state(T), {"next_offset": 10, "broker_id": "old", "epoch": 1, "at_ms": 0}
-    )
-    await memory_store.put(KEYS.uploader("dead"), {"addr": "x"})
-    tiering = Tiering(config(takeover_wait_s=10), resources, objects=objects, uploader=None)
-
-    async def dead_uploader_finishes() -> None:
-        await put_history(objects, memory_store, KEYS, T, 10, [rec(i) for i in range(10, 30)])
-        await memory_store.put(
-            KEYS.storage_state(T),
-            {"next_offset": 33, "broker_id": "dead", "epoch": 2, "at_ms": 0, "final": True},
-        )
-
-    polls = 0
-    read_state = tiering._storage_state
-
-    async def counting(topic: TopicName) -> Any:
-        nonlocal polls
-        polls += 1
-        return await read_state(topic)
-
-    tiering._storage_state = counting  # type: ignore[method-assign]
-    h = await tiering.history(T)
-    resuming = asyncio.create_task(tiering.resume_offset(T, h))
-    await wait_until(lambda: polls >= 3, what="the takeover polling the storage state")
-    assert not resuming.done(), "waits while the dead broker's uploader works"
-    await dead_uploader_finishes()
-    assert await asyncio.wait_for(resuming, 5) == 33
-    assert h is not None and h.end_offset == 30, "descriptors listed again after the wait"
-
-
-async def test_a_takeover_does_not_wait_without_a_live_uploader_and_gives_up_in_time(
-    objects: LocalObjectStore,
-    memory_store: MemoryStore,
-    resources: Resources,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    await memory_store.put(KEYS.owner(T), {"broker_id": "new", "replaced": "dead"})
-    await memory_store.put(
-        KEYS.storage_state(T), {"next_offset": 10, "broker_id": "old", "epoch": 1, "at_ms": 0}
-    )
-    tiering = Tiering(config(takeover_wait_s=0.3), resources, objects=objects, uploader=None)
-    with caplog.at_level(logging.WARNING):
-        assert await asyncio.wait_for(tiering.resume_offset(T, await tiering.history(T)), 1) == 10
-    assert any("no live WAL uploader" in r.getMessage() for r in caplog.records)
-
-    caplog.clear()
-    await memory_store.put(KEYS.uploader("dead"), {"addr": "x"})
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
-    with caplog.at_level(logging.WARNING):
-        assert await asyncio.wait_for(tiering.resume_offset(T, await tiering.history(T)), 5) == 10
-    assert 0.25 <= loop.time() - t0 < 3
-    assert any("recorded no final log end within" in r.getMessage() for r in caplog.records)

@@ -124,7 +124,10 @@ async def test_partitioned_topics(res: Resources) -> None:
     names = await res.topic_partitions(T("/default/p"))
     assert names == ["/default/p-part-0", "/default/p-part-1", "/default/p-part-2"]
     part = await res.get_topic(T("/default/p-part-1"))
-    assert part == TopicRecord("/default/p-part-1", "reliable", 0, "/default/p", parent.created_at_ms)
+    assert part is not None and part.incarnation > 0
+    assert part == TopicRecord(
+        "/default/p-part-1", "reliable", 0, "/default/p", parent.created_at_ms, incarnation=part.incarnation
+    )
     await res.create_topic(T("/default/plain"))
     assert await res.topic_partitions(T("/default/plain")) == ["/default/plain"]
     assert await res.topic_partitions(T("/default/unknown")) == []
@@ -151,10 +154,24 @@ async def test_delete_topic_removes_everything_about_it(res: Resources) -> None:
     await res.store.put(res.keys.subscription(t, "s"), b"{}")
     await res.store.put(res.keys.unassigned(t), b"{}")
     await res.assign_if_unowned(t, "b1")
-    await res.create_topic(T("/default/t2"))  # a neighbour sharing the name prefix survives
+    # The log's records go too (a topic created again under the name starts empty).
+    for key in (
+        res.keys.storage_state(t),
+        res.keys.storage_reservation(t),
+        res.keys.upload_checkpoint(t),
+        res.keys.segment(t, 0),
+        res.keys.storage_gap(t, 5),
+    ):
+        await res.store.put(key, b"{}")
+    t2 = T("/default/t2")
+    await res.create_topic(t2)  # a neighbour sharing the name prefix survives
+    await res.store.put(res.keys.storage_state(t2), b"{}")
     assert await res.delete_topic(t) == ["/default/t"]
     kvs, _ = await res.store.get_prefix(res.keys.root)
-    assert [kv.key for kv in kvs if "/default/t" in kv.key] == [res.keys.topic(T("/default/t2"))]
+    assert [kv.key for kv in kvs if "/default/t" in kv.key] == [
+        res.keys.storage_state(t2),
+        res.keys.topic(t2),
+    ]
     with pytest.raises(TopicNotFound):
         await res.delete_topic(t)
 

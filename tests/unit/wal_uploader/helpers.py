@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import yaml
 
 from danube_broker.wal import Durability, TopicLog, WalConfig
 from danube_common.keys import Keys
+from danube_common.log_state import LogState
 from danube_common.metadata.store import MetadataStore
 from danube_common.objstore import ObjectStore
 from danube_common.pb import DanubeWalUploader_pb2 as upb
@@ -23,6 +25,7 @@ from danube_common.pb import DanubeWalUploader_pb2_grpc as upb_grpc
 from danube_common.storage import SegmentDescriptor, check_disjoint, gaps
 from danube_common.topic_name import TopicName
 from danube_common.wal.codec import StopReason, scan
+from danube_common.wal.marker import write_incarnation
 from danube_common.wal.segment import HEADER_BYTES, decode_header
 from tests.support import wait_until
 
@@ -34,11 +37,40 @@ def payload(i: int, size: int = 100) -> bytes:
     return head + bytes((i + k) % 251 for k in range(max(0, size - len(head))))
 
 
+#: The incarnation the helpers mark topic directories (and log records) with.
+INCARNATION = 1
+
+
 async def open_log(
-    directory: Path, *, segment_max_bytes: int = SMALL_SEGMENT_BYTES, initial_offset: int = 0
+    directory: Path,
+    *,
+    segment_max_bytes: int = SMALL_SEGMENT_BYTES,
+    initial_offset: int = 0,
+    incarnation: int | None = INCARNATION,
 ) -> TopicLog:
+    """The broker's TopicLog on ``directory``, marked with ``incarnation`` as a broker does."""
     cfg = WalConfig(segment_max_bytes=segment_max_bytes, index_every_frames=16, tail_cache_bytes=0)
-    return await TopicLog.open(directory, cfg=cfg, durability=Durability.FSYNC, initial_offset=initial_offset)
+    log = await TopicLog.open(directory, cfg=cfg, durability=Durability.FSYNC, initial_offset=initial_offset)
+    if incarnation is not None:
+        write_incarnation(directory, incarnation)
+    return log
+
+
+async def record_stint(
+    store: MetadataStore,
+    keys: Keys,
+    topic: TopicName,
+    writer: str,
+    *,
+    start: int = 0,
+    epoch: int = 1,
+    incarnation: int = INCARNATION,
+) -> LogState:
+    """Write the log record a broker writes when it opens the topic (``writer`` writes it from
+    ``start``): what the uploader needs before it uploads anything of the directory."""
+    state = LogState(writer=writer, epoch=epoch, start_offset=start, incarnation=incarnation)
+    rev = await store.put(keys.storage_state(topic), state.to_json())
+    return replace(state, revision=rev)
 
 
 async def append(log: TopicLog, first: int, count: int, *, size: int = 100, batch: int = 50) -> None:

@@ -1,17 +1,17 @@
 """The uploader's view of a topic directory: listing, following the open segment, building
-objects from byte ranges (every frame checked), and the broker's directory lock."""
+objects from byte ranges (every frame checked), and where a dead broker's log really ends."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from danube_common.errors import CorruptData
+from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.topic_name import TopicName
 from danube_common.wal.segment import HEADER_BYTES, decode_header, index_name, segment_name
-from danube_wal_uploader.disk import DirectoryBusy, TopicDir, directory_lock, discover_topics
+from danube_wal_uploader.disk import TopicDir, discover_topics
 from danube_wal_uploader.plan import LocalSegment
 from tests.unit.wal_uploader.helpers import append, decode_object, open_log, payload, write_topic
 
@@ -132,18 +132,39 @@ async def test_torn_tail_and_damage(tmp_path: Path) -> None:
         TopicDir(log.directory).build(segs[1], segs[1].first_offset, segs[1].next_offset)
 
 
-async def test_directory_lock_is_the_brokers(tmp_path: Path) -> None:
-    log = await write_topic(tmp_path, T, 10)
+async def test_intact_end_checks_every_crc_and_collects_sequences(tmp_path: Path) -> None:
+    def record(j: int) -> tuple[bytes, tuple[str, int]]:
+        name, seq = ("p-a", j + 1) if j % 50 < 25 else ("p-b", 1000 + j)
+        return pb.StreamMessage(
+            payload=payload(j), producer_name=name, sequence_id=seq
+        ).SerializeToString(), (
+            name,
+            seq,
+        )
+
+    log = await open_log(tmp_path / "t", incarnation=42)
     try:
-        with pytest.raises(DirectoryBusy), directory_lock(log.directory):
-            pass
+        for i in range(0, 600, 50):
+            recs = [record(j) for j in range(i, i + 50)]
+            await log.append([r for r, _ in recs], [1_000] * 50, [q for _, q in recs])
     finally:
         await log.aclose()
-    with directory_lock(log.directory):
-        fd = os.open(log.directory / "wal.lock", os.O_RDWR)
-        os.close(fd)
-    with directory_lock(log.directory):  # released
-        pass
+    td = TopicDir(log.directory)
+    assert td.incarnation() == 42
+    segs = td.list()
+    assert len(segs) > 1 and not segs[-1].sealed
+    end, seqs = td.intact_end(segs)
+    assert end == 600
+    assert seqs == {"p-a": 575, "p-b": 1000 + 599}
+    # A torn last frame (the broker died mid-write): the end is the last frame with a good crc.
+    last = log.directory / segment_name(segs[-1].first_offset)
+    raw = bytearray(last.read_bytes())
+    raw[-3] ^= 0xFF
+    last.write_bytes(bytes(raw))
+    td = TopicDir(log.directory)
+    end, _ = td.intact_end(td.list())
+    assert end == 599
+    assert TopicDir(tmp_path / "missing").intact_end([]) == (None, {})
 
 
 def test_discovery(tmp_path: Path) -> None:

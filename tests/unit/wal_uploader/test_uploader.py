@@ -16,15 +16,18 @@ import pytest
 
 from danube_common.errors import FailedPrecondition
 from danube_common.keys import Keys
+from danube_common.log_state import LogState
 from danube_common.metadata.memory import MemoryStore
 from danube_common.objstore import LocalObjectStore, ObjectInfo, ObjectStoreUnavailable
+from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.storage import SegmentDescriptor, object_key
 from danube_common.topic_name import TopicName
-from danube_common.wal.segment import index_name, segment_name
+from danube_common.wal.segment import index_name
 from danube_wal_uploader.config import WalUploaderConfig
 from danube_wal_uploader.uploader import BrokerWatch, Uploader
 from tests.support import wait_until
 from tests.unit.wal_uploader.helpers import (
+    INCARNATION,
     append,
     check_uploaded,
     checkpoint,
@@ -32,6 +35,7 @@ from tests.unit.wal_uploader.helpers import (
     descriptors,
     open_log,
     payload,
+    record_stint,
     write_topic,
 )
 
@@ -63,6 +67,8 @@ class Harness:
     keys: Keys
     data_dir: Path
     tasks: list[asyncio.Task[None]]
+    #: The log record of T naming BROKER as its writer (written at set-up).
+    stint: LogState
 
     def start(self) -> None:
         watch = BrokerWatch(self.store, self.keys.broker(BROKER), self.uploader.set_broker_alive)
@@ -99,7 +105,9 @@ async def h(tmp_path: Path) -> AsyncIterator[Harness]:
     # The broker is registered (on a lease) unless a test says otherwise.
     lease = await store.grant_lease(60)
     await store.put(keys.broker(BROKER), {"broker_id": BROKER}, lease=lease)
-    harness = Harness(Uploader(cfg, store, objects, keys), store, objects, keys, tmp_path / "data", [])
+    # The broker opened the topic: its log record names it as the writer.
+    stint = await record_stint(store, keys, T, BROKER)
+    harness = Harness(Uploader(cfg, store, objects, keys), store, objects, keys, tmp_path / "data", [], stint)
     yield harness
     for task in harness.tasks:
         task.cancel()
@@ -191,7 +199,7 @@ async def test_crash_after_put_uploads_the_same_key_again(h: Harness) -> None:
     first_seg = sorted(log.directory.glob("*.wal"))[0]
     first_end = int(sorted(log.directory.glob("*.wal"))[1].stem)
     # A previous run PUT the first object (same deterministic key and bytes) and died.
-    key = object_key(T, 0, first_end)
+    key = object_key(T, 0, first_end, incarnation=INCARNATION, revision=h.stint.revision)
     await h.objects.put(key, first_seg.read_bytes())
     before = await h.objects.head(key)
     h.start()
@@ -318,53 +326,71 @@ async def test_a_damaged_sealed_segment_is_not_uploaded(h: Harness) -> None:
     assert [d.start_offset for d in await descriptors(h.store, h.keys, T)] == [0]
 
 
-async def test_broker_death_uploads_the_tail_and_records_the_final_end(h: Harness) -> None:
-    owner = h.keys.owner(T)
-    await h.store.put(owner, {"broker_id": BROKER})
+async def test_broker_death_records_the_logs_end_at_once_then_uploads_up_to_it(h: Harness) -> None:
+    """The broker's lease ends while its process still holds the log open (frozen, or cut off
+    from etcd): the uploader records where the log ends right away (the new owner waits for
+    exactly this), uploads up to there, and never uploads what the woken broker writes after."""
     log = await write_topic(h.data_dir, T, 1000)
-    end = log.durable_offset
-    h.start()
-    await h.wait_checkpoint(sealed_end(log.directory))
-    lease = (await h.store.get(h.keys.broker(BROKER))).lease  # type: ignore[union-attr]
-    await h.store.revoke_lease(lease)
-    await wait_until(lambda: not h.uploader.broker_alive, what="broker seen dead")
-    # The broker process still holds its log open: the open segment is not touched.
-    await wait_until(lambda: "still has" in h.progress().last_error, what="busy directory reported")
-    assert await h.checkpoint() == sealed_end(log.directory)
-    await log.aclose()  # the process exits
-    # A torn write at the end (a frame cut short): ignored, as the broker's recovery would.
-    active = log.directory / segment_name(sealed_end(log.directory))
-    active.write_bytes(active.read_bytes() + b"\x40\x00\x00\x00garbage")
-    await h.wait_checkpoint(end)
-    await check_uploaded(h.store, h.keys, h.objects, T, end=end)
-    # Still owned by the dead broker: no final state yet; once re-placed, it is written.
-    assert await h.store.get(h.keys.storage_state(T)) is None
-    await h.store.put(owner, {"broker_id": "b2", "replaced": BROKER})
-
-    async def final() -> Any:
-        return await h.store.get_json(h.keys.storage_state(T))
-
-    state = await wait_until(final, what="final storage state")
-    assert state["next_offset"] == end and state["final"] is True and state["broker_id"] == BROKER
-    assert h.progress().final and h.uploader.totals.final_states == 1
-    assert not (log.directory / index_name(sealed_end(log.directory))).exists()  # nothing written locally
-
-    # The broker comes back: normal mode, the open segment is left alone again.
-    await h.store.put(h.keys.broker(BROKER), {"broker_id": BROKER})
-    await wait_until(lambda: h.uploader.broker_alive, what="broker back")
-    log = await open_log(log.directory)
     try:
+        end = log.durable_offset
+        h.start()
+        await h.wait_checkpoint(sealed_end(log.directory))
+        lease = (await h.store.get(h.keys.broker(BROKER))).lease  # type: ignore[union-attr]
+        await h.store.revoke_lease(lease)
+        await wait_until(lambda: not h.uploader.broker_alive, what="broker seen dead")
+
+        async def closed() -> Any:
+            state = await h.store.get_json(h.keys.storage_state(T))
+            return state if not state.get("open", True) else None
+
+        state = await wait_until(closed, what="the log's end recorded")
+        assert state["next_offset"] == end and state["closed_by"] == "uploader" and state["writer"] == BROKER
+        await h.wait_checkpoint(end)
+        await check_uploaded(h.store, h.keys, h.objects, T, end=end)
+        assert h.progress().final and h.uploader.totals.final_states == 1
+        assert not (log.directory / index_name(sealed_end(log.directory))).exists()  # nothing written locally
+
+        # The frozen broker wakes and writes on (it acknowledges nothing: its lease is gone).
         await append(log, end, 50)
-        for _ in range(3):  # nothing may be uploaded from the open segment now
+        for _ in range(3):
             await h.uploader.flush(T, None, timeout_s=5)
-        assert await h.checkpoint() == end
+        assert await h.checkpoint() == end, "frames past the recorded end are never history"
+        assert (await h.store.get_json(h.keys.storage_state(T)))["next_offset"] == end
     finally:
         await log.aclose()
 
 
-async def test_final_state_does_not_go_backwards(h: Harness) -> None:
-    await h.store.put(h.keys.owner(T), {"broker_id": "b2"})
-    await h.store.put(h.keys.storage_state(T), {"next_offset": 10_000, "broker_id": "b2", "epoch": 5})
+async def test_the_dead_brokers_end_carries_the_producers_sequence_ids(h: Harness) -> None:
+    log = await open_log(h.data_dir / T.namespace / T.local)
+    try:
+        for i in range(0, 400, 50):
+            recs = [
+                pb.StreamMessage(
+                    payload=payload(j), producer_name="p1", sequence_id=j + 1
+                ).SerializeToString()
+                for j in range(i, i + 50)
+            ]
+            await log.append(recs, [1_000] * 50, [("p1", j + 1) for j in range(i, i + 50)])
+    finally:
+        await log.aclose()
+    await h.store.put(h.keys.storage_state(T), {**h.stint.to_json(), "producer_sequences": {"older": 7}})
+    await h.store.delete(h.keys.broker(BROKER))
+    h.start()
+
+    async def closed() -> Any:
+        state = await h.store.get_json(h.keys.storage_state(T))
+        return state if not state.get("open", True) else None
+
+    state = await wait_until(closed, what="the log's end recorded")
+    assert state["next_offset"] == 400
+    assert state["producer_sequences"] == {"older": 7, "p1": 400}
+
+
+async def test_a_log_written_by_another_broker_is_never_closed_from_here(h: Harness) -> None:
+    """This disk holds offsets 0..299 of the topic; broker b2 writes it now from 300: those are
+    uploaded (they are the topic's history), but this dead broker records no end."""
+    state = LogState(writer="b2", epoch=5, start_offset=300, incarnation=INCARNATION)
+    await h.store.put(h.keys.storage_state(T), state.to_json())
     log = await write_topic(h.data_dir, T, 300)
     await log.aclose()
     await h.store.delete(h.keys.broker(BROKER))
@@ -372,8 +398,31 @@ async def test_final_state_does_not_go_backwards(h: Harness) -> None:
     await h.wait_checkpoint(300)
     await wait_until(lambda: h.progress().uploaded_next_offset == 300, what="progress")
     await h.uploader.flush(T, None, timeout_s=5)
-    state = await h.store.get_json(h.keys.storage_state(T))
-    assert state == {"next_offset": 10_000, "broker_id": "b2", "epoch": 5}
+    assert await h.store.get_json(h.keys.storage_state(T)) == state.to_json()
+    assert not h.progress().final
+
+
+async def test_frames_past_another_writers_start_are_never_uploaded(h: Harness) -> None:
+    """A woken former owner's disk holds offsets the new writer also assigned: never uploaded."""
+    log = await write_topic(h.data_dir, T, 300)
+    await log.aclose()
+    state = LogState(writer="b2", epoch=5, start_offset=200, incarnation=INCARNATION)
+    await h.store.put(h.keys.storage_state(T), state.to_json())
+    assert (await h.uploader.flush(T, 200, timeout_s=5)).uploaded_next_offset == 200
+    with pytest.raises(FailedPrecondition):
+        await h.uploader.flush(T, 300, timeout_s=5)
+    assert max(d.next_offset for d in await descriptors(h.store, h.keys, T)) == 200
+
+
+async def test_a_directory_of_a_deleted_incarnation_is_never_uploaded(h: Harness) -> None:
+    log = await open_log(h.data_dir / T.namespace / T.local, incarnation=INCARNATION + 1)
+    await append(log, 0, 300)
+    await log.roll()
+    await log.aclose()
+    h.start()
+    await wait_until(lambda: T in h.uploader.topics, what="topic discovered")
+    await h.uploader.flush(T, None, timeout_s=5)
+    assert await h.checkpoint() is None and await descriptors(h.store, h.keys, T) == []
 
 
 async def test_flush_of_a_topic_not_on_this_disk(h: Harness) -> None:
@@ -421,12 +470,11 @@ async def test_a_stale_directory_writes_no_final_state(h: Harness) -> None:
     later = SegmentDescriptor(str(T), 300, 900, object_key(T, 300, 900), 1, 0)  # the next owner's upload
     await h.store.put(h.keys.segment(T, 300), later.to_json())
     await h.store.put(h.keys.upload_checkpoint(T), {"next_offset": 900})
-    await h.store.put(h.keys.owner(T), {"broker_id": "b2"})
+    state = LogState(writer="b2", epoch=9, start_offset=300, incarnation=INCARNATION)
+    await h.store.put(h.keys.storage_state(T), state.to_json())
     await h.store.delete(h.keys.broker(BROKER))
     h.start()
-    await wait_until(
-        lambda: h.uploader.topics[T].final_epoch == h.uploader.death_epoch == 1, what="pass done"
-    )
-    assert await h.store.get(h.keys.storage_state(T)) is None
+    await wait_until(lambda: h.uploader.topics[T].done_epoch == h.uploader.death_epoch == 1, what="pass done")
+    assert await h.store.get_json(h.keys.storage_state(T)) == state.to_json()
     assert await descriptors(h.store, h.keys, T) == [*descs, later]
     assert await h.checkpoint() == 900 and not h.progress().final

@@ -38,6 +38,7 @@ from danube_sdk.cli.admin_commands import (
     topics_create,
     topics_delete,
     topics_describe,
+    topics_force_takeover,
     topics_list,
     topics_move,
     topics_pin_cmd,
@@ -377,6 +378,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("topic", help="topic name, /namespace/topic (one partition of a partitioned topic)")
     p.add_argument("--to", metavar="BROKER_ID", help="target broker; default: the least-loaded other broker")
+    p = leaf(
+        t,
+        "force-takeover",
+        "end the wait for a dead broker's log end when its disk is lost for good: the topic continues "
+        "after every offset that broker may have acknowledged, and what object storage does not hold is "
+        "recorded as lost (shown by `topics stats`). Refused while that broker is registered",
+        topics_force_takeover,
+        [
+            "danube-admin topics force-takeover /default/orders --accept-loss --reason 'host lost'",
+        ],
+    )
+    p.add_argument("topic", help="topic name, /namespace/topic (one partition of a partitioned topic)")
+    p.add_argument(
+        "--accept-loss",
+        action="store_true",
+        help="required: confirm that what the dead broker did not upload is given up",
+    )
+    p.add_argument("--reason", default="", help="recorded with the decision (who and why)")
     p = leaf(
         t,
         "pin",

@@ -226,6 +226,29 @@ def topics_move(admin: Admin, args: argparse.Namespace) -> None:
     )
 
 
+def topics_force_takeover(admin: Admin, args: argparse.Namespace) -> None:
+    resp = admin.topics.ForceTakeover(
+        apb.ForceTakeoverRequest(name=args.topic, accept_loss=args.accept_loss, reason=args.reason),
+        timeout=admin.timeout_s,
+    )
+    lost = [(g.start_offset, g.next_offset) for g in resp.lost]
+    given_up = (
+        "; ".join(f"offsets {a}..{b - 1} ({b - a}) recorded as lost" for a, b in lost)
+        if lost
+        else "object storage held everything: nothing lost"
+    )
+    _done(
+        args,
+        f"takeover of {resp.name} forced: broker {resp.writer}'s log ends at offset {resp.next_offset}; {given_up}",
+        {
+            "name": resp.name,
+            "writer": resp.writer,
+            "next_offset": resp.next_offset,
+            "lost": [{"start_offset": a, "next_offset": b} for a, b in lost],
+        },
+    )
+
+
 def namespaces_list(admin: Admin, args: argparse.Namespace) -> None:
     resp = admin.namespaces.ListNamespaces(apb.ListNamespacesRequest(), timeout=admin.timeout_s)
     emit(
@@ -335,6 +358,7 @@ SUBSCRIPTION_COLUMNS = (
     "delivered",
     "redelivered",
     "dead_lettered",
+    "skipped",
     "rate",
 )
 
@@ -351,6 +375,8 @@ def subscription_stats_dict(s: apb.SubscriptionStats) -> dict[str, Any]:
         "redelivered_total": s.redelivered_total,
         "dead_lettered_total": s.dead_lettered_total,
         "dropped_total": s.dropped_total,
+        "skipped_total": s.skipped_total,
+        "read_error": s.read_error,
         "msg_rate_out": s.msg_rate_out,
     }
 
@@ -371,6 +397,23 @@ def topic_stats_dict(st: apb.TopicStats) -> dict[str, Any]:
         "bytes_rate_in": st.bytes_rate_in,
         "producers": st.producers,
         "subscriptions": [subscription_stats_dict(s) for s in st.subscriptions],
+        "state": st.state,
+        "log_writer": st.log_writer,
+        "log_epoch": st.log_epoch,
+        "log_start_offset": st.log_start_offset,
+        "reserved_to": st.reserved_to,
+        "accepted_gaps": [
+            {
+                "start_offset": g.start_offset,
+                "next_offset": g.next_offset,
+                "lost_offsets": g.next_offset - g.start_offset,
+                "reason": g.reason,
+                "decided_by": g.decided_by,
+                "at_ms": g.at_ms,
+                "writer": g.writer,
+            }
+            for g in st.accepted_gaps
+        ],
     }
 
 
@@ -396,6 +439,24 @@ def topics_stats(admin: Admin, args: argparse.Namespace) -> None:
         {"field": "rate in", "value": f"{_rate(st.msg_rate_in)} msg, {_rate(st.bytes_rate_in)} bytes"},
         {"field": "producers", "value": st.producers},
     ]
+    if st.state:
+        fields.insert(2, {"field": "state", "value": st.state})
+    if st.log_writer:
+        fields.append(
+            {
+                "field": "log",
+                "value": f"written by broker {st.log_writer} since offset {st.log_start_offset} "
+                f"(epoch {st.log_epoch}; offsets reserved below {st.reserved_to})",
+            }
+        )
+    for g in st.accepted_gaps:
+        fields.append(
+            {
+                "field": "LOST (accepted)",
+                "value": f"offsets {g.start_offset}..{g.next_offset - 1} ({g.next_offset - g.start_offset}) of "
+                f"broker {g.writer}: {g.decided_by}: {g.reason}",
+            }
+        )
     print(render_table(fields, ("field", "value")))
     print()
     rows = [
@@ -409,6 +470,7 @@ def topics_stats(admin: Admin, args: argparse.Namespace) -> None:
             "delivered": s.delivered_total,
             "redelivered": s.redelivered_total,
             "dead_lettered": s.dead_lettered_total,
+            "skipped": s.skipped_total,
             "rate": _rate(s.msg_rate_out),
         }
         for s in st.subscriptions

@@ -157,6 +157,28 @@ class MoveTopicRequest(_message.Message):
     to_broker: str
     def __init__(self, name: _Optional[str] = ..., to_broker: _Optional[str] = ...) -> None: ...
 
+class ForceTakeoverRequest(_message.Message):
+    __slots__ = ("name", "accept_loss", "reason")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_LOSS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    accept_loss: bool
+    reason: str
+    def __init__(self, name: _Optional[str] = ..., accept_loss: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ForceTakeoverResponse(_message.Message):
+    __slots__ = ("name", "writer", "next_offset", "lost")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WRITER_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    writer: str
+    next_offset: int
+    lost: _containers.RepeatedCompositeFieldContainer[AcceptedGap]
+    def __init__(self, name: _Optional[str] = ..., writer: _Optional[str] = ..., next_offset: _Optional[int] = ..., lost: _Optional[_Iterable[_Union[AcceptedGap, _Mapping]]] = ...) -> None: ...
+
 class MoveTopicResponse(_message.Message):
     __slots__ = ("name", "from_broker", "to_broker")
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -278,7 +300,7 @@ class TopicStatsRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class SubscriptionStats(_message.Message):
-    __slots__ = ("name", "type", "consumers", "backlog", "cursor", "has_cursor", "unacked_in_flight", "delivered_total", "redelivered_total", "dead_lettered_total", "dropped_total", "msg_rate_out")
+    __slots__ = ("name", "type", "consumers", "backlog", "cursor", "has_cursor", "unacked_in_flight", "delivered_total", "redelivered_total", "dead_lettered_total", "dropped_total", "msg_rate_out", "skipped_total", "read_error")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
@@ -291,6 +313,8 @@ class SubscriptionStats(_message.Message):
     DEAD_LETTERED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     DROPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     MSG_RATE_OUT_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    READ_ERROR_FIELD_NUMBER: _ClassVar[int]
     name: str
     type: str
     consumers: int
@@ -303,10 +327,28 @@ class SubscriptionStats(_message.Message):
     dead_lettered_total: int
     dropped_total: int
     msg_rate_out: float
-    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., consumers: _Optional[int] = ..., backlog: _Optional[int] = ..., cursor: _Optional[int] = ..., has_cursor: _Optional[bool] = ..., unacked_in_flight: _Optional[int] = ..., delivered_total: _Optional[int] = ..., redelivered_total: _Optional[int] = ..., dead_lettered_total: _Optional[int] = ..., dropped_total: _Optional[int] = ..., msg_rate_out: _Optional[float] = ...) -> None: ...
+    skipped_total: int
+    read_error: str
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., consumers: _Optional[int] = ..., backlog: _Optional[int] = ..., cursor: _Optional[int] = ..., has_cursor: _Optional[bool] = ..., unacked_in_flight: _Optional[int] = ..., delivered_total: _Optional[int] = ..., redelivered_total: _Optional[int] = ..., dead_lettered_total: _Optional[int] = ..., dropped_total: _Optional[int] = ..., msg_rate_out: _Optional[float] = ..., skipped_total: _Optional[int] = ..., read_error: _Optional[str] = ...) -> None: ...
+
+class AcceptedGap(_message.Message):
+    __slots__ = ("start_offset", "next_offset", "reason", "decided_by", "at_ms", "writer")
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_BY_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    WRITER_FIELD_NUMBER: _ClassVar[int]
+    start_offset: int
+    next_offset: int
+    reason: str
+    decided_by: str
+    at_ms: int
+    writer: str
+    def __init__(self, start_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., reason: _Optional[str] = ..., decided_by: _Optional[str] = ..., at_ms: _Optional[int] = ..., writer: _Optional[str] = ...) -> None: ...
 
 class TopicStats(_message.Message):
-    __slots__ = ("name", "broker_id", "dispatch_strategy", "durability", "first_offset", "next_offset", "wal_bytes", "wal_segments", "msgs_in_total", "bytes_in_total", "msg_rate_in", "bytes_rate_in", "producers", "subscriptions")
+    __slots__ = ("name", "broker_id", "dispatch_strategy", "durability", "first_offset", "next_offset", "wal_bytes", "wal_segments", "msgs_in_total", "bytes_in_total", "msg_rate_in", "bytes_rate_in", "producers", "subscriptions", "log_writer", "log_epoch", "log_start_offset", "reserved_to", "state", "accepted_gaps")
     NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_STRATEGY_FIELD_NUMBER: _ClassVar[int]
@@ -321,6 +363,12 @@ class TopicStats(_message.Message):
     BYTES_RATE_IN_FIELD_NUMBER: _ClassVar[int]
     PRODUCERS_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    LOG_WRITER_FIELD_NUMBER: _ClassVar[int]
+    LOG_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_TO_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_GAPS_FIELD_NUMBER: _ClassVar[int]
     name: str
     broker_id: str
     dispatch_strategy: str
@@ -335,7 +383,13 @@ class TopicStats(_message.Message):
     bytes_rate_in: float
     producers: int
     subscriptions: _containers.RepeatedCompositeFieldContainer[SubscriptionStats]
-    def __init__(self, name: _Optional[str] = ..., broker_id: _Optional[str] = ..., dispatch_strategy: _Optional[str] = ..., durability: _Optional[str] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., wal_segments: _Optional[int] = ..., msgs_in_total: _Optional[int] = ..., bytes_in_total: _Optional[int] = ..., msg_rate_in: _Optional[float] = ..., bytes_rate_in: _Optional[float] = ..., producers: _Optional[int] = ..., subscriptions: _Optional[_Iterable[_Union[SubscriptionStats, _Mapping]]] = ...) -> None: ...
+    log_writer: str
+    log_epoch: int
+    log_start_offset: int
+    reserved_to: int
+    state: str
+    accepted_gaps: _containers.RepeatedCompositeFieldContainer[AcceptedGap]
+    def __init__(self, name: _Optional[str] = ..., broker_id: _Optional[str] = ..., dispatch_strategy: _Optional[str] = ..., durability: _Optional[str] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., wal_segments: _Optional[int] = ..., msgs_in_total: _Optional[int] = ..., bytes_in_total: _Optional[int] = ..., msg_rate_in: _Optional[float] = ..., bytes_rate_in: _Optional[float] = ..., producers: _Optional[int] = ..., subscriptions: _Optional[_Iterable[_Union[SubscriptionStats, _Mapping]]] = ..., log_writer: _Optional[str] = ..., log_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., reserved_to: _Optional[int] = ..., state: _Optional[str] = ..., accepted_gaps: _Optional[_Iterable[_Union[AcceptedGap, _Mapping]]] = ...) -> None: ...
 
 class BrokerStatsRequest(_message.Message):
     __slots__ = ()

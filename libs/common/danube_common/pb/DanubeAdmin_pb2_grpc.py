@@ -646,6 +646,11 @@ class TopicAdminStub:
                 request_serializer=DanubeAdmin__pb2.MoveTopicRequest.SerializeToString,
                 response_deserializer=DanubeAdmin__pb2.MoveTopicResponse.FromString,
                 _registered_method=True)
+        self.ForceTakeover = channel.unary_unary(
+                '/danube.admin.v1.TopicAdmin/ForceTakeover',
+                request_serializer=DanubeAdmin__pb2.ForceTakeoverRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.ForceTakeoverResponse.FromString,
+                _registered_method=True)
 
 
 class TopicAdminServicer:
@@ -708,6 +713,18 @@ class TopicAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForceTakeover(self, request, context):
+        """A reliable topic whose previous owner died without handing it over waits until that
+        owner's log end is recorded (by its WAL uploader, or by itself when it restarts). When the
+        owner's disk is lost for good, this ends the wait by an explicit, recorded decision: the log
+        continues after every offset the owner may have acknowledged, and the offsets object storage
+        does not hold are recorded as lost (an accepted gap). Refused unless accept_loss is set, and
+        while the owner is registered (alive).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TopicAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -750,6 +767,11 @@ def add_TopicAdminServicer_to_server(servicer, server):
                     servicer.MoveTopic,
                     request_deserializer=DanubeAdmin__pb2.MoveTopicRequest.FromString,
                     response_serializer=DanubeAdmin__pb2.MoveTopicResponse.SerializeToString,
+            ),
+            'ForceTakeover': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForceTakeover,
+                    request_deserializer=DanubeAdmin__pb2.ForceTakeoverRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.ForceTakeoverResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -968,6 +990,33 @@ class TopicAdmin:
             '/danube.admin.v1.TopicAdmin/MoveTopic',
             DanubeAdmin__pb2.MoveTopicRequest.SerializeToString,
             DanubeAdmin__pb2.MoveTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForceTakeover(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.TopicAdmin/ForceTakeover',
+            DanubeAdmin__pb2.ForceTakeoverRequest.SerializeToString,
+            DanubeAdmin__pb2.ForceTakeoverResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -32,6 +32,7 @@ from danube_broker.wal.errors import HistoryGap
 from danube_broker.wal.model import LogEntry
 from danube_common.errors import CorruptData
 from danube_common.keys import Keys
+from danube_common.log_state import AcceptedGap, LogRecords
 from danube_common.metadata.store import MetadataStore
 from danube_common.objstore import InvalidObjectRange, ObjectStore
 from danube_common.storage import SegmentDescriptor, check_disjoint, find
@@ -195,6 +196,8 @@ class RemoteHistory:
         self._chunk = chunk_bytes
         self._positions = positions or Positions()
         self.descriptors: list[SegmentDescriptor] = []
+        #: Offsets declared lost by a recorded decision (an unclean takeover): skipped by reads.
+        self.gaps: list[AcceptedGap] = []
         self._loads = 0
         self._load_lock = asyncio.Lock()
         self.reads = 0
@@ -242,12 +245,26 @@ class RemoteHistory:
     def find(self, offset: int) -> SegmentDescriptor | None:
         return find(self.descriptors, offset)
 
+    def past_gaps(self, offset: int) -> int:
+        """``offset``, or the end of the accepted gap(s) holding it."""
+        at = offset
+        for g in self.gaps:
+            if g.covers(at):
+                at = g.next_offset
+        return at
+
+    @property
+    def lost_offsets(self) -> int:
+        """How many offsets the accepted gaps gave up."""
+        return sum(g.size for g in self.gaps)
+
     async def refresh(self) -> None:
         """List the topic's descriptors again (concurrent callers share one listing)."""
         seen = self._loads
         async with self._load_lock:
             if self._loads != seen:
                 return
+            self.gaps = await LogRecords(self._meta, self._keys).gaps(self.topic)
             kvs, _ = await self._meta.get_prefix(self._keys.segments_prefix(self.topic))
             found: list[SegmentDescriptor] = []
             for kv in kvs:

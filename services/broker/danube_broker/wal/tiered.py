@@ -13,7 +13,8 @@ tail cache and retention are the local log's; reads go, in order, to
 ``first_offset`` is the oldest offset of either (object storage's first descriptor, when there
 is one), so new ``earliest`` subscriptions, seeks and stats see the whole history. An offset
 between the two that neither holds raises :class:`~danube_broker.wal.errors.HistoryGap`; it is
-never skipped. If local retention deletes the segment a read was about to use, the read starts
+never skipped, unless an operator's recorded decision declared it lost (an accepted gap of an
+unclean takeover): reads then continue after it, and subscriptions count what they skipped. If local retention deletes the segment a read was about to use, the read starts
 again from object storage (retention only deletes what the uploader's checkpoint covers).
 """
 
@@ -56,6 +57,9 @@ class TieredLog:
     def last_sequence(self, producer_name: str) -> int:
         return self.local.last_sequence(producer_name)
 
+    def producer_sequences(self) -> dict[str, int]:
+        return self.local.producer_sequences()
+
     # ------------------------------------------------------------------ writes (local)
     async def append(
         self,
@@ -91,7 +95,7 @@ class TieredLog:
         """Entries from ``from_offset`` (offsets below ``first_offset`` are skipped, as in the
         WAL): from the local log at or above its first offset, else from object storage (up to
         the local first offset at most). HistoryGap for an offset neither holds."""
-        from_offset = max(from_offset, self.first_offset)
+        from_offset = self.history.past_gaps(max(from_offset, self.first_offset))
         while True:
             local_first = self.local.first_offset
             if from_offset >= local_first:

@@ -98,6 +98,8 @@ class SubscriptionEngine:
         self.ack_timeouts_total = 0
         self.nacks_total = 0
         self.acks_total = 0
+        #: Offsets skipped because they were gone from the log (retention, or an accepted gap).
+        self.skipped_total = 0
         self.rate_out = Rate()
         #: Why the last read of the log failed ("" once a read succeeds again), for stats.
         self.read_error = ""
@@ -238,6 +240,7 @@ class SubscriptionEngine:
             self.read_pos,
             upto - 1,
         )
+        self.skipped_total += max(0, upto - self.read_pos)
         if self.acks.cursor + 1 >= self.read_pos:
             moved = self.acks.ack_through(upto - 1)
         else:

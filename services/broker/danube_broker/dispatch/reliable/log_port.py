@@ -60,6 +60,10 @@ class TopicLogPort(Protocol):
 
     def last_sequence(self, producer_name: str) -> int: ...
 
+    def producer_sequences(self) -> dict[str, int]:
+        """Every producer name's ``last_sequence`` (carried to the topic's next owner)."""
+        ...
+
     def read(self, from_offset: int, max_entries: int, max_bytes: int = ...) -> Sequence[Entry] | None:
         """From the tail cache: entries, [] if nothing new, None if older than the cache."""
         ...

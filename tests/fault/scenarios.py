@@ -1,0 +1,420 @@
+"""Fault scenarios over a :class:`~tests.fault.cluster.FaultCluster`, each judged by the history checker.
+
+A run of one scenario (:func:`run_scenario`):
+
+1. create two reliable topics (one ``fsync``, one ``cloud``) and put both on one broker, the
+   *victim* of broker faults;
+2. start the :class:`~tests.fault.workload.Workload` (4 producers, 4 consumers on a shared and an
+   exclusive subscription), recording every operation, and sample the subscriptions' durable
+   cursors from etcd meanwhile;
+3. inject the fault, heal it, and wait until acknowledgements flow again on every topic;
+4. stop the workload, read each topic once more from the earliest offset, and check:
+   the history (:func:`tests.fault.history.check`: no acknowledged message lost, no phantom, order,
+   unique and gap-free offsets, duplicates counted, acks never regress), the log records' chain in
+   etcd (:func:`check_log_chain`: each stint starts exactly where the previous one ended, so no two
+   brokers ever wrote the same offsets), and that every owner write of a load manager carried the
+   term that led at that revision.
+
+Faults (:data:`SCENARIOS`): kill -9 of the owner; SIGSTOP past the lease; a partition between the
+owner and etcd; an etcd restart; object storage refusing then timing out; the WAL disk full; a topic
+move and a broker drain under load; the owner paused in the middle of a move; a load manager
+paused and resumed; and the owner's machine lost (broker and uploader killed) with an operator's
+recorded, unclean takeover (its accepted gap is the only loss the checker allows).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from danube_common.leadership import read_leaders
+from danube_common.log_state import LogState
+from danube_common.placement import LOAD_MANAGER_ROLE
+from danube_common.resources import Resources
+from danube_common.topic_name import TopicName
+from tests.fault.cluster import LEADERSHIP_TTL_S, REGISTRATION_TTL_S, FaultCluster
+from tests.fault.history import History, Verdict, check
+from tests.fault.workload import DEFAULT_SUBSCRIPTIONS, Workload, final_read
+from tests.support import unique, wait_until
+
+log = logging.getLogger(__name__)
+
+#: A pause or partition this much longer than the registration TTL outlives the lease.
+PAST_LEASE_S = REGISTRATION_TTL_S + 3.0
+
+
+@dataclass
+class Ctx:
+    """What a scenario body gets."""
+
+    fc: FaultCluster
+    res: Resources
+    topics: list[str]
+    victim: str
+    rng: random.Random
+    workload: Workload
+    notes: list[str] = field(default_factory=list)
+
+    async def acks_flow(self, n: int = 200, timeout_s: float = 60.0) -> None:
+        """Wait until every topic has ``n`` more acknowledged sends than now."""
+        base = self.workload.acked_per_topic()
+        await wait_until(
+            lambda: all(self.workload.acked_per_topic().get(t, 0) >= base.get(t, 0) + n for t in self.topics),
+            timeout_s=timeout_s,
+            interval_s=0.1,
+            what=f"{n} more acknowledged sends on every topic",
+        )
+
+    async def owner(self, topic: str) -> str | None:
+        return await self.fc.owner(self.res, topic)
+
+    async def owned_elsewhere(self, topic: str, than: str, timeout_s: float = 60.0) -> str:
+        async def moved() -> str | None:
+            o = await self.owner(topic)
+            return o if o is not None and o != than else None
+
+        return str(
+            await wait_until(moved, timeout_s=timeout_s, interval_s=0.1, what=f"{topic} owned elsewhere")
+        )
+
+
+Scenario = Callable[[Ctx], Awaitable[None]]
+
+
+# ---------------------------------------------------------------------- the faults
+async def kill9_owner(ctx: Ctx) -> None:
+    await ctx.fc.kill(ctx.victim)
+    await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
+    await ctx.acks_flow()
+    await ctx.fc.restart(ctx.victim)
+
+
+async def pause_past_lease(ctx: Ctx) -> None:
+    name = f"broker-{ctx.victim}"
+    ctx.fc.pause(name)
+    await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
+    await asyncio.sleep(max(0.0, PAST_LEASE_S - REGISTRATION_TTL_S))  # stay frozen past the takeover
+    ctx.fc.resume(name)  # it wakes with its lease gone: it must not acknowledge anything, and exits
+    await ctx.acks_flow()
+
+
+async def etcd_partition(ctx: Ctx) -> None:
+    """The owner loses etcd while its clients still reach it."""
+    ctx.fc.cut_from_etcd(ctx.victim)
+    await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
+    await ctx.acks_flow()
+    ctx.fc.reconnect_to_etcd(ctx.victim)
+
+
+async def etcd_restart(ctx: Ctx) -> None:
+    await ctx.fc.restart_etcd(down_s=1.5)
+    await ctx.acks_flow()
+
+
+async def object_store_errors(ctx: Ctx) -> None:
+    ctx.fc.object_store("refuse")
+    await asyncio.sleep(2.5)
+    ctx.fc.object_store("blackhole")
+    await asyncio.sleep(2.5)
+    ctx.fc.object_store("pass")
+    await ctx.acks_flow()
+
+
+async def disk_full(ctx: Ctx) -> None:
+    if not ctx.fc.can_fill_disk(ctx.victim):
+        ctx.notes.append("the WAL disk is not a tmpfs here (not root): the disk stayed free")
+        await ctx.acks_flow()
+        return
+    await asyncio.to_thread(ctx.fc.fill_disk, ctx.victim)
+    await asyncio.sleep(2.0)
+    ctx.fc.free_disk(ctx.victim)
+    await ctx.acks_flow()
+
+
+async def move_under_load(ctx: Ctx) -> None:
+    for topic in ctx.topics:
+        await ctx.fc.admin("topics", "move", topic)
+    for topic in ctx.topics:
+        await ctx.owned_elsewhere(topic, ctx.victim)
+    await ctx.acks_flow()
+
+
+async def drain_under_load(ctx: Ctx) -> None:
+    await ctx.fc.admin("brokers", "drain", ctx.victim)
+    for topic in ctx.topics:
+        await ctx.owned_elsewhere(topic, ctx.victim)
+    await ctx.acks_flow()
+    await ctx.fc.admin("brokers", "activate", ctx.victim)
+
+
+async def pause_during_move(ctx: Ctx) -> None:
+    """The owner freezes right as a move of its topics starts: the move cannot finish; the topics
+    come back through the dead-broker path instead."""
+    name = f"broker-{ctx.victim}"
+    await ctx.fc.admin("topics", "move", ctx.topics[0])
+    ctx.fc.pause(name)
+    await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
+    await asyncio.sleep(max(0.0, PAST_LEASE_S - REGISTRATION_TTL_S))
+    ctx.fc.resume(name)
+    await ctx.acks_flow()
+
+
+async def load_manager_pause(ctx: Ctx) -> None:
+    """The active load manager freezes past its leadership, the owner broker dies meanwhile (the
+    standby must re-place its topics), then the old leader wakes: none of its writes may land."""
+    leader = (await read_leaders(ctx.res.store, ctx.res.keys)).get(LOAD_MANAGER_ROLE)
+    assert leader is not None, "no load manager leads"
+    name = next(s.name for s in ctx.fc.c.load_managers if s.name.endswith(leader.candidate_id.split("-")[-1]))
+    ctx.fc.pause(name)
+    await asyncio.sleep(LEADERSHIP_TTL_S + 1.0)
+    await ctx.fc.kill(ctx.victim)
+    await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
+    ctx.fc.resume(name)
+    await ctx.acks_flow()
+    await ctx.fc.restart(ctx.victim)
+
+
+async def machine_lost(ctx: Ctx) -> None:
+    """Broker and uploader are gone with their disk: the topics wait (no start offset is ever
+    guessed) until an operator forces the takeover, accepting the loss of what was not uploaded."""
+    uploader = ctx.fc.c.uploaders[ctx.victim]
+    await ctx.fc.kill(ctx.victim)
+    ctx.fc.c.signal(uploader.name, 9)
+    await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
+    before = ctx.workload.acked_per_topic()
+    await asyncio.sleep(REGISTRATION_TTL_S + 2.0)
+    fsync_topic = ctx.topics[0]
+    stuck = ctx.workload.acked_per_topic().get(fsync_topic, 0) - before.get(fsync_topic, 0)
+    ctx.notes.append(f"acks on the fsync topic while waiting for the lost broker: {stuck}")
+    assert stuck == 0, "an fsync topic of a lost broker must wait for an explicit decision"
+    for topic in ctx.topics:
+        state = await _state(ctx.res, topic)
+        if state is not None and state.open and state.writer == ctx.victim:
+            out = await ctx.fc.admin(
+                "topics", "force-takeover", topic, "--accept-loss", "--reason", "fault test: machine lost"
+            )
+            ctx.notes.append(out.strip())
+    await ctx.acks_flow()
+    await asyncio.to_thread(ctx.fc.c.restart, uploader.name)
+    await ctx.fc.restart(ctx.victim)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "kill9_owner": kill9_owner,
+    "pause_past_lease": pause_past_lease,
+    "etcd_partition": etcd_partition,
+    "etcd_restart": etcd_restart,
+    "object_store_errors": object_store_errors,
+    "disk_full": disk_full,
+    "move_under_load": move_under_load,
+    "drain_under_load": drain_under_load,
+    "pause_during_move": pause_during_move,
+    "load_manager_pause": load_manager_pause,
+    "machine_lost": machine_lost,
+}
+
+
+# ---------------------------------------------------------------------- a run
+@dataclass
+class Outcome:
+    scenario: str
+    verdict: Verdict
+    chain_violations: list[str]
+    term_writes_checked: int
+    longest_ack_gap_s: dict[str, float]
+    lost_in_accepted_gaps: int
+    took_s: float
+    notes: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok and not self.chain_violations
+
+    def summary(self) -> str:
+        gaps = ", ".join(f"{t.rsplit('/', 1)[-1]} {s:.2f}s" for t, s in self.longest_ack_gap_s.items())
+        lines = [
+            f"== {self.scenario}: {'OK' if self.ok else 'FAILED'} in {self.took_s:.0f}s; longest pause in acks: {gaps}",
+            self.verdict.summary(),
+        ]
+        if self.chain_violations:
+            lines.append("log record chain violations:")
+            lines += [f"  {v}" for v in self.chain_violations[:20]]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+async def _state(res: Resources, topic: str) -> LogState | None:
+    kv = await res.store.get(res.keys.storage_state(TopicName.parse(topic)))
+    return LogState.from_kv(kv) if kv is not None else None
+
+
+async def _place_on(ctx_fc: FaultCluster, res: Resources, topics: list[str]) -> str:
+    """Put every topic on the owner of the first one; return that broker."""
+    owner = await wait_until(
+        lambda: ctx_fc.owner(res, topics[0]), timeout_s=30, interval_s=0.1, what=f"{topics[0]} placed"
+    )
+    for topic in topics[1:]:
+        current = await wait_until(
+            lambda t=topic: ctx_fc.owner(res, t), timeout_s=30, interval_s=0.1, what=f"{topic} placed"
+        )
+        if current != owner:
+            await ctx_fc.admin("topics", "move", topic, "--to", owner)
+            await wait_until(
+                lambda t=topic: _is(ctx_fc.owner(res, t), owner), timeout_s=40, interval_s=0.1, what="moved"
+            )
+    return str(owner)
+
+
+async def _is(value: Awaitable[Any], expected: Any) -> bool:
+    return await value == expected
+
+
+async def _sample_cursors(res: Resources, history: History, topics: list[str], stop: asyncio.Event) -> None:
+    subs = [name for name, _ in DEFAULT_SUBSCRIPTIONS]
+    while not stop.is_set():
+        for topic in topics:
+            t = TopicName.parse(topic)
+            for sub in subs:
+                with contextlib.suppress(Exception):
+                    value = await res.store.get_json(res.keys.subscription_cursor(t, sub))
+                    if isinstance(value, dict) and "cursor" in value:
+                        history.cursor(topic, sub, int(value["cursor"]))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.5)
+
+
+def check_log_chain(records: dict[str, list[LogState]]) -> list[str]:
+    """Each topic's log records, in revision order, form one chain: every stint starts exactly
+    where the previous one ended (its close, or what the next writer recorded of it), and a close
+    never changes who wrote from where. So no two brokers wrote the same offsets."""
+    bad: list[str] = []
+    for topic, states in records.items():
+        prev: LogState | None = None
+        for s in states:
+            if prev is None:
+                prev = s
+                continue
+            if s.open:
+                if prev.open:
+                    recorded = (s.previous or {}).get("next_offset")
+                    if recorded != s.start_offset or s.start_offset < prev.start_offset:
+                        bad.append(
+                            f"{topic}: broker {s.writer} opened at {s.start_offset} over broker {prev.writer}'s open "
+                            f"stint from {prev.start_offset} (recorded end {recorded})"
+                        )
+                elif prev.next_offset != s.start_offset:
+                    bad.append(
+                        f"{topic}: broker {s.writer} opened at {s.start_offset}, the log ended at {prev.next_offset}"
+                    )
+            else:
+                same = (s.writer, s.epoch, s.start_offset) == (prev.writer, prev.epoch, prev.start_offset)
+                if not prev.open or not same:
+                    bad.append(
+                        f"{topic}: a close of broker {s.writer}'s stint that is not the open one ({prev})"
+                    )
+                elif s.next_offset is not None and s.next_offset < s.start_offset:
+                    bad.append(f"{topic}: broker {s.writer}'s stint closed before its start")
+            prev = s
+    return bad
+
+
+async def read_log_chain(res: Resources, topics: list[str]) -> dict[str, list[LogState]]:
+    """Every write of the topics' log records, replayed from etcd's history."""
+    keys = {res.keys.storage_state(TopicName.parse(t)): t for t in topics}
+    out: dict[str, list[LogState]] = {t: [] for t in topics}
+    _, now_rev = await res.store.get_prefix(res.keys.storage_prefix())
+    async for ev in res.store.watch_prefix(res.keys.storage_prefix(), start_revision=1):
+        topic = keys.get(ev.key)
+        if topic is not None and ev.kind == "put":
+            out[topic].append(LogState.from_json(ev.json(), revision=ev.revision))
+        if ev.revision >= now_rev:
+            break
+    return out
+
+
+async def run_scenario(
+    fc: FaultCluster,
+    name: str,
+    *,
+    seed: int | None = None,
+    warmup_acks: int = 400,
+    rate_per_producer_s: float = 150.0,
+) -> Outcome:
+    """Run scenario ``name`` once (see the module docstring); the cluster is whole again after."""
+    from tests.e2e.control_plane import history_check  # the load-manager term check
+
+    rng = random.Random(seed)
+    t0 = time.monotonic()
+    tag = name.replace("_", "-")
+    topics = [f"/default/{unique(f'{tag}-fsync')}", f"/default/{unique(f'{tag}-cloud')}"]
+    await fc.create_topic(topics[0], durability="fsync")
+    await fc.create_topic(topics[1], durability="cloud")
+    history = History()
+    workload = Workload(
+        fc.service_url,
+        topics,
+        history=history,
+        producers=4,
+        consumers=4,
+        rate_per_producer_s=rate_per_producer_s,
+        payload_bytes=100,
+        send_timeout_s=120,
+        operation_timeout_s=120,
+    )
+    stop_sampling = asyncio.Event()
+    async with fc.etcd() as res:
+        await workload.start()
+        sampler = asyncio.create_task(_sample_cursors(res, history, topics, stop_sampling))
+        notes: list[str] = []
+        try:
+            victim = await _place_on(fc, res, topics)
+            ctx = Ctx(fc, res, topics, victim, rng, workload, notes)
+            await ctx.acks_flow(warmup_acks // 2, timeout_s=60)
+            await SCENARIOS[name](ctx)
+            await ctx.acks_flow(100, timeout_s=60)
+        finally:
+            caught_up = await workload.stop(catch_up_timeout_s=60)
+            stop_sampling.set()
+            await sampler
+            await fc.ensure_running()
+        if not caught_up:
+            notes.append(f"consumers had not caught up when stopped: {workload.lagging()}")
+        notes += [f"workload error: {e}" for e in workload.errors]
+        acked = workload.acked_per_topic()
+        reads = dict(
+            zip(
+                topics,
+                await asyncio.gather(
+                    *(
+                        final_read(
+                            fc.service_url, t, expect_at_least=acked.get(t, 0), timeout_s=60, idle_s=1.5
+                        )
+                        for t in topics
+                    )
+                ),
+                strict=True,
+            )
+        )
+        allowed: dict[str, list[tuple[int, int]]] = {}
+        for t in topics:
+            gaps = await res.store.get_prefix(res.keys.storage_gaps_prefix(TopicName.parse(t)))
+            allowed[t] = [(int(kv.json()["start_offset"]), int(kv.json()["next_offset"])) for kv in gaps[0]]
+        verdict = check(history, final_reads=reads, allowed_gaps=allowed, idempotent=True)
+        chain = check_log_chain(await read_log_chain(res, topics))
+        terms = await history_check(res)
+    return Outcome(
+        scenario=name,
+        verdict=verdict,
+        chain_violations=chain,
+        term_writes_checked=terms,
+        longest_ack_gap_s=dict(verdict.longest_ack_gap_s_per_topic),
+        lost_in_accepted_gaps=verdict.counts.lost_in_allowed_gaps,
+        took_s=time.monotonic() - t0,
+        notes=notes,
+    )
