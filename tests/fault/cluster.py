@@ -121,7 +121,7 @@ class FaultCluster:
         self.n_brokers = brokers
         workdir.mkdir(parents=True, exist_ok=True)
         self.moto = MotoServer(log_path=workdir / "moto.log")
-        self.etcd = EtcdProcess(data_dir=workdir / "etcd", log_path=workdir / "etcd.log")
+        self.etcd_server = EtcdProcess(data_dir=workdir / "etcd", log_path=workdir / "etcd.log")
         self.proxies = ProxyThread()
         self.s3_proxy: FaultyProxy | None = None
         self.etcd_proxies: dict[str, FaultyProxy] = {}
@@ -147,7 +147,7 @@ class FaultCluster:
                 "S3__REQUEST_TIMEOUT_S": "3",
                 "S3__MAX_ATTEMPTS": "1",
             }
-            self.etcd.start(timeout_s=30)
+            self.etcd_server.start(timeout_s=30)
             c = LocalCluster(
                 brokers=self.n_brokers,
                 leaders=2,
@@ -156,11 +156,11 @@ class FaultCluster:
                 object_store=store,
                 workdir=self.workdir,
                 extra_env=ENV,
-                etcd_endpoint=self.etcd.endpoint,
+                etcd_endpoint=self.etcd_server.endpoint,
             )
             c.load_manager_flags = ["--leadership-ttl", str(LEADERSHIP_TTL_S)]
             self.cluster = c
-            host, port = self.etcd.endpoint.rsplit(":", 1)
+            host, port = self.etcd_server.endpoint.rsplit(":", 1)
             for i in range(self.n_brokers):
                 bid = str(i + 1)
                 proxy = self.proxies.add(host, int(port))
@@ -179,7 +179,7 @@ class FaultCluster:
         if self.cluster is not None:
             with contextlib.suppress(Exception):
                 self.cluster.stop()
-        self.etcd.stop()
+        self.etcd_server.stop()
         for path in self.tmpfs.values():
             _umount(path)
         self.proxies.close()
@@ -202,7 +202,7 @@ class FaultCluster:
     # ------------------------------------------------------------------ etcd reads
     @contextlib.asynccontextmanager
     async def etcd(self) -> AsyncIterator[Resources]:
-        store = EtcdStore([self.etcd.endpoint], request_timeout_s=5.0)
+        store = EtcdStore([self.etcd_server.endpoint], request_timeout_s=5.0)
         await store.wait_ready(10)
         try:
             yield Resources(store, self.keys)
@@ -289,9 +289,9 @@ class FaultCluster:
         self.proxies.set_mode(self.s3_proxy, mode)
 
     async def restart_etcd(self, *, down_s: float) -> None:
-        await self._sync(self.etcd.stop)
+        await self._sync(self.etcd_server.stop)
         await asyncio.sleep(down_s)
-        await self._sync(self.etcd.start, 30)
+        await self._sync(self.etcd_server.start, 30)
 
     def _ballast(self, broker: str) -> Path:
         return self.c.broker_data_dir(broker) / ".ballast"
@@ -301,20 +301,14 @@ class FaultCluster:
 
     def fill_disk(self, broker: str) -> None:
         """Fill the broker's WAL file system (a tmpfs) until a write fails with ENOSPC."""
-        path = self._ballast(broker)
-        chunk = b"\0" * (1 << 20)
-        with open(path, "ab") as f:
-            try:
-                while True:
-                    f.write(chunk)
-                    f.flush()
-            except OSError:
-                pass
-        # Leave no byte free (the last MiB write may have failed part-way).
-        with open(path, "ab") as f, contextlib.suppress(OSError):
-            while True:
-                f.write(b"\0" * 4096)
-                f.flush()
+        fd = os.open(self._ballast(broker), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            for size in (1 << 20, 4096, 1):
+                with contextlib.suppress(OSError):
+                    while os.write(fd, b"\0" * size):
+                        pass
+        finally:
+            os.close(fd)
 
     def free_disk(self, broker: str) -> None:
         with contextlib.suppress(FileNotFoundError):

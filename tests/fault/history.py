@@ -87,6 +87,8 @@ Phase = Literal["invoke", "ok", "fail", "info"]
 
 KINDS: tuple[str, ...] = ("send", "deliver", "ack", "cursor")
 PHASES: tuple[str, ...] = ("invoke", "ok", "fail", "info")
+#: The offset a broker reports for a re-sent duplicate whose original offset it no longer knows.
+UNKNOWN_OFFSET = 2**64 - 1
 
 #: Every violation kind :func:`check` reports, in the order the summary lists them.
 VIOLATION_KINDS: tuple[str, ...] = (
@@ -294,8 +296,15 @@ class History:
         """Record that ``process`` is about to send ``msg`` to ``topic``; return the handle."""
         return self._record(process, "send", "invoke", topic, msg=msg, detail=detail)
 
-    def send_ok(self, handle: int, offset: int, *, detail: str = "") -> None:
-        """The send ``handle`` was acknowledged at ``offset``."""
+    def send_ok(self, handle: int, offset: int | None, *, detail: str = "") -> None:
+        """The send ``handle`` was acknowledged at ``offset``. A broker acknowledges a re-sent
+        duplicate whose original offset it no longer knows with UNKNOWN_OFFSET (2**64 - 1):
+        recorded without an offset (the message must still be found; where is not checked)."""
+        if offset is None or offset == UNKNOWN_OFFSET:
+            self._complete(
+                handle, "ok", None, detail or "acknowledged as a duplicate, original offset unknown"
+            )
+            return
         self._complete(handle, "ok", offset, detail)
 
     def send_failed(self, handle: int, error: BaseException | str, *, definite: bool) -> None:
@@ -617,8 +626,6 @@ def _index_sends(events: Sequence[Event]) -> tuple[dict[tuple[str, MsgId], _Send
             raise ValueError(f"a send outcome with no open invoke: {e}")
         s.open -= 1
         if phase == "ok":
-            if e.offset is None:
-                raise ValueError(f"an ok send without an offset: {e}")
             s.oks.append(e)
         elif phase == "fail":
             s.fails += 1
@@ -641,7 +648,8 @@ def _check_acked(
         topic_gaps = gaps.get(topic, _NO_GAPS)
         found = read.where.get(msg)
         if found is None:
-            if all(topic_gaps.covers(ok.offset) for ok in s.oks if ok.offset is not None):
+            acked_at = [ok.offset for ok in s.oks if ok.offset is not None]
+            if acked_at and all(topic_gaps.covers(off) for off in acked_at):
                 lost_in_gaps += 1
             else:
                 ok = s.oks[0]
@@ -652,7 +660,8 @@ def _check_acked(
                 )
         for ok in s.oks:
             off = ok.offset
-            assert off is not None
+            if off is None:  # acknowledged as a duplicate whose original offset was not known
+                continue
             if off in read.at:
                 other = read.at[off]
                 if other != msg:
@@ -715,8 +724,8 @@ def _check_producer_order(
     acked: dict[tuple[str, str], list[tuple[int, int, Event]]] = defaultdict(list)
     for (topic, msg), s in sends.items():
         for ok in s.oks:
-            assert ok.offset is not None
-            acked[(topic, msg.producer)].append((msg.seq, ok.offset, ok))
+            if ok.offset is not None:
+                acked[(topic, msg.producer)].append((msg.seq, ok.offset, ok))
     for (topic, producer), items in acked.items():
         items.sort(key=lambda x: (x[0], x[1]))
         top: tuple[int, int, Event] | None = None  # the acked send with the highest offset so far

@@ -228,10 +228,18 @@ class TopicProducer:
 
     def _requeue_refused(self) -> None:
         """Batches refused with a retryable error go back to the front of ``ready``, in order,
-        with fresh sequence ids (they were not stored, and batches behind them may have been)."""
+        with fresh sequence ids (they were not stored). So do batches sent on the same stream
+        after the first refused one and still unanswered (written as the stream was ending): the
+        broker refuses every batch of a stream that follows a refused one, to keep the order, so
+        none of them was stored either; re-sending them after the refused ones keeps the order."""
         if not self._refused:
             return
-        refused = sorted(self._refused, key=lambda b: b.seq)
+        first = min(b.seq for b in self._refused)
+        behind = [seq for seq in self.inflight if seq > first]
+        later = [self.inflight.pop(seq) for seq in behind]
+        if later:
+            self._slot_free.set()
+        refused = sorted([*self._refused, *later], key=lambda b: b.seq)
         self._refused.clear()
         self.ready.extendleft(reversed(refused))
         self._renumber_unsent()

@@ -81,14 +81,18 @@ class CloudAcks:
         *,
         interval_s: float,
         clock: Callable[[], float] = time.monotonic,
+        uploaded_from: int = 0,
+        on_advance: Callable[[], None] = lambda: None,
     ) -> None:
         self.topic = topic
         self._flush = flush
         self._durable = durable_offset
         self._interval_s = interval_s
         self._clock = clock
-        #: Every offset below this is in object storage, as far as we know.
-        self.uploaded_next_offset = 0
+        #: Every offset below this is in object storage, as far as we know (``uploaded_from``:
+        #: where this broker's stint of the log starts; what is below is history already).
+        self.uploaded_next_offset = uploaded_from
+        self._on_advance = on_advance
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
         self._wake = asyncio.Event()
@@ -119,6 +123,7 @@ class CloudAcks:
         """The uploader says everything below ``uploaded_next_offset`` is uploaded."""
         if uploaded_next_offset > self.uploaded_next_offset:
             self.uploaded_next_offset = uploaded_next_offset
+            self._on_advance()
         waiters = self._waiters
         while waiters and (waiters[0][0] <= self.uploaded_next_offset or waiters[0][2].done()):
             _, _, fut = heapq.heappop(waiters)

@@ -145,7 +145,7 @@ class BrokerConfig(ServiceConfig):
     unclean_takeover_after_s: float = Field(default=0.0, ge=0)
     #: How many offsets a reliable topic's writer reserves at a time (an etcd write per block;
     #: an unclean takeover starts after the last reserved offset, so none is ever reused).
-    offset_reservation_block: int = Field(default=1_000_000, ge=1000)
+    offset_reservation_block: int = Field(default=100_000, ge=1000)
     #: The broker acknowledges a publish only while its registration lease is surely alive: until
     #: the last renewal's send time + the TTL - this margin (monotonic clock). Past it, publishes
     #: wait (up to ack_renewal_wait_s) for a renewal, else fail with OWNERSHIP_UNCERTAIN.

@@ -17,7 +17,7 @@ from typing import Any
 import grpc.aio
 
 from danube_broker.config import BrokerConfig
-from danube_broker.dispatch.base import Msg, PublishResult, SubType
+from danube_broker.dispatch.base import Msg, PublishResult, PublishStream, SubType
 from danube_broker.producer import Producer
 from danube_broker.registry import BrokerRegistry
 from danube_broker.wal import StorageError
@@ -104,13 +104,14 @@ class ProducerApi(pb_grpc.ProducerServiceServicer):
             return
         producer = self._reg.producer(batch.producer_id)
         self._reg.publish_stream_opened(producer)
+        order = PublishStream()
         detached = asyncio.create_task(producer.detached.wait(), name=f"producer-{producer.id}-detached")
         reader: asyncio.Task[pb.PublishBatch | None] | None = None
         inflight: collections.deque[asyncio.Task[pb.PublishAck]] = collections.deque()
         sizes: collections.deque[int] = collections.deque()
         inflight_bytes = 0
         try:
-            inflight.append(self._start_publish(producer, batch))
+            inflight.append(self._start_publish(producer, batch, order))
             sizes.append(size := batch.ByteSize())
             inflight_bytes += size
             reader = asyncio.create_task(_next(requests), name=f"producer-{producer.id}-read")
@@ -141,7 +142,7 @@ class ProducerApi(pb_grpc.ProducerServiceServicer):
                     batch = reader.result()
                     reader = None
                     if batch is not None:
-                        inflight.append(self._start_publish(producer, batch))
+                        inflight.append(self._start_publish(producer, batch, order))
                         sizes.append(size := batch.ByteSize())
                         inflight_bytes += size
                         reader = asyncio.create_task(_next(requests), name=f"producer-{producer.id}-read")
@@ -155,12 +156,16 @@ class ProducerApi(pb_grpc.ProducerServiceServicer):
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
 
-    def _start_publish(self, producer: Producer, batch: pb.PublishBatch) -> asyncio.Task[pb.PublishAck]:
+    def _start_publish(
+        self, producer: Producer, batch: pb.PublishBatch, order: PublishStream
+    ) -> asyncio.Task[pb.PublishAck]:
         return asyncio.create_task(
-            self._publish_batch(producer, batch), name=f"producer-{producer.id}-batch-{batch.batch_seq}"
+            self._publish_batch(producer, batch, order), name=f"producer-{producer.id}-batch-{batch.batch_seq}"
         )
 
-    async def _publish_batch(self, producer: Producer, batch: pb.PublishBatch) -> pb.PublishAck:
+    async def _publish_batch(
+        self, producer: Producer, batch: pb.PublishBatch, order: PublishStream
+    ) -> pb.PublishAck:
         if batch.producer_id not in (0, producer.id):
             err: DanubeError = InvalidArgument(
                 f"this stream publishes for producer {producer.id}; open another stream for "
@@ -170,7 +175,7 @@ class ProducerApi(pb_grpc.ProducerServiceServicer):
         msgs: list[Msg] = list(batch.messages)
         try:
             nbytes = self._reg.payload_bytes(msgs)
-            result = await self._reg.publish(producer, msgs, nbytes)
+            result = await self._reg.publish(producer, msgs, nbytes, stream=order)
         except (MessageTooLarge, StorageError) as exc:
             # Refused in-band: nothing of the batch was stored; the stream (and reads) go on.
             return pb.PublishAck(batch_seq=batch.batch_seq, error=error_detail(exc))

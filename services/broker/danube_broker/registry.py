@@ -26,7 +26,7 @@ from typing import Literal, TypeVar
 from danube_broker.background import TopicTasks
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer, StreamSession
-from danube_broker.dispatch.base import Msg, PublishResult, SubType
+from danube_broker.dispatch.base import Msg, PublishResult, PublishStream, SubType
 from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink
 from danube_broker.producer import Producer
 from danube_broker.reliable_topic import ReliableContext
@@ -332,12 +332,15 @@ class BrokerRegistry:
             )
         return sum(sizes)
 
-    async def publish(self, producer: Producer, msgs: list[Msg], nbytes: int) -> PublishResult:
-        """Publish ``msgs`` (sizes already checked); reliable topics return once durable."""
+    async def publish(
+        self, producer: Producer, msgs: list[Msg], nbytes: int, *, stream: PublishStream | None = None
+    ) -> PublishResult:
+        """Publish ``msgs`` (sizes already checked); reliable topics return once durable.
+        ``stream``: the order guard of the publish stream the batch came on."""
         if not producer.live:
             raise producer.detach_error or ProducerNotFound(f"producer {producer.id} was closed")
         producer.touch(self._clock())
-        return await producer.topic.publish_batch(producer, msgs, nbytes)
+        return await producer.topic.publish_batch(producer, msgs, nbytes, stream=stream)
 
     @staticmethod
     def last_sequence(producer: Producer) -> int:

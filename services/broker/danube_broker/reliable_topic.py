@@ -32,13 +32,14 @@ import shutil
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from danube_broker.cloud import CloudAcks
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer
-from danube_broker.dispatch.base import Msg, PublishResult, SubType
+from danube_broker.dispatch.base import Msg, PublishResult, PublishStream, SubType
 from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink
 from danube_broker.dispatch.reliable.dedup import UNKNOWN_OFFSET, Dedup, PendingAppend, original_offset
 from danube_broker.dispatch.reliable.engine import SubscriptionEngine
@@ -51,7 +52,7 @@ from danube_broker.stats import TieredStats
 from danube_broker.subscription import Subscription
 from danube_broker.takeover import LogOpener, LogOpening
 from danube_broker.tiering import Tiering
-from danube_broker.wal import Durability, LogClosed, StorageError
+from danube_broker.wal import Durability, LogClosed, StorageError, StorageFailed
 from danube_broker.wal.remote import RemoteHistory
 from danube_broker.wal.tiered import TieredLog
 from danube_common.errors import (
@@ -194,6 +195,7 @@ class ReliableTopic:
         #: The log's end when opened: sequence ids below it are learnt lazily (``_seed_dedup``).
         self._opened_at = log_.next_offset
         self._dedup_seeded = False
+        self._seed_retry_at = 0.0
         self._seed_lock = asyncio.Lock()
         #: Held from a publish's start until its batch is in the log's queue (see ``publish``).
         self._admission = asyncio.Lock()
@@ -224,6 +226,8 @@ class ReliableTopic:
                     uploader.flush,
                     lambda: self.local.durable_offset,
                     interval_s=cfg.cloud_flush_interval_s,
+                    uploaded_from=stint.start_offset if stint is not None else 0,
+                    on_advance=self._notify_subscriptions,
                 )
 
     # ------------------------------------------------------------------ open / close
@@ -257,7 +261,9 @@ class ReliableTopic:
         finally:
             topic.opening = None
         local = opened.log
-        log_: TopicLogPort = TieredLog(local, history) if history is not None else local
+        log_: TopicLogPort = (
+            TieredLog(local, history, floor=opened.history_floor) if history is not None else local
+        )
         rt = cls(
             topic,
             log_,
@@ -385,17 +391,32 @@ class ReliableTopic:
             self._ctx.on_failure(f"{what} of reliable topic {self.topic.name}", exc)
 
     # ------------------------------------------------------------------ publish
-    async def publish(self, producer: Producer, msgs: list[Msg], nbytes: int) -> PublishResult:
+    async def publish(
+        self, producer: Producer, msgs: list[Msg], nbytes: int, *, stream: PublishStream | None = None
+    ) -> PublishResult:
         """Store ``msgs`` (``nbytes`` of payload; minus duplicates); return once durable.
 
         Calls enter the log in call order, also when one waits (for dedup seeding, or for room
         in the log): the part up to the log's queue runs under ``_admission`` (a FIFO lock,
         free on the hot path), the wait for durability outside it. So a publish stream can keep
-        several batches in flight and they share group commits."""
+        several batches in flight and they share group commits. ``stream``: the publish stream's
+        order guard (see :class:`~danube_broker.dispatch.base.PublishStream`)."""
+        try:
+            return await self._publish(producer, msgs, nbytes, stream)
+        except StorageError:
+            if stream is not None:
+                stream.refused = True  # later batches of the stream must not overtake this one
+            raise
+
+    async def _publish(
+        self, producer: Producer, msgs: list[Msg], nbytes: int, stream: PublishStream | None
+    ) -> PublishResult:
         await self._ctx.check_ackable(self.topic.name)
         async with self._admission:
             if self._fenced:
                 raise self._fenced_error()
+            if stream is not None:
+                self._keep_order(stream)
             split = self._dedup.split(producer.name, msgs)
             if not self._dedup_seeded and any(where is None for _, where in split.duplicates):
                 await self._seed_dedup()
@@ -431,12 +452,18 @@ class ReliableTopic:
                 # The WAL assigns offsets at the call, in call order, and only this lock's holder
                 # appends, so the stamped offsets are the real ones unless the WAL makes the
                 # call wait for room first (deliveries take the offset from the log entry).
-                durable = await self._appending(
-                    producer.name, split.append, new, self.log.enqueue(records, times, seqs)
+                queued = self.log.enqueue(
+                    records,
+                    times,
+                    seqs,
+                    unless_failed_since=stream.seen_failures if stream is not None else None,
                 )
+                durable = await self._appending(producer.name, split.append, new, queued)
+                # Settled when the commit ends, whether or not this call is still waiting (a
+                # client that went away): duplicates of the batch learn its offset or its failure.
+                durable.add_done_callback(partial(self._settled, producer.name, split.append))
         if durable is not None:
-            first = await self._appending(producer.name, split.append, new, durable)
-            split.append.stored(first)
+            first = await asyncio.shield(durable)  # StorageError/LogClosed: nothing of it stored
             self._published(new, nbytes if len(new) == len(msgs) else sum(len(m.payload) for m in new))
             if self.reservation is not None and (
                 self.log.next_offset + self._cfg.offset_reservation_block // 2 >= self.reservation.reserved_to
@@ -539,11 +566,38 @@ class ReliableTopic:
             sequences=sequences,
         )
 
+    def _keep_order(self, stream: PublishStream) -> None:
+        """Refuse the stream's batch if a commit of the log failed since its previous batch was
+        admitted (that batch may be among the failed): later batches are never stored before an
+        earlier refused one."""
+        failures = self.local.failed_commits
+        if stream.refused or (stream.seen_failures is not None and failures != stream.seen_failures):
+            stream.refused = True
+            raise StorageFailed(
+                f"topic {self.topic.name}: a commit failed after an earlier batch of this publish stream was "
+                "admitted, so it may not be stored; this batch is refused to keep the stream's order: re-send "
+                "from the first refused batch, in order"
+            )
+        if stream.seen_failures is None:
+            stream.seen_failures = failures
+
+    def _settled(self, producer_name: str, append: PendingAppend, fut: asyncio.Future[int]) -> None:
+        if fut.cancelled():
+            self._dedup.failed(producer_name, append)
+            append.failed(Unavailable("the commit of the original of this duplicate was cancelled; retry"))
+            return
+        exc = fut.exception()
+        if exc is None:
+            append.stored(fut.result())
+        else:
+            self._dedup.failed(producer_name, append)
+            append.failed(exc)
+
     async def _appending(
         self, producer_name: str, append: PendingAppend, new: list[Msg], step: Awaitable[T]
     ) -> T:
-        """Await one step of an append (queueing, then durability), undoing the batch's dedup
-        bookkeeping when it fails (nothing stored) or is cancelled."""
+        """Await the queueing step of an append, undoing the batch's dedup bookkeeping when it
+        fails (nothing stored) or is cancelled."""
         try:
             return await step
         except (StorageError, LogClosed) as exc:  # nothing of the batch was stored
@@ -558,7 +612,7 @@ class ReliableTopic:
         """Once per open, on the first duplicate whose original is not remembered (a producer
         re-sending after a restart): learn sequence ids -> offsets from the log's tail."""
         async with self._seed_lock:
-            if self._dedup_seeded:
+            if self._dedup_seeded or time.monotonic() < self._seed_retry_at:
                 return
             self._dedup_seeded = True
             end = self._opened_at
@@ -577,7 +631,15 @@ class ReliableTopic:
                             found.setdefault(m.producer_name, []).append((m.sequence_id, e.offset))
                     pos = entries[-1].offset + 1
             except DanubeError as exc:
-                log.warning("topic %s: could not read the log's tail for dedup (%s)", self.topic.name, exc)
+                # E.g. the previous owner's tail is still on its way to object storage: try again
+                # on a later duplicate (this one is acked with an unknown offset).
+                log.warning(
+                    "topic %s: could not read the log's tail for dedup (%s); trying again later",
+                    self.topic.name,
+                    exc,
+                )
+                self._dedup_seeded = exc.retryable is False
+                self._seed_retry_at = time.monotonic() + 1.0
             for name, pairs in found.items():
                 self._dedup.seed(name, pairs)
 
@@ -596,6 +658,18 @@ class ReliableTopic:
         append.failed(
             Unavailable("the original of this duplicate was being published by a cancelled call; retry")
         )
+
+    def _deliverable(self) -> int:
+        """A ``cloud`` topic delivers only what object storage confirmed (what a dead broker had
+        not uploaded is given up, and its offsets reused: no consumer may have seen it)."""
+        cloud = self.cloud
+        durable = self.log.durable_offset
+        return durable if cloud is None else min(durable, cloud.uploaded_next_offset)
+
+    def _notify_subscriptions(self) -> None:
+        for sub in self.topic.subscriptions.values():
+            if sub.engine is not None:
+                sub.engine.notify()
 
     def _published(self, msgs: list[Msg], nbytes: int) -> None:
         self.topic.count_in(len(msgs), nbytes)
@@ -674,6 +748,7 @@ class ReliableTopic:
             on_cursor=self._dirty.set,
             dead_letter=self._ctx.dead_letter,
             max_pending=self._cfg.max_pending_messages_per_subscription,
+            deliverable=self._deliverable if self.cloud is not None else None,
         )
         sub.engine = engine
         self._persisted[name] = cursor

@@ -30,7 +30,7 @@ import logging
 import shutil
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from danube_broker.config import BrokerConfig
@@ -47,6 +47,7 @@ from danube_common.log_state import (
     Start,
     Wait,
     decide_open,
+    merge_sequences,
 )
 from danube_common.metadata.store import Compare
 from danube_common.resources import Resources
@@ -69,6 +70,17 @@ class Opened:
     log: TopicLogPort
     stint: LogState
     reservation: Reservation
+    #: The upload checkpoint when the stint was recorded (None: nothing uploaded yet).
+    uploaded: int | None = None
+
+    @property
+    def history_floor(self) -> int:
+        """Where the topic's history starts at the latest: everything below the stint's start
+        that object storage does not hold yet is on its way there."""
+        start = self.stint.start_offset
+        if self.uploaded is not None and self.uploaded >= start:
+            return start
+        return self.uploaded if self.uploaded is not None else 0
 
 
 @dataclass(slots=True)
@@ -228,6 +240,7 @@ class LogOpening:
         return await TopicLog.open(d, cfg=self._cfg.wal, durability=self.durability)
 
     async def _start(self, view: LogView, start: Start, local: TopicLogPort | None) -> Opened | None:
+        start = self._with_uploaded_sequences(start)
         log_ = await self._local_at(start.offset, local)
         try:
             if self._opener is None and self.incarnation is not None:
@@ -260,7 +273,17 @@ class LogOpening:
             stint.epoch,
             reservation.reserved_to,
         )
-        return Opened(log_, stint, reservation)
+        return Opened(log_, stint, reservation, view.checkpoint)
+
+    def _with_uploaded_sequences(self, start: Start) -> Start:
+        """A ``cloud`` writer's stint closed by us at what object storage holds: its producers'
+        sequence ids are in the descriptors of what it uploaded (deduplication continues)."""
+        prev = start.previous or {}
+        if prev.get("closed_by") != "cloud" or self._history is None:
+            return start
+        since = int(prev.get("start_offset", 0))
+        uploaded = [d.producer_sequences for d in self._history.descriptors if d.next_offset > since]
+        return replace(start, inherited=merge_sequences(start.inherited, *uploaded))
 
     async def _local_at(self, offset: int, local: TopicLogPort | None) -> TopicLogPort:
         """A WAL that continues at ``offset``: ``local`` if it ends exactly there, else a fresh one

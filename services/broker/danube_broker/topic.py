@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer
-from danube_broker.dispatch.base import Msg, PublishResult, SubType
+from danube_broker.dispatch.base import Msg, PublishResult, PublishStream, SubType
 from danube_broker.dispatch.non_reliable import NonReliableDispatch
 from danube_broker.producer import Producer
 from danube_broker.reliable_topic import ReliableContext, ReliableTopic
@@ -316,11 +316,13 @@ class Topic:
         return [c for sub in self.subscriptions.values() for c in sub.consumers.values()]
 
     # ---- publish
-    async def publish_batch(self, producer: Producer, msgs: list[Msg], nbytes: int) -> PublishResult:
+    async def publish_batch(
+        self, producer: Producer, msgs: list[Msg], nbytes: int, *, stream: PublishStream | None = None
+    ) -> PublishResult:
         """Publish ``msgs`` (sizes already checked) on either path."""
         if self.is_reliable:
             self.check_accepting()
-            return await self._reliable_or_raise().publish(producer, msgs, nbytes)
+            return await self._reliable_or_raise().publish(producer, msgs, nbytes, stream=stream)
         return PublishResult(await self.publish(producer, msgs, nbytes), len(msgs))
 
     async def publish(self, producer: Producer, msgs: list[Msg], nbytes: int) -> int:

@@ -56,6 +56,7 @@ class FakeLog:
         self._commit_waiters: list[tuple[int, int, asyncio.Future[int]]] = []
         self._durable_changed = asyncio.Event()
         self._fail: list[BaseException] = []
+        self._failed_commits = 0
         self.read_failures: list[BaseException] = []
         self.appends = 0
         self.truncations: list[int] = []
@@ -91,11 +92,15 @@ class FakeLog:
         records: Sequence[bytes],
         publish_times_ms: Sequence[int],
         sequences: Sequence[tuple[str, int]] | None = None,
+        *,
+        unless_failed_since: int | None = None,
     ) -> asyncio.Future[int]:
         if self.closed:
             raise LogClosed("log closed")
         if self._fail:
             raise self._fail.pop(0)
+        if unless_failed_since is not None and unless_failed_since != self._failed_commits:
+            raise StorageFailed("a commit failed since: refused to keep the order")
         assert len(records) == len(publish_times_ms)
         first = self.next_offset
         for i, (rec, t) in enumerate(zip(records, publish_times_ms, strict=True)):
@@ -123,8 +128,13 @@ class FakeLog:
         self._durable_changed.set()
         self._durable_changed = asyncio.Event()
 
+    @property
+    def failed_commits(self) -> int:
+        return self._failed_commits
+
     def fail_pending(self, exc: BaseException) -> None:
         """The pending group commit fails: its batches are removed and their appends raise."""
+        self._failed_commits += 1
         keep = self._durable - self._base
         del self._entries[keep:]
         self._seq_accepted = dict(self._seq_durable)

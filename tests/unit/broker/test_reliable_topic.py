@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from danube_broker.consumer import Consumer
-from danube_broker.dispatch.base import SubType
-from danube_broker.dispatch.reliable.dedup import UNKNOWN_OFFSET, Dedup
+from danube_broker.dispatch.base import PublishStream, SubType
+from danube_broker.dispatch.reliable.dedup import Dedup
 from danube_broker.registry import BrokerRegistry
 from danube_broker.topic import Topic
 from danube_broker.wal import DiskFull, Durability, StorageFailed
-from danube_common.errors import FailedPrecondition, TopicNotOwned, Unavailable
+from danube_common.errors import FailedPrecondition, TopicNotOwned
 from danube_common.keys import Keys
 from danube_common.metadata.memory import MemoryStore
 from danube_common.metadata.store import Op
@@ -65,11 +65,13 @@ class Rig:
     async def producer(self, name: str = "p") -> Any:
         return await self.reg.create_producer(TOPIC, name, exclusive=False, dispatch_strategy="reliable")
 
-    async def publish(self, producer: Any, payloads: list[bytes], seqs: list[int] | None = None) -> Any:
+    async def publish(
+        self, producer: Any, payloads: list[bytes], seqs: list[int] | None = None, stream: Any = None
+    ) -> Any:
         msgs = [pb.StreamMessage(payload=p) for p in payloads]
         for m, s in zip(msgs, seqs or [], strict=False):
             m.sequence_id = s
-        return await self.reg.publish(producer, msgs, self.reg.payload_bytes(msgs))
+        return await self.reg.publish(producer, msgs, self.reg.payload_bytes(msgs), stream=stream)
 
     async def subscribe(
         self, sub: str = "s", name: str = "c", kind: SubType = SubType.EXCLUSIVE, **kw: Any
@@ -404,10 +406,59 @@ async def test_a_cancelled_publish_that_reached_the_log_makes_resends_duplicates
     gone.cancel()  # the client went away; the WAL keeps the batch
     with pytest.raises(asyncio.CancelledError):
         await gone
-    with pytest.raises(Unavailable):
-        await waiting_dup
+    await asyncio.sleep(0.01)
+    assert not waiting_dup.done(), "the duplicate waits for its original's commit"
     rig.log.commit()
+    assert list((await waiting_dup).offsets) == [0], "and learns its offset"
     rig.log.auto_commit = True
     res = await rig.publish(p, [b"1"], seqs=[1])
-    assert list(res.offsets) == [UNKNOWN_OFFSET] and rig.log.next_offset == 1, "stored once"
+    assert list(res.offsets) == [0] and rig.log.next_offset == 1, "stored once"
+    await rig.close()
+
+
+async def test_a_cancelled_publish_whose_commit_fails_lets_its_resend_be_stored(
+    resources: Resources,
+) -> None:
+    """Found by the fault suite (disk full): the client gave up on a batch, the batch's commit
+    then failed; its re-send must be stored, not acknowledged as a duplicate of nothing."""
+    rig = Rig(resources, FakeLogs(auto_commit=False))
+    p = await rig.producer()
+    gone = asyncio.create_task(rig.publish(p, [b"1"], seqs=[1]))
+    await wait_until(lambda: rig.log.next_offset == 1)
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    rig.log.fail_pending(DiskFull("disk full"))
+    await asyncio.sleep(0)
+    rig.log.auto_commit = True
+    res = await rig.publish(p, [b"1"], seqs=[1])
+    assert res.duplicates == 0 and res.first_offset == 0 and rig.log.next_offset == 1
+    await rig.close()
+
+
+async def test_a_stream_never_stores_a_batch_after_an_earlier_refused_one(resources: Resources) -> None:
+    """Per-producer order under storage faults: once a batch of a publish stream is refused, the
+    stream's later batches are refused too (the client re-sends them all, in order)."""
+    rig = Rig(resources, FakeLogs(auto_commit=False))
+    p = await rig.producer()
+    stream = PublishStream()
+    a = asyncio.create_task(rig.publish(p, [b"a"], stream=stream))
+    b = asyncio.create_task(rig.publish(p, [b"b"], stream=stream))
+    await wait_until(lambda: rig.log.next_offset == 2, what="both queued")
+    rig.log.fail_pending(DiskFull("disk full"))
+    for t in (a, b):
+        with pytest.raises(DiskFull):
+            await t
+    rig.log.auto_commit = True
+    with pytest.raises(StorageFailed, match="keep the stream's order"):
+        await rig.publish(p, [b"c"], stream=stream)  # the disk is fine again, but a/b came first
+    assert (await rig.publish(p, [b"a"], stream=PublishStream())).first_offset == 0, "a new stream"
+
+    # Refused at admission (no commit failed): the stream stays closed to later batches too.
+    other = PublishStream()
+    rig.log.fail_next(DiskFull("disk full"))
+    with pytest.raises(DiskFull):
+        await rig.publish(p, [b"x"], stream=other)
+    with pytest.raises(StorageFailed):
+        await rig.publish(p, [b"y"], stream=other)
     await rig.close()

@@ -13,6 +13,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tests.fault.history import (
+    UNKNOWN_OFFSET,
     VIOLATION_KINDS,
     Event,
     History,
@@ -168,6 +169,20 @@ def test_an_unresolved_send_counts_like_info() -> None:
 def test_an_empty_history_passes() -> None:
     v = check(History(), final_reads={})
     assert v.ok and v.longest_ack_gap_s == 0.0
+
+
+def test_a_duplicate_acked_without_its_offset_must_still_be_stored() -> None:
+    """A re-send acked with UNKNOWN_OFFSET: only its presence is checked (and its absence is loss)."""
+    sim = Sim()
+    first = sim.send("producer-1", 1)
+    h = sim.history.send_invoked("producer-1", T, first)  # the SDK re-sent it after a failover
+    sim.history.send_ok(h, UNKNOWN_OFFSET)
+    sim.send("producer-1", 2)
+    assert sim.check().ok, sim.check().summary()
+    ghost = MsgId("producer-1", 3)
+    h = sim.history.send_invoked("producer-1", T, ghost)
+    sim.history.send_ok(h, UNKNOWN_OFFSET)  # acked, but stored nowhere
+    assert kinds(sim.check()) == {"lost"}
 
 
 # ------------------------------------------------------------------------------ each violation

@@ -157,6 +157,7 @@ def test_stats_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
         "105",
         "4",
         "1",
+        "0",
         "9.5/s",
     ]
     assert lines[header + 2].split()[:5] == ["fresh", "shared", "0", "100", "-"]  # no cursor yet

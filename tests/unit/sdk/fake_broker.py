@@ -18,7 +18,8 @@ It is a test double of the *protocol*, kept faithful where the SDK depends on it
 - the consumer side (subscriptions, redelivery, cumulative acks, seek) is in fake_consumer.py.
 
 Knobs for tests: ``ack_gate`` (clear it to hold PublishAcks: held batches are not
-published), ``refuse_next``, ``break_after_publish`` (store the next batches, then end the
+published), ``refuse_next`` (after a retryable refusal, the stream's later batches are refused
+too, as the real broker's order guard does), ``break_after_publish`` (store the next batches, then end the
 stream with UNAVAILABLE instead of acking: a lost ack), ``move``, ``health_close``;
 observations: ``frames``, ``calls``, ``ack_batches``, ``nacks``, ``seeks``, topic logs,
 ``unknown_duplicates`` (sequence ids dropped as duplicates that were never stored: must stay
@@ -255,6 +256,7 @@ class _Broker(
 
         pump_task = asyncio.create_task(pump())
         topics: set[str] = set()
+        refused: pb.ErrorDetail | None = None  # the broker's order guard, as the real one keeps it
         try:
             while True:
                 req = await self._wait_for(inbox.get(), topics)
@@ -267,7 +269,13 @@ class _Broker(
                 topic = self.c._owned(prod.topic, self.i, create=False)
                 if not self.c.ack_gate.is_set():
                     await self._wait_for(self.c.ack_gate.wait(), topics)
+                if refused is not None:
+                    # A batch behind a refused one is refused too: it must not overtake it.
+                    yield pb.PublishAck(batch_seq=req.batch_seq, error=refused)
+                    continue
                 ack = self._publish(topic, prod.name, req)
+                if ack.HasField("error") and ack.error.retryable:
+                    refused = ack.error
                 if self.c.break_after_publish > 0 and not ack.HasField("error"):
                     self.c.break_after_publish -= 1
                     raise Unavailable("connection reset (fake: the ack was lost)")

@@ -109,11 +109,11 @@ async def test_a_resend_after_a_move_keeps_its_sequence_ids(
     ("code", "status"),
     [("DISK_FULL", grpc.StatusCode.RESOURCE_EXHAUSTED), ("STORAGE_FAILED", grpc.StatusCode.UNAVAILABLE)],
 )
-async def test_a_retryable_refusal_is_retried_after_later_batches_without_loss(
+async def test_a_retryable_refusal_keeps_the_order_without_loss(
     client: DanubeClient, cluster: FakeCluster, code: str, status: grpc.StatusCode
 ) -> None:
-    """Batch A is refused (not stored) while batch B behind it is stored: A is retried with ids
-    above B's, so the broker does not take it for a duplicate."""
+    """Batch A is refused (not stored); batch B behind it on the stream is refused too (the
+    broker's order guard): both are retried, in order, with fresh ids."""
     producer = await client.create_producer(T, batching_max_publish_delay_ms=1)
     cluster.ack_gate.clear()
     a = await producer.send_async(b"A")
@@ -123,12 +123,13 @@ async def test_a_retryable_refusal_is_retried_after_later_batches_without_loss(
     cluster.refuse_next.append(refusal(code, status, retryable=True))  # A only
     cluster.ack_gate.set()
 
-    assert (await b).offset == 0
-    assert (await a).offset == 1
-    assert cluster.payloads(T) == [b"B", b"A"]
+    assert (await a).offset == 0
+    assert (await b).offset == 1
+    assert cluster.payloads(T) == [b"A", b"B"]
     assert cluster.unknown_duplicates == []
     a_ids = [f.messages[0].sequence_id for f in cluster.frames if f.messages[0].payload == b"A"]
-    assert a_ids == [1, 3]  # B had 2: A's retry got a fresh id above it
+    b_ids = [f.messages[0].sequence_id for f in cluster.frames if f.messages[0].payload == b"B"]
+    assert a_ids == [1, 3] and b_ids == [2, 4]  # fresh ids, in the original order
 
 
 async def test_retryable_refusals_give_up_at_send_timeout(client: DanubeClient, cluster: FakeCluster) -> None:

@@ -65,6 +65,20 @@ class Router(abc.ABC):
         """Split ``batch`` over the consumers; messages keep their relative order."""
 
 
+@dataclass(slots=True)
+class PublishStream:
+    """The order guard of one publish stream (PublishBatches): its batches are stored in the
+    order they were sent, or not at all. Once a commit of the topic's log fails after one of the
+    stream's batches was admitted, later batches of the stream are refused too (retryable): the
+    client then re-sends them all, in order, on a new stream, instead of a later batch being
+    stored before an earlier refused one."""
+
+    #: The log's failed-commit count when the stream's last batch was admitted (None: none yet).
+    seen_failures: int | None = None
+    #: A batch of the stream was refused: every later one is refused too.
+    refused: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class PublishResult:
     """What a publish stored: offsets ``first_offset .. first_offset + count - 1``, unless

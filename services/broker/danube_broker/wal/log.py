@@ -178,6 +178,11 @@ class TopicLog:
     def durability(self) -> Durability:
         return self._durability
 
+    @property
+    def failed_commits(self) -> int:
+        """Commits that failed so far (each failed its batches and every batch queued behind)."""
+        return self._failed_commits
+
     def last_sequence(self, producer_name: str) -> int:
         """Highest sequence id of ``producer_name`` among records stored or being committed (0:
         none). A failed commit takes its records' ids back out; after a restart it is exact for
@@ -209,11 +214,17 @@ class TopicLog:
         records: Sequence[bytes],
         publish_times_ms: Sequence[int],
         sequences: Sequence[tuple[str, int]] | None = None,
+        *,
+        unless_failed_since: int | None = None,
     ) -> asyncio.Future[int]:
         """The first half of :meth:`append`: wait for room (back-pressure), take the offsets and
         queue the batch for the writer; return the future of its first offset, resolved once
         durable (or failed with the commit). A caller that must keep several batches in order
-        (one publish stream) awaits this in order and the futures concurrently."""
+        (one publish stream) awaits this in order and the futures concurrently.
+
+        ``unless_failed_since``: refuse the batch (StorageFailed) if a commit failed since
+        :attr:`failed_commits` was this value, checked at the moment the batch would be queued
+        (an earlier batch of the caller may have failed with it: this one must not overtake it)."""
         n = len(records)
         if len(publish_times_ms) != n or (sequences is not None and len(sequences) != n):
             raise ValueError("records, publish_times_ms and sequences must have the same length")
@@ -228,6 +239,11 @@ class TopicLog:
             self._check_writable()
         if self._disk_full and self._committing:
             raise DiskFull(f"WAL {self.directory}: disk full (a retry write is in progress)")
+        if unless_failed_since is not None and self._failed_commits != unless_failed_since:
+            raise StorageFailed(
+                f"WAL {self.directory}: a commit failed after an earlier batch of this caller was queued; "
+                "refused to keep the order"
+            )
 
         recs = list(records)
         sizes = list(map(len, recs))

@@ -34,17 +34,25 @@ if TYPE_CHECKING:
 
 
 class TieredLog:
-    def __init__(self, local: TopicLogPort, history: RemoteHistory) -> None:
+    def __init__(self, local: TopicLogPort, history: RemoteHistory, *, floor: int | None = None) -> None:
         self.local = local
         self.history = history
+        #: The history starts at or below this even if object storage does not say so yet: the
+        #: previous owner's tail may still be on its way there (its uploader records the log's
+        #: end first, then uploads). Reads of those offsets stall until they arrive, never skip.
+        self.floor = floor
 
     # ------------------------------------------------------------------ offsets
     @property
     def first_offset(self) -> int:
-        """The oldest offset kept anywhere (object storage first)."""
-        local_first = self.local.first_offset
+        """The oldest offset kept anywhere (object storage first, or what is on its way there)."""
+        first = self.local.first_offset
         remote_first = self.history.first_offset
-        return local_first if remote_first is None else min(remote_first, local_first)
+        if remote_first is not None:
+            first = min(first, remote_first)
+        if self.floor is not None:
+            first = min(first, self.floor)
+        return first
 
     @property
     def next_offset(self) -> int:
@@ -53,6 +61,10 @@ class TieredLog:
     @property
     def durable_offset(self) -> int:
         return self.local.durable_offset
+
+    @property
+    def failed_commits(self) -> int:
+        return self.local.failed_commits
 
     def last_sequence(self, producer_name: str) -> int:
         return self.local.last_sequence(producer_name)
@@ -74,8 +86,12 @@ class TieredLog:
         records: Sequence[bytes],
         publish_times_ms: Sequence[int],
         sequences: Sequence[tuple[str, int]] | None = None,
+        *,
+        unless_failed_since: int | None = None,
     ) -> asyncio.Future[int]:
-        return await self.local.enqueue(records, publish_times_ms, sequences)
+        return await self.local.enqueue(
+            records, publish_times_ms, sequences, unless_failed_since=unless_failed_since
+        )
 
     async def wait_for(self, offset: int) -> None:
         await self.local.wait_for(offset)

@@ -2,7 +2,9 @@
 
 The engine owns everything between the log and the consumers of one subscription:
 
-- a **read position** fed from the log (tail cache, else disk), only up to ``durable_offset``;
+- a **read position** fed from the log (tail cache, else disk), only up to ``durable_offset``
+  (for a ``cloud`` topic, only up to what object storage confirmed: a message is never delivered
+  before it is as durable as its acknowledgement says);
   messages read but not delivered wait in a bounded read buffer, in offset order;
 - **delivery** through the subscription's router (exclusive, shared, failover, key-shared),
   never more to a consumer than its window of unacked messages (``Consumer.window``): a full
@@ -71,9 +73,13 @@ class SubscriptionEngine:
         dead_letter: DeadLetterSink | None = None,
         max_pending: int = 10_000,
         read_batch: int = DEFAULT_READ_BATCH,
+        deliverable: Callable[[], int] | None = None,
     ) -> None:
         self.sub = sub
         self.log = log_
+        #: Offsets below this may be delivered (default: the log's durable offset; a ``cloud``
+        #: topic delivers only what object storage confirmed).
+        self._deliverable = deliverable or (lambda: log_.durable_offset)
         self.policy = policy
         self.acks = AckTracker(cursor)
         self.read_pos = cursor + 1
@@ -191,7 +197,7 @@ class SubscriptionEngine:
     def _readable(self) -> bool:
         return (
             self.pending.blocked_at is None
-            and self.read_pos < self.log.durable_offset
+            and self.read_pos < self._deliverable()
             and len(self._fresh) < self._read_batch
             and len(self.pending) + len(self._fresh) < self._max_pending
         )
@@ -206,7 +212,7 @@ class SubscriptionEngine:
         room = min(
             self._read_batch - len(self._fresh),
             self._max_pending - len(self.pending) - len(self._fresh),
-            log_.durable_offset - self.read_pos,
+            self._deliverable() - self.read_pos,
         )
         generation = self._generation
         entries = log_.read(self.read_pos, room, READ_MAX_BYTES)
@@ -214,7 +220,7 @@ class SubscriptionEngine:
             entries = await log_.read_async(self.read_pos, room, READ_MAX_BYTES)
             if generation != self._generation:
                 return 0  # a seek moved the read position meanwhile
-        durable = log_.durable_offset
+        durable = self._deliverable()
         added = 0
         for e in entries:
             offset = e.offset

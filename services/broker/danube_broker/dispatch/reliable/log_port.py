@@ -39,6 +39,11 @@ class TopicLogPort(Protocol):
     @property
     def durable_offset(self) -> int: ...
 
+    @property
+    def failed_commits(self) -> int:
+        """How many group commits failed so far (a counter that only grows)."""
+        ...
+
     async def append(
         self,
         records: Sequence[bytes],
@@ -53,9 +58,12 @@ class TopicLogPort(Protocol):
         records: Sequence[bytes],
         publish_times_ms: Sequence[int],
         sequences: Sequence[tuple[str, int]] | None = None,
+        *,
+        unless_failed_since: int | None = None,
     ) -> asyncio.Future[int]:
         """Take offsets for ``records`` (after waiting for room) and queue them; the future gives
-        the first offset once durable. ``append`` = ``await (await enqueue(...))``."""
+        the first offset once durable. ``append`` = ``await (await enqueue(...))``.
+        ``unless_failed_since``: refuse (StorageFailed) if ``failed_commits`` moved past it."""
         ...
 
     def last_sequence(self, producer_name: str) -> int: ...
