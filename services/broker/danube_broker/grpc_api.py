@@ -160,7 +160,8 @@ class ProducerApi(pb_grpc.ProducerServiceServicer):
         self, producer: Producer, batch: pb.PublishBatch, order: PublishStream
     ) -> asyncio.Task[pb.PublishAck]:
         return asyncio.create_task(
-            self._publish_batch(producer, batch, order), name=f"producer-{producer.id}-batch-{batch.batch_seq}"
+            self._publish_batch(producer, batch, order),
+            name=f"producer-{producer.id}-batch-{batch.batch_seq}",
         )
 
     async def _publish_batch(
