@@ -45,8 +45,9 @@ from danube_local.procs import (
 
 __all__ = ["ClusterError", "EtcdNotInstalled", "LocalCluster", "ServiceFailed", "ServiceProcess"]
 
-#: How long a service gets to stop after SIGTERM before it is killed.
-STOP_GRACE_S = 10.0
+#: How long a service gets to stop after SIGTERM before it is killed (a broker's lame duck
+#: takes up to its lame_duck_timeout_s, 10 s by default, before its shutdown proper).
+STOP_GRACE_S = 20.0
 READY_POLL_INTERVAL_S = 0.05
 LOG_TAIL_LINES = 40
 

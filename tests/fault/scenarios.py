@@ -17,9 +17,10 @@ A run of one scenario (:func:`run_scenario`):
 
 Faults (:data:`SCENARIOS`): kill -9 of the owner; SIGSTOP past the lease; a partition between the
 owner and etcd; an etcd restart; object storage refusing then timing out; the WAL disk full; a topic
-move and a broker drain under load; the owner paused in the middle of a move; a load manager
-paused and resumed; and the owner's machine lost (broker and uploader killed) with an operator's
-recorded, unclean takeover (its accepted gap is the only loss the checker allows).
+move and a broker drain under load; the owner paused in the middle of a move or of a drain; a
+graceful stop (SIGTERM: the lame duck hands the topics over); a load manager paused and resumed; and
+the owner's machine lost (broker and uploader killed) with an operator's recorded, unclean takeover
+(its accepted gap is the only loss the checker allows).
 """
 
 from __future__ import annotations
@@ -165,6 +166,27 @@ async def pause_during_move(ctx: Ctx) -> None:
     await ctx.acks_flow()
 
 
+async def pause_during_drain(ctx: Ctx) -> None:
+    """The owner freezes right as an operator drains it."""
+    name = f"broker-{ctx.victim}"
+    await ctx.fc.admin("brokers", "drain", ctx.victim)
+    ctx.fc.pause(name)
+    await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
+    await asyncio.sleep(max(0.0, PAST_LEASE_S - REGISTRATION_TTL_S))
+    ctx.fc.resume(name)
+    await ctx.acks_flow()
+    await ctx.fc.admin("brokers", "activate", ctx.victim)
+
+
+async def graceful_stop(ctx: Ctx) -> None:
+    """SIGTERM of the owner: its lame duck hands every topic over while it still serves it."""
+    await asyncio.to_thread(ctx.fc.c.stop_broker, ctx.victim)
+    for topic in ctx.topics:
+        await ctx.owned_elsewhere(topic, ctx.victim)
+    await ctx.acks_flow()
+    await ctx.fc.restart(ctx.victim)
+
+
 async def load_manager_pause(ctx: Ctx) -> None:
     """The active load manager freezes past its leadership, the owner broker dies meanwhile (the
     standby must re-place its topics), then the old leader wakes: none of its writes may land."""
@@ -215,6 +237,8 @@ SCENARIOS: dict[str, Scenario] = {
     "move_under_load": move_under_load,
     "drain_under_load": drain_under_load,
     "pause_during_move": pause_during_move,
+    "pause_during_drain": pause_during_drain,
+    "graceful_stop": graceful_stop,
     "load_manager_pause": load_manager_pause,
     "machine_lost": machine_lost,
 }
@@ -226,6 +250,8 @@ class Outcome:
     scenario: str
     verdict: Verdict
     chain_violations: list[str]
+    #: How each topic's stints ended, in order (e.g. ["hand_over"], ["uploader"], ["forced"]).
+    closes: dict[str, list[str]]
     term_writes_checked: int
     longest_ack_gap_s: dict[str, float]
     lost_in_accepted_gaps: int
@@ -424,12 +450,15 @@ async def run_scenario(
         )
         log.info("%s: checking %d events", name, len(history.events))
         verdict = check(history, final_reads=reads, allowed_gaps=allowed, idempotent=True)
-        chain = check_log_chain(await read_log_chain(res, topics))
+        records = await read_log_chain(res, topics)
+        chain = check_log_chain(records)
+        closes = {t: [r.closed_by for r in rs if not r.open] for t, rs in records.items()}
         terms = await history_check(res)
     return Outcome(
         scenario=name,
         verdict=verdict,
         chain_violations=chain,
+        closes=closes,
         term_writes_checked=terms,
         longest_ack_gap_s=dict(verdict.longest_ack_gap_s_per_topic),
         lost_in_accepted_gaps=verdict.counts.lost_in_allowed_gaps,

@@ -501,7 +501,12 @@ _MAX_BACKOFF_MS = 24 * 3600 * 1000
 
 
 def topic_policies(
-    dispatch_strategy: str, *, durability: str = "", retention_time_s: int = 0, retention_size_bytes: int = 0
+    dispatch_strategy: str,
+    *,
+    durability: str = "",
+    retention_time_s: int = 0,
+    retention_size_bytes: int = 0,
+    unclean_takeover_after_s: int = 0,
 ) -> dict[str, Any]:
     """The validated ``policies`` of a new topic record.
 
@@ -512,6 +517,7 @@ def topic_policies(
     if dispatch_strategy != "reliable":
         asked = {"durability": durability, "retention_time_s": retention_time_s}
         asked["retention_size_bytes"] = retention_size_bytes
+        asked["unclean_takeover_after_s"] = unclean_takeover_after_s
         given = [f"{name}={value!r}" for name, value in asked.items() if value]
         if given:
             raise InvalidArgument(
@@ -525,16 +531,20 @@ def topic_policies(
     for name, value in (
         ("retention_time_s", retention_time_s),
         ("retention_size_bytes", retention_size_bytes),
+        ("unclean_takeover_after_s", unclean_takeover_after_s),
     ):
         if value < 0:
             raise InvalidArgument(
                 f"{name} must be 0 (no retention after acknowledgement) or more, got {value}"
             )
-    return {
+    policies: dict[str, Any] = {
         "durability": durability,
         "retention_time_s": int(retention_time_s),
         "retention_size_bytes": int(retention_size_bytes),
     }
+    if unclean_takeover_after_s:
+        policies["unclean_takeover_after_s"] = int(unclean_takeover_after_s)
+    return policies
 
 
 def validate_subscription_name(sub: str) -> str:

@@ -43,11 +43,13 @@ from danube_common.discovery import DiscoveryServicer
 from danube_common.errors import DanubeError
 from danube_common.grpc_util import bind, install_stop_signals, new_server
 from danube_common.keys import Keys
+from danube_common.leadership import read_leaders
 from danube_common.load_history import LoadHistoryWriter
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.metadata.lease import KeptLease
 from danube_common.pb import DanubeAdmin_pb2_grpc as admin_grpc
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
+from danube_common.placement import LOAD_MANAGER_ROLE
 from danube_common.resources import BrokerRecord, Resources, now_ms
 from danube_common.service import remove_ready_file, write_ready_file
 from danube_common.service import running as service_running
@@ -218,7 +220,9 @@ async def _serve(
         await mover.aclose()
         if history is not None:
             await history.aclose()  # a last flush of the buffered reports
-        await _shutdown(cfg, server, registry, membership, view, lease, loops, served=served, tiering=tiering)
+        await _shutdown(
+            cfg, resources, server, registry, membership, view, lease, loops, served=served, tiering=tiering
+        )
         await dead_letters.aclose()
     if failure is not None:
         raise failure
@@ -261,6 +265,7 @@ async def _wait_for_stop(
 
 async def _shutdown(
     cfg: BrokerConfig,
+    resources: Resources,
     server: Any,
     registry: BrokerRegistry,
     membership: Membership,
@@ -271,12 +276,14 @@ async def _shutdown(
     served: bool,
     tiering: Tiering | None = None,
 ) -> None:
-    registry.begin_shutdown()
-    server_stop = asyncio.create_task(server.stop(cfg.shutdown_grace_s), name="server-stop")
     try:
         await membership.mark_draining()
     except DanubeError as exc:
         log.warning("could not mark broker %s draining: %s", cfg.broker_id, exc)
+    if served and lease is not None and not lease.lost.is_set():
+        await _lame_duck(cfg, resources, registry)
+    registry.begin_shutdown()
+    server_stop = asyncio.create_task(server.stop(cfg.shutdown_grace_s), name="server-stop")
     # Taken before closing: a closed topic lets go of its reliable part.
     reliables = {name: t.reliable for name, t in registry.topics.items() if t.reliable is not None}
     held = registry.close_all("the broker is shutting down")
@@ -315,6 +322,36 @@ async def _shutdown(
             log.info("registration of broker %s revoked", cfg.broker_id)
     if served:
         log.info("broker %s: all client streams ended", cfg.broker_id)
+
+
+async def _lame_duck(cfg: BrokerConfig, resources: Resources, registry: BrokerRegistry) -> None:
+    """Keep serving while the load manager moves our topics away (we said ``draining``), until
+    none is left or ``lame_duck_timeout_s`` passes. Skipped without a leading load manager."""
+    if cfg.lame_duck_timeout_s <= 0 or not registry.topics:
+        return
+    try:
+        leading = LOAD_MANAGER_ROLE in await read_leaders(resources.store, resources.keys)
+    except DanubeError:
+        leading = False
+    if not leading:
+        return
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    before = len(registry.topics)
+    log.info(
+        "lame duck: %d topic(s) are being handed to other brokers (at most %.0fs)",
+        before,
+        cfg.lame_duck_timeout_s,
+    )
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(cfg.lame_duck_timeout_s):
+            await registry.no_topics.wait()
+    log.info(
+        "lame duck over after %.1fs: %d of %d topic(s) handed over; releasing the rest",
+        loop.time() - start,
+        before - len(registry.topics),
+        before,
+    )
 
 
 @contextlib.asynccontextmanager

@@ -158,6 +158,12 @@ class BrokerConfig(ServiceConfig):
     topic_open_client_wait_s: float = Field(default=5.0, ge=0)
 
     # ---- process
+    #: Lame duck: on a graceful stop (SIGTERM) with a load manager leading, the broker first says
+    #: ``draining`` and keeps serving while the load manager hands each of its topics to another
+    #: broker (a pause of a fraction of a second per topic, instead of a re-placement after the
+    #: stop), for at most this long; then it stops as usual (what is left is released). 0: no lame
+    #: duck.
+    lame_duck_timeout_s: float = Field(default=10.0, ge=0)
     #: Seconds in-flight RPCs get to finish at shutdown before they are cancelled.
     shutdown_grace_s: float = Field(default=5.0, ge=0)
 

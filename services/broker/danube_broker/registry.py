@@ -17,6 +17,7 @@ its previous close before opening the log again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -97,6 +98,9 @@ class BrokerRegistry:
         self._gone: OrderedDict[int, str] = OrderedDict()
         self._unassigned_at: OrderedDict[str, int] = OrderedDict()
         self.shutting_down = False
+        #: Set while no topic is loaded (the lame duck waits for it).
+        self.no_topics = asyncio.Event()
+        self.no_topics.set()
         #: Opening and closing topics in the background; the crash flag of topics' tasks.
         self.tasks = TopicTasks()
         self.reliable = ReliableContext(resources, clock, self.tasks.report_failure, open_log=open_log)
@@ -179,6 +183,7 @@ class BrokerRegistry:
             clock=self._clock,
         )
         self.topics[name] = t
+        self.no_topics.clear()
         log.info("topic %s loaded (epoch %d)", name, epoch)
         return t
 
@@ -187,6 +192,8 @@ class BrokerRegistry:
         topic = self.topics.pop(name, None)
         if topic is None:
             return
+        if not self.topics:
+            self.no_topics.set()
         producers, consumers = topic.close(error)
         self._forget(producers, consumers, name)
         self.tasks.close(topic)

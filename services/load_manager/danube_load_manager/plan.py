@@ -7,8 +7,10 @@ reports, ownership, placement and move requests) into actions, in this order:
 2. **Place** every requested (unassigned) topic that has no owner yet.
 3. **Move** topics an admin asked to move (to the named broker, or the best other one).
 4. **Plans**: start the pending moves of rebalancing plans that are still valid (:mod:`plans`).
-5. **Drain**: move topics off brokers whose admin state is ``draining``; a draining broker
-   that owns nothing (and has no move in flight) is marked ``drained``.
+5. **Drain**: move topics off brokers whose admin state is ``draining``, or that are shutting
+   down (their registration says ``draining``: a graceful stop hands each topic over while the
+   broker still serves it); an admin-drained broker that owns nothing (and has no move in flight)
+   is marked ``drained``.
 
 Moves are bounded: at most ``max_moves_in_flight`` topics are mid-move at once (counting those
 already marked ``moving_to``), and a topic whose move was started less than ``move_cooldown_s``
@@ -189,11 +191,16 @@ def next_actions(
         budget -= 1
 
     for broker_id in sorted(snap.brokers):
-        if snap.admin_states.get(broker_id) != "draining":
+        admin_draining = snap.admin_states.get(broker_id) == "draining"
+        # A broker shutting down says ``draining`` in its own registration: its topics are handed
+        # over while it still serves them (its lame-duck period), not re-placed after it is gone.
+        stopping = snap.brokers[broker_id].state == "draining"
+        if not admin_draining and not stopping:
             continue
         owned = sorted(n for n, o in snap.owners.items() if o.broker_id == broker_id)
         if not owned:
-            actions.append(MarkDrained(broker_id, snap.admin_state_revisions.get(broker_id, 0)))
+            if admin_draining:
+                actions.append(MarkDrained(broker_id, snap.admin_state_revisions.get(broker_id, 0)))
             continue
         for name in owned:
             current = snap.owners[name]

@@ -181,6 +181,7 @@ class TopicAdminApi(apb_grpc.TopicAdminServicer):
             durability=request.durability,
             retention_time_s=request.retention_time_s,
             retention_size_bytes=request.retention_size_bytes,
+            unclean_takeover_after_s=request.unclean_takeover_after_s,
         )
         return apb.CreateTopicResponse(topic=topic_info(view))
 

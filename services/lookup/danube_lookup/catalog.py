@@ -356,6 +356,7 @@ class Catalog:
         durability: str = "",
         retention_time_s: int = 0,
         retention_size_bytes: int = 0,
+        unclean_takeover_after_s: int = 0,
     ) -> TopicView:
         """Create a topic (N partitions if ``partitions``) and place it. Reliable topics keep
         ``durability`` (default fsync) and retention in every record's ``policies``."""
@@ -368,6 +369,7 @@ class Catalog:
             durability=durability,
             retention_time_s=retention_time_s,
             retention_size_bytes=retention_size_bytes,
+            unclean_takeover_after_s=unclean_takeover_after_s,
         )
         if partitions == 0:
             await self._res.create_topic(topic, dispatch_strategy=dispatch, policies=policies)

@@ -181,6 +181,20 @@ def test_a_broker_shutting_down_gets_no_new_topics() -> None:
     assert {a.to for a in next_actions(s, now_s=0, last_move_s={})} == {"b1"}  # type: ignore[union-attr]
 
 
+def test_a_broker_shutting_down_hands_its_topics_over_while_it_serves_them() -> None:
+    """Lame duck: a graceful stop moves the broker's topics away (not marked drained after)."""
+    regs = brokers("b1", "b2")
+    regs["b2"] = BrokerRecord("b2", "b2:1", "http://b2:1", "draining")
+    s = snap(brokers=regs, owners=owners(a="b2", b="b2", c="b1"))
+    moves = next_actions(s, now_s=0, last_move_s={})
+    assert sorted((m.topic, m.to) for m in moves if isinstance(m, Move)) == [
+        ("/default/a", "b1"),
+        ("/default/b", "b1"),
+    ]
+    emptied = snap(brokers=regs, owners=owners(c="b1"))
+    assert next_actions(emptied, now_s=0, last_move_s={}) == [], "no MarkDrained: it is not admin-drained"
+
+
 def test_load_reports_steer_placement() -> None:
     s = snap(
         unassigned=frozenset({"/default/new"}),

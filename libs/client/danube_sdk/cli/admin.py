@@ -334,6 +334,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="reliable topics: keep up to N bytes of acknowledged messages (0: none)",
     )
+    p.add_argument(
+        "--unclean-takeover-after-s",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="reliable topics: if a dead owner's log end is not recorded within N seconds (its machine "
+        "lost), the next owner forces the takeover, giving up what was not uploaded (0, default: never; "
+        "an operator decides with `topics force-takeover`)",
+    )
     p = leaf(
         t,
         "delete",

@@ -288,6 +288,7 @@ def topics_create(admin: Admin, args: argparse.Namespace) -> None:
         durability=args.durability or "",
         retention_time_s=args.retention_time_s,
         retention_size_bytes=args.retention_size_bytes,
+        unclean_takeover_after_s=args.unclean_takeover_after_s,
     )
     topic = admin.topics.CreateTopic(req, timeout=admin.timeout_s).topic
     if args.output == "json":

@@ -254,20 +254,22 @@ class ListTopicsResponse(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[_Union[TopicInfo, _Mapping]]] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "partitions", "dispatch_strategy", "durability", "retention_time_s", "retention_size_bytes")
+    __slots__ = ("name", "partitions", "dispatch_strategy", "durability", "retention_time_s", "retention_size_bytes", "unclean_takeover_after_s")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_STRATEGY_FIELD_NUMBER: _ClassVar[int]
     DURABILITY_FIELD_NUMBER: _ClassVar[int]
     RETENTION_TIME_S_FIELD_NUMBER: _ClassVar[int]
     RETENTION_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    UNCLEAN_TAKEOVER_AFTER_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: int
     dispatch_strategy: str
     durability: str
     retention_time_s: int
     retention_size_bytes: int
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., dispatch_strategy: _Optional[str] = ..., durability: _Optional[str] = ..., retention_time_s: _Optional[int] = ..., retention_size_bytes: _Optional[int] = ...) -> None: ...
+    unclean_takeover_after_s: int
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., dispatch_strategy: _Optional[str] = ..., durability: _Optional[str] = ..., retention_time_s: _Optional[int] = ..., retention_size_bytes: _Optional[int] = ..., unclean_takeover_after_s: _Optional[int] = ...) -> None: ...
 
 class CreateTopicResponse(_message.Message):
     __slots__ = ("topic",)
