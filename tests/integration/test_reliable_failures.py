@@ -268,13 +268,23 @@ async def test_a_failed_commit_refuses_exactly_its_batches_on_a_pipelined_stream
         assert not acks[0].HasField("error") and acks[0].first_offset == 0
         for refused in acks[1:]:
             assert refused.error.code == "DISK_FULL" and refused.error.retryable and refused.count == 0
-        # The stream goes on; the failed offsets are reused, nothing of batches 2-3 is delivered.
+        # Batch 4 would overtake the refused 2 and 3: the stream refuses it too (order guard)...
         await stream.write(batch(pid, 4, [b"m4"]))
-        ok = await asyncio.wait_for(stream.read(), 10)
-        assert (ok.batch_seq, ok.first_offset, ok.HasField("error")) == (4, 1, False)
-        assert [m.payload for m in await receive(consumer, 2)] == [b"m1", b"m4"]
+        kept = await asyncio.wait_for(stream.read(), 10)
+        assert kept.batch_seq == 4 and kept.error.code == "STORAGE_FAILED" and kept.error.retryable
         await stream.done_writing()
         assert await stream.read() == grpc.aio.EOF
+        # ...and a new stream (the client re-sends 2, 3, 4 in order) reuses the failed offsets;
+        # nothing of the refused batches was delivered.
+        again = b.producers.PublishBatches()
+        oks = []
+        for seq, body in ((5, b"m2"), (6, b"m3"), (7, b"m4")):
+            await again.write(batch(pid, seq, [body]))
+            oks.append(await asyncio.wait_for(again.read(), 10))
+        assert [(a.first_offset, a.HasField("error")) for a in oks] == [(1, False), (2, False), (3, False)]
+        assert [m.payload for m in await receive(consumer, 4)] == [b"m1", b"m2", b"m3", b"m4"]
+        await again.done_writing()
+        assert await again.read() == grpc.aio.EOF
         consumer.cancel()
     finally:
         await stop(b)

@@ -17,6 +17,7 @@ import pytest
 from danube_broker.reliable_topic import ReliableTopic
 from danube_common.etcd_server import EtcdProcess
 from danube_common.keys import Keys
+from danube_common.log_state import LogState
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.objstore import ObjectStore, ObjectStoreConfig, open_object_store
 from danube_common.pb import DanubeApi_pb2 as pb
@@ -323,8 +324,13 @@ async def test_a_move_hands_over_without_draining_and_the_new_owner_reads_the_ba
     await wait_until(
         lambda: _owner_is(res, t, b.broker.cfg.broker_id), timeout_s=20, what="handed over without a drain"
     )
-    state = await rig.store.get_json(rig.keys.storage_state(t))
-    assert state["next_offset"] == 200
+    state = LogState.from_json(await rig.store.get_json(rig.keys.storage_state(t)))
+    # Closed by the hand-over at 200, or already the new owner's stint continuing there.
+    if state.open:
+        assert state.start_offset == 200 and state.previous is not None
+        assert (state.previous["closed_by"], state.previous["next_offset"]) == ("hand_over", 200)
+    else:
+        assert (state.closed_by, state.next_offset) == ("hand_over", 200)
     descs = await rig.descriptors(t)
     assert descs and descs[-1].next_offset == 200, "flushed to object storage before the hand-over"
 
