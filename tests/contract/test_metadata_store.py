@@ -140,6 +140,20 @@ async def test_get_prefix_is_key_ordered_and_bounded(ctx: Ctx) -> None:
     assert await s.get_prefix(ctx.k("nothing/")) == ([], rev)
 
 
+async def test_a_large_prefix_is_listed_whole_in_key_order_at_one_revision(ctx: Ctx) -> None:
+    """More keys and bytes than one etcd answer may carry (gRPC's 4 MiB default, our 1000-key
+    pages): the listing is complete, ordered, and one snapshot."""
+    s = ctx.store
+    value = b"v" * 2048
+    names = [f"big/{i:05d}" for i in range(2600)]  # ~5.3 MB of values
+    for lo in range(0, len(names), 100):
+        await s.txn([], [Op.put(ctx.k(n), value) for n in names[lo : lo + 100]])
+    last = await s.put(ctx.k("big/zz"), b"last")
+    kvs, rev = await s.get_prefix(ctx.k("big/"))
+    assert [kv.key for kv in kvs] == [ctx.k(n) for n in [*names, "big/zz"]]
+    assert rev == last
+
+
 async def test_every_write_is_one_revision(ctx: Ctx) -> None:
     s = ctx.store
     r1 = await s.put(ctx.k("a"), b"1")

@@ -34,35 +34,27 @@ from danube_common.metadata.etcd import EtcdStore
 from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 from danube_local.cluster import LocalCluster
+from tests.e2e.control_plane import ENV as CONTROL_PLANE_ENV
+from tests.e2e.control_plane import LEADERSHIP_TTL_S, REGISTRATION_TTL_S
 from tests.support.faulty_proxy import FaultyProxy, Mode
 from tests.support.moto import MotoServer
 
 T = TypeVar("T")
 
-REGISTRATION_TTL_S = 3
-LEADERSHIP_TTL_S = 3
 BUCKET = "danube-faults"
 #: Size of each broker's tmpfs data directory.
 TMPFS_BYTES = 256 * 1024 * 1024
 
 ENV = {
-    "DANUBE_BROKER_REGISTRATION_TTL_S": str(REGISTRATION_TTL_S),
-    "DANUBE_BROKER_LOAD_REPORT_INTERVAL_S": "1",
-    "DANUBE_BROKER_MOVE_TIMEOUT_S": "20",
+    # The control-plane tests' short timers (TTLs, reconcile, heartbeats; placement by topics and
+    # rates only), plus small segments and quick uploads so object storage is exercised.
+    **CONTROL_PLANE_ENV,
     "DANUBE_BROKER_WAL__SEGMENT_MAX_BYTES": str(256 * 1024),
     "DANUBE_BROKER_CLOUD_FLUSH_INTERVAL_MS": "50",
     "DANUBE_BROKER_TOPIC_OPEN_CLIENT_WAIT_S": "2",
     "DANUBE_BROKER_ETCD__REQUEST_TIMEOUT_S": "2",
     "DANUBE_WAL_UPLOADER_SCAN_INTERVAL_S": "0.2",
     "DANUBE_WAL_UPLOADER_REGISTRATION_TTL_S": str(REGISTRATION_TTL_S),
-    "DANUBE_LOAD_MANAGER_RECONCILE_INTERVAL_S": "0.5",
-    "DANUBE_LOAD_MANAGER_MOVE_COOLDOWN_S": "1",
-    "DANUBE_LOAD_MANAGER_LEADER_HEARTBEAT_DEADLINE_S": "2",
-    "DANUBE_LOAD_MANAGER_WEIGHTS__CPU": "0",
-    "DANUBE_LOAD_MANAGER_WEIGHTS__MEMORY": "0",
-    "DANUBE_LEADER_HEARTBEAT_INTERVAL_S": "0.5",
-    "DANUBE_LEADER_KEEPALIVE_TIME_S": "1",
-    "DANUBE_LEADER_KEEPALIVE_TIMEOUT_S": "1",
 }
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import random
 import time
@@ -223,6 +224,14 @@ async def machine_lost(ctx: Ctx) -> None:
             )
             ctx.notes.append(out.strip())
     await ctx.acks_flow()
+    # The loss is surfaced: in the topic's stats, and to the consumers (their SDK logs and lists it).
+    stats = json.loads(await ctx.fc.admin("-o", "json", "topics", "stats", fsync_topic))
+    assert stats["accepted_gaps"], stats
+    await wait_until(
+        lambda: any(t == fsync_topic for _, t in ctx.workload.skipped_now()),
+        timeout_s=30,
+        what="consumers told about the skipped offsets",
+    )
     await asyncio.to_thread(ctx.fc.c.restart, uploader.name)
     await ctx.fc.restart(ctx.victim)
 
@@ -366,7 +375,7 @@ async def read_log_chain(res: Resources, topics: list[str]) -> dict[str, list[Lo
     """Every write of the topics' log records, replayed from etcd's history."""
     keys = {res.keys.storage_state(TopicName.parse(t)): t for t in topics}
     out: dict[str, list[LogState]] = {t: [] for t in topics}
-    _, now_rev = await res.store.get_prefix(res.keys.storage_prefix())
+    _, now_rev = await res.store.get_prefix(res.keys.storage_state(TopicName.parse(topics[0])))
     async for ev in res.store.watch_prefix(res.keys.root, start_revision=1):  # every event: reaches now_rev
         topic = keys.get(ev.key)
         if topic is not None and ev.kind == "put":

@@ -147,6 +147,7 @@ class Workload:
         self._clients: list[DanubeClient] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._consumer_tasks: list[asyncio.Task[None]] = []
+        self._consumers: list[tuple[str, Consumer]] = []
         self._stop_producing = asyncio.Event()
         self._stop_consuming = asyncio.Event()
         #: Send futures not resolved yet (their done-callback records the outcome).
@@ -175,6 +176,7 @@ class Workload:
             raise
         for j, (process, sub, consumers) in enumerate(consumer_sets, start=1):
             for topic, consumer in consumers.items():
+                self._consumers.append((sub, consumer))
                 self._consumer_tasks.append(
                     asyncio.create_task(
                         self._consume(process, sub, topic, consumer), name=f"workload consumer-{j} {topic}"
@@ -227,6 +229,10 @@ class Workload:
     def acked_per_topic(self) -> dict[str, int]:
         """Acknowledged sends per topic so far."""
         return {topic: len(self._acked[topic]) for topic in self.topics}
+
+    def skipped_now(self) -> list[tuple[str, str]]:
+        """(subscription, topic) pairs whose live consumers were told of skipped offsets."""
+        return [(sub, part) for sub, c in self._consumers for part in c.skipped]
 
     def caught_up(self) -> bool:
         """Has every subscription received every message acknowledged so far, on every topic?"""

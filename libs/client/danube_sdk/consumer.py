@@ -309,6 +309,13 @@ class Consumer:
     def closed(self) -> bool:
         return self._closed is not None
 
+    @property
+    def skipped(self) -> dict[str, list[tuple[int, int]]]:
+        """Per partition, the offset ranges ``[start, end)`` the subscription skipped because
+        they were gone (cut by retention before it read them, or lost with a broker's disk by an
+        operator's recorded decision): messages this consumer will never receive. Also logged."""
+        return {t: list(p.skipped) for t, p in self._parts.items() if p.skipped}
+
     async def __aenter__(self) -> Consumer:
         return self
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 
 import grpc.aio
 
@@ -25,6 +26,8 @@ from danube_sdk.types import Message
 
 log = logging.getLogger(__name__)
 
+#: Skipped ranges remembered per partition (the oldest are dropped; the total keeps counting).
+_SKIPPED_KEPT = 100
 #: Upper bound asked of the broker per MessageBatch frame.
 MAX_MESSAGES_PER_FRAME = 1000
 
@@ -56,6 +59,10 @@ class TopicConsumer:
         #: True while subscribed and streaming; acks are held back while False.
         self.attached = False
         self._received_in_session = False
+        #: Offsets of this topic the subscription skipped because they were gone (retention cut
+        #: them before it read them, or an operator accepted their loss), as the broker said.
+        self.skipped: list[tuple[int, int]] = []
+        self.skipped_total = 0
         self._task: asyncio.Task[None] | None = None
 
     async def subscribe(self, hint_url: str | None = None) -> None:
@@ -217,6 +224,20 @@ class TopicConsumer:
         finally:
             call.cancel()
 
+    def _note_skipped(self, ranges: Sequence[pb.SkippedRange]) -> None:
+        for r in ranges:
+            self.skipped.append((r.start_offset, r.next_offset))
+            self.skipped_total += r.next_offset - r.start_offset
+            log.warning(
+                "subscription %s on %s skipped offsets %d..%d: gone from the topic (cut by retention before "
+                "it read them, or lost with a broker's disk by an operator's recorded decision)",
+                self.subscription,
+                self.topic,
+                r.start_offset,
+                r.next_offset - 1,
+            )
+        del self.skipped[:-_SKIPPED_KEPT]
+
     async def _read_loop(self, call: grpc.aio.UnaryStreamCall, what: str) -> None:
         topic = self.topic
         queue = self._queue
@@ -225,6 +246,8 @@ class TopicConsumer:
             if frame is grpc.aio.EOF:
                 raise await call_error(call, what)
             assert isinstance(frame, pb.MessageBatch)
+            if frame.skipped:
+                self._note_skipped(frame.skipped)
             if frame.messages:
                 self._received_in_session = True
                 await queue.put_many([Message(m, topic) for m in frame.messages])

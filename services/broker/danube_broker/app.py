@@ -37,6 +37,7 @@ from danube_broker.load_reporter import LoadReporter
 from danube_broker.membership import Membership
 from danube_broker.registry import BrokerRegistry
 from danube_broker.stats_api import BrokerStatsApi
+from danube_broker.takeover import close_orphaned_stints
 from danube_broker.tiering import Tiering
 from danube_common.cluster_view import ClusterView
 from danube_common.discovery import DiscoveryServicer
@@ -164,6 +165,8 @@ async def _serve(
         registry.reliable.lease = lease
         registry.reliable.renewal_wait_s = cfg.ack_renewal_wait_s
         revision = await membership.load_assignments()
+        # Topics we wrote before a crash and no longer own: record their log ends from our disk.
+        await close_orphaned_stints(cfg, resources, owned=set(registry.topics))
         loops[asyncio.create_task(membership.follow_assignments(revision + 1), name="assignments")] = (
             "the assignment watch"
         )

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from danube_broker.subscription import Subscription
 
 
+#: Skipped ranges remembered per consumer until its next frame (the oldest are dropped).
+_SKIPPED_KEPT = 64
+
+
 class StreamSession:
     """One open delivery stream of a consumer."""
 
@@ -78,6 +82,8 @@ class Consumer:
         #: where only the queue bounds it). The reliable engine fills ``unacked``.
         self.window = window
         self.unacked: set[int] = set()
+        #: Offsets the subscription skipped (gone from the log), not told to this consumer yet.
+        self.skipped: list[tuple[int, int]] = []
 
     # ---- identity as routers see it
     @property
@@ -94,6 +100,18 @@ class Consumer:
         if self.window:
             return self.window - len(self.unacked)
         return self.queue.free
+
+    def note_skipped(self, start: int, end: int) -> None:
+        """The subscription skipped ``[start, end)``: tell the consumer with its next frame."""
+        if self.skipped and self.skipped[-1][1] == start:
+            self.skipped[-1] = (self.skipped[-1][0], end)
+        else:
+            self.skipped.append((start, end))
+            del self.skipped[:-_SKIPPED_KEPT]
+
+    def take_skipped(self) -> list[tuple[int, int]]:
+        out, self.skipped = self.skipped, []
+        return out
 
     def set_window(self, window: int) -> None:
         """Reliable topics: a new window (takeover); the queue always fits the window."""

@@ -255,7 +255,10 @@ class ConsumerApi(pb_grpc.ConsumerServiceServicer):
                 batch = await consumer.next_batch(session, per_frame)
                 if batch is None:
                     return
-                for frame in _frames(batch):
+                frames = _frames(batch)
+                for start, end in consumer.take_skipped():
+                    frames[0].skipped.add(start_offset=start, next_offset=end)
+                for frame in frames:
                     yield frame
         finally:
             self._reg.stream_closed(consumer, session)

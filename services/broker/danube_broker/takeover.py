@@ -385,3 +385,75 @@ class LogOpening:
             else "object storage held everything",
         )
         return True
+
+
+def _local_topics(data_path: Path) -> list[tuple[TopicName, Path]]:
+    """Topic directories of this broker's data directory (set-aside ones excluded). Blocking."""
+    out: list[tuple[TopicName, Path]] = []
+    try:
+        namespaces = [p for p in data_path.iterdir() if p.is_dir()]
+    except FileNotFoundError:
+        return out
+    for ns in namespaces:
+        for d in ns.iterdir():
+            if not d.is_dir() or ".superseded-" in d.name:
+                continue
+            try:
+                out.append((TopicName.parse(f"/{ns.name}/{d.name}"), d))
+            except DanubeError:
+                continue
+    return out
+
+
+async def close_orphaned_stints(cfg: BrokerConfig, resources: Resources, *, owned: set[str]) -> int:
+    """At start-up: record the end of this broker's own stints of topics it no longer owns.
+
+    A broker that died (or froze) without handing its topics over leaves their log records open;
+    its WAL uploader normally records their ends from this disk. If the uploader did not (none is
+    configured, or it died too), the topics' new owners wait. Restarted, this broker holds the
+    directory and its true end: it records it (``writer_restart``, fenced on the record), so the
+    new owners can go on. Returns how many it recorded."""
+    records = LogRecords(resources.store, resources.keys)
+    closed = 0
+    for name, directory in await asyncio.to_thread(_local_topics, cfg.data_path):
+        if str(name) in owned:
+            continue
+        try:
+            state = await records.state(name)
+            if state is None or not state.open or state.writer != cfg.broker_id:
+                continue
+            marker = await asyncio.to_thread(read_incarnation, directory)
+            if state.incarnation is not None and marker != state.incarnation:
+                continue
+            local = await TopicLog.open(directory, cfg=cfg.wal, durability=Durability.FSYNC)
+            try:
+                end, sequences = local.next_offset, local.producer_sequences()
+            finally:
+                await local.aclose()
+            if end < state.start_offset:
+                log.error(
+                    "topic %s: our log record says we wrote it from offset %d but this disk ends at %d: not "
+                    "recording an end (the new owner waits for an operator)",
+                    name,
+                    state.start_offset,
+                    end,
+                )
+                continue
+            if await records.close(
+                name,
+                state,
+                next_offset=end,
+                closed_by="writer_restart",
+                sequences=sequences,
+                detail=f"broker {cfg.broker_id} restarted with the log on its disk",
+            ):
+                closed += 1
+                log.warning(
+                    "topic %s: this broker had stopped without handing it over; its log end (offset %d) is "
+                    "recorded now, so its new owner can go on",
+                    name,
+                    end,
+                )
+        except DanubeError as exc:
+            log.warning("topic %s: could not record the end of our earlier log: %s", name, exc)
+    return closed

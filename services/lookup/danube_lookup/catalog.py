@@ -248,16 +248,22 @@ class Catalog:
         leaders = await read_leaders(self._res.store, self._res.keys)
         return [leaders[role] for role in sorted(leaders)]
 
-    async def move_topic(self, name: str, to_broker: str = "") -> tuple[str, str]:
-        """Record a move request for the load manager; (current owner, requested target)."""
+    async def _one_topic(self, name: str, for_partitioned: str) -> tuple[TopicName, TopicRecord]:
+        """An existing plain topic or partition (a partitioned parent is refused: ``for_partitioned``
+        says what to do instead)."""
         topic = TopicName.parse(name)
         rec = await self._res.get_topic(topic)
         if rec is None:
             raise TopicNotFound(f"topic {topic} does not exist; see `danube-admin topics list`")
         if rec.partitions:
             raise InvalidArgument(
-                f"topic {topic} is partitioned: move its partitions one by one (e.g. {topic.partition(0)})"
+                f"topic {topic} is partitioned: {for_partitioned} (e.g. {topic.partition(0)})"
             )
+        return topic, rec
+
+    async def move_topic(self, name: str, to_broker: str = "") -> tuple[str, str]:
+        """Record a move request for the load manager; (current owner, requested target)."""
+        topic, _ = await self._one_topic(name, "move its partitions one by one")
         own = await self._res.get_owner(topic)
         if own is None:
             raise FailedPrecondition(f"topic {topic} is not assigned to any broker yet; nothing to move")
@@ -278,14 +284,7 @@ class Catalog:
         self, name: str, *, accept_loss: bool, reason: str = ""
     ) -> tuple[LogState, AcceptedGap | None]:
         """End the wait for a dead writer's log end by a recorded decision (see the RPC's doc)."""
-        topic = TopicName.parse(name)
-        rec = await self._res.get_topic(topic)
-        if rec is None:
-            raise TopicNotFound(f"topic {topic} does not exist; see `danube-admin topics list`")
-        if rec.partitions:
-            raise InvalidArgument(
-                f"topic {topic} is partitioned: force one partition at a time (e.g. {topic.partition(0)})"
-            )
+        topic, rec = await self._one_topic(name, "force one partition at a time")
         if rec.dispatch_strategy != "reliable":
             raise InvalidArgument(f"topic {topic} is non_reliable: it has no log to take over")
         if not accept_loss:

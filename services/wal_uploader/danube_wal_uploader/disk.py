@@ -191,6 +191,7 @@ class TopicDir:
         """Walk the open segment's frames from where the last walk stopped (length and offset
         fields only: cheap; the read before an upload checks every crc)."""
         nxt, pos = self._follow.get(first, (first, HEADER_BYTES))
+        restarted = False
         if pos > size:  # the broker cut the segment back: start again
             nxt, pos = first, HEADER_BYTES
         path = self.path / segment_name(first)
@@ -200,6 +201,11 @@ class TopicDir:
                     want = min(_FOLLOW_CHUNK_BYTES, size - pos)
                     chunk = os.pread(f.fileno(), want, pos)
                     walked, used = _walk(chunk, nxt)
+                    if walked == 0 and used < 0 and pos > HEADER_BYTES and not restarted:
+                        # What was followed is not there any more: the broker cut back frames of a
+                        # failed commit and wrote others in their place. Follow again from the start.
+                        nxt, pos, restarted = first, HEADER_BYTES, True
+                        continue
                     if walked == 0:
                         if used < 0 or len(chunk) < want:
                             break  # damage (or a write in progress), or the file shrank

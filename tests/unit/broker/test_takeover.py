@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from danube_broker.takeover import LogOpening
+from danube_broker.takeover import LogOpening, close_orphaned_stints
 from danube_broker.wal import Durability, TopicLog
 from danube_common.errors import HistoryConflict, TakeoverPending, TopicNotOwned
 from danube_common.keys import Keys
@@ -253,3 +253,29 @@ async def test_a_record_written_meanwhile_is_read_again(env: Env) -> None:
         assert calls >= 2 and opened.log.next_offset == 12
     finally:
         await opened.log.aclose()
+
+
+async def test_a_restarted_broker_records_the_end_of_what_it_no_longer_owns(env: Env) -> None:
+    """No uploader recorded the end of b1's log (none configured, or it died with b1): the new
+    owner waits, until b1 restarts and records the end from its own disk."""
+    epoch = await env.own("b1")
+    first = await env.opening("b1", epoch).run()
+    await append(first.log, 23)
+    await first.log.aclose()  # b1 dies
+    epoch2 = await env.own("b2")
+    waiting = asyncio.create_task(env.opening("b2", epoch2).run())
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+
+    cfg = config(broker_id="b1", data_dir=str(env.tmp / "b1"))
+    assert await close_orphaned_stints(cfg, env.res, owned={str(T)}) == 0, "an owned topic is left alone"
+    assert await close_orphaned_stints(cfg, env.res, owned=set()) == 1
+    s = await env.stint()
+    assert (s.closed_by, s.next_offset) == ("writer_restart", 23) or (s.open and s.start_offset == 23)
+    opened = await asyncio.wait_for(waiting, 5)
+    try:
+        assert opened.log.next_offset == 23
+    finally:
+        await opened.log.aclose()
+    other = config(broker_id="b3", data_dir=str(env.tmp / "b1"))
+    assert await close_orphaned_stints(other, env.res, owned=set()) == 0, "only our own stints"

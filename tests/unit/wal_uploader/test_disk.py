@@ -3,6 +3,7 @@ objects from byte ranges (every frame checked), and where a dead broker's log re
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from danube_common.errors import CorruptData
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.topic_name import TopicName
+from danube_common.wal.codec import encode_frames
 from danube_common.wal.segment import HEADER_BYTES, decode_header, index_name, segment_name
 from danube_wal_uploader.disk import TopicDir, discover_topics
 from danube_wal_uploader.plan import LocalSegment
@@ -50,6 +52,26 @@ async def test_listing_sealed_and_open_segments(tmp_path: Path) -> None:
     (log.directory / segment_name(starts[-1])).unlink()
     segs = TopicDir(log.directory).list()
     assert segs[-1].sealed and segs[-1].next_offset == starts[-1]
+
+
+async def test_frames_cut_back_and_written_again_are_followed_again(tmp_path: Path) -> None:
+    """Found by the soak: a failed commit's frames were followed, then cut off by the broker and
+    other frames (other sizes) written in their place: the follow starts over, never sticks."""
+    log = await open_log(tmp_path / "t", segment_max_bytes=64 * 1024 * 1024)
+    try:
+        await log.append([b"a" * 10, b"b" * 10], [1, 1])
+        seg = log.directory / segment_name(0)
+        durable_end = seg.stat().st_size
+        with seg.open("ab") as f:  # a failed commit's two frames, left on disk
+            f.write(encode_frames(2, [b"x" * 50, b"y" * 50], [1, 1]))
+        td = TopicDir(log.directory)
+        assert td.list()[-1].next_offset == 4
+        os.truncate(seg, durable_end)  # the broker cuts them off...
+        await log.append([b"c", b"d", b"e"], [1, 1, 1])  # ...and writes others at those offsets
+        await log.append([b"f" * 300], [1])
+        assert td.list()[-1].next_offset == 6
+    finally:
+        await log.aclose()
 
 
 async def test_a_frame_bigger_than_a_read_chunk_is_followed(tmp_path: Path) -> None:

@@ -40,6 +40,11 @@ _TARGETS = {
 }
 _OPS = {"==": rpc.Compare.EQUAL, "!=": rpc.Compare.NOT_EQUAL, "<": rpc.Compare.LESS, ">": rpc.Compare.GREATER}
 
+#: Keys per page of a prefix listing.
+_PAGE_KEYS = 1000
+#: Largest answer accepted from etcd (a page of big values, a large transaction).
+_MAX_RECEIVE_BYTES = 64 * 1024 * 1024
+
 
 def _target(endpoints: Sequence[str]) -> str:
     """A gRPC target for one or several ``host:port`` endpoints (several: IPv4 literals only)."""
@@ -74,6 +79,7 @@ class EtcdStore(MetadataStore):
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.initial_reconnect_backoff_ms", 100),
                 ("grpc.max_reconnect_backoff_ms", 1_000),
+                ("grpc.max_receive_message_length", _MAX_RECEIVE_BYTES),
             ],
         )
         self._kv_stub = rpc.KVStub(self._channel)
@@ -118,15 +124,29 @@ class EtcdStore(MetadataStore):
         return _kv(resp.kvs[0]) if resp.kvs else None
 
     async def get_prefix(self, prefix: str) -> tuple[list[KeyValue], int]:
+        """Every key under ``prefix``, read in pages of ``_PAGE_KEYS`` at one revision (a large
+        prefix never hits gRPC's message size limit, and the listing is still one snapshot)."""
         k = prefix.encode()
-        req = rpc.RangeRequest(
-            key=k,
-            range_end=prefix_range_end(k),
-            sort_order=rpc.RangeRequest.ASCEND,
-            sort_target=rpc.RangeRequest.KEY,
-        )
-        resp = await self._call(self._kv_stub.Range, req)
-        return [_kv(kv) for kv in resp.kvs], resp.header.revision
+        end = prefix_range_end(k)
+        out: list[KeyValue] = []
+        revision = 0
+        start = k
+        while True:
+            req = rpc.RangeRequest(
+                key=start,
+                range_end=end,
+                sort_order=rpc.RangeRequest.ASCEND,
+                sort_target=rpc.RangeRequest.KEY,
+                limit=_PAGE_KEYS,
+                revision=revision,
+            )
+            resp = await self._call(self._kv_stub.Range, req)
+            if not revision:
+                revision = int(resp.header.revision)
+            out.extend(_kv(kv) for kv in resp.kvs)
+            if not resp.more or not resp.kvs:
+                return out, revision
+            start = resp.kvs[-1].key + b"\0"
 
     async def put(self, key: str, value: bytes | str | dict[str, Any] | list[Any], *, lease: int = 0) -> int:
         req = rpc.PutRequest(key=key.encode(), value=encode_value(value), lease=lease)

@@ -335,10 +335,20 @@ class ReceiveBatchRequest(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., consumer_id: _Optional[int] = ..., max_messages_per_frame: _Optional[int] = ...) -> None: ...
 
 class MessageBatch(_message.Message):
-    __slots__ = ("messages",)
+    __slots__ = ("messages", "skipped")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[StreamMessage]
-    def __init__(self, messages: _Optional[_Iterable[_Union[StreamMessage, _Mapping]]] = ...) -> None: ...
+    skipped: _containers.RepeatedCompositeFieldContainer[SkippedRange]
+    def __init__(self, messages: _Optional[_Iterable[_Union[StreamMessage, _Mapping]]] = ..., skipped: _Optional[_Iterable[_Union[SkippedRange, _Mapping]]] = ...) -> None: ...
+
+class SkippedRange(_message.Message):
+    __slots__ = ("start_offset", "next_offset")
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    start_offset: int
+    next_offset: int
+    def __init__(self, start_offset: _Optional[int] = ..., next_offset: _Optional[int] = ...) -> None: ...
 
 class AckBatchRequest(_message.Message):
     __slots__ = ("request_id", "consumer_id", "topic_name", "subscription_name", "topic_offsets", "cumulative")

@@ -247,6 +247,8 @@ class SubscriptionEngine:
             upto - 1,
         )
         self.skipped_total += max(0, upto - self.read_pos)
+        for consumer in self.sub.consumers.values():
+            consumer.note_skipped(self.read_pos, upto)
         if self.acks.cursor + 1 >= self.read_pos:
             moved = self.acks.ack_through(upto - 1)
         else:
