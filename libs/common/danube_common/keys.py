@@ -255,8 +255,7 @@ class Keys:
 
     def uploader(self, broker_id: str) -> str:
         """``{"broker_id", "addr", "started_at_ms"}``; leased. A WAL uploader serving ``broker_id``'s
-        data directory is running: when that broker dies, the new owner of one of its reliable
-        topics waits for the uploader's final ``storage_state`` (``final: true``) while this exists."""
+        data directory is running (when that broker dies, it records where its logs end)."""
         return f"/{self.cluster}/uploaders/{broker_id}"
 
     def schemas_prefix(self) -> str:

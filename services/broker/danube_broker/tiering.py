@@ -1,4 +1,4 @@
-"""Object storage as the broker sees it: history readers, retention gate, uploader, takeover.
+"""Object storage as the broker sees it: history readers, retention gate, the uploader client.
 
 One :class:`Tiering` per broker (``app.run`` opens it when ``object_store`` or
 ``uploader_addr`` is configured; without both, reliable topics work as before):

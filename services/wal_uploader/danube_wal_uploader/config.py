@@ -39,8 +39,8 @@ class WalUploaderConfig(ServiceConfig):
     #: A Flush call keeps retrying faults for at most this long (or the caller's deadline, when
     #: shorter), then fails with UNAVAILABLE naming the last error.
     flush_timeout_s: float = Field(default=30.0, gt=0)
-    #: While the broker is dead, a topic whose tail is uploaded checks this often whether it has
-    #: been re-placed, to write its final storage state for the new owner.
+    #: While the broker is dead, topics are looked at this often: a log record the broker still
+    #: holds open gets its end recorded, and the tail up to there uploaded.
     final_state_poll_s: float = Field(default=0.5, gt=0)
     #: TTL of the lease holding ``/{cluster}/uploaders/{broker_id}`` (refreshed every TTL/3).
     registration_ttl_s: int = Field(default=10, ge=2)

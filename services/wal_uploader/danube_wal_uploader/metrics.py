@@ -49,7 +49,7 @@ class TopicProgress:
     last_error: str = ""
     last_upload_at_ms: int = 0
     upload_errors: int = 0
-    #: The final storage state was written since the broker died.
+    #: This uploader recorded the log's end since the broker died (``final`` in Status).
     final: bool = False
 
     def metrics(self) -> dict[str, int]:
