@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from danube_common.load import LoadReport
+from danube_common.load_score import cpu_fraction, floored_means, memory_fraction, score
 from danube_planner.model import (
     AggregateParams,
     Aggregates,
@@ -37,9 +38,7 @@ from danube_planner.model import (
     NamespaceAgg,
     PlannerInputs,
     TopicAgg,
-    broker_score,
     coefficient_of_variation,
-    floored_means,
     namespace_of,
     traffic_weight,
 )
@@ -135,9 +134,8 @@ def aggregate(inp: PlannerInputs, params: AggregateParams = AggregateParams()) -
     mem_sum: dict[str, float] = {}
     n_samples: dict[str, int] = {}
     for r in samples:
-        cpu_sum[r.broker_id] = cpu_sum.get(r.broker_id, 0.0) + r.cpu_usage / max(1, r.cpu_cores)
-        mem = r.mem_rss_bytes / r.mem_total_bytes if r.mem_total_bytes > 0 else 0.0
-        mem_sum[r.broker_id] = mem_sum.get(r.broker_id, 0.0) + mem
+        cpu_sum[r.broker_id] = cpu_sum.get(r.broker_id, 0.0) + cpu_fraction(r)
+        mem_sum[r.broker_id] = mem_sum.get(r.broker_id, 0.0) + memory_fraction(r)
         n_samples[r.broker_id] = n_samples.get(r.broker_id, 0) + 1
     owned: dict[str, list[str]] = {b: [] for b in broker_ids}
     for t, b in owner.items():
@@ -162,20 +160,12 @@ def aggregate(inp: PlannerInputs, params: AggregateParams = AggregateParams()) -
                 score=0.0,
             )
         )
-    means = floored_means([b for b in bare if b.state == "active"])
+    means = floored_means([b.load() for b in bare if b.state == "active"])
     brokers = [
         BrokerAgg(
             **{
                 **{f: getattr(b, f) for f in BrokerAgg.__dataclass_fields__},
-                "score": broker_score(
-                    topics=b.topics,
-                    msgs=b.msg_rate_in + b.msg_rate_out,
-                    bytes_=b.byte_rate_in + b.byte_rate_out,
-                    cpu=b.cpu,
-                    memory=b.memory,
-                    means=means,
-                    w=w,
-                ),
+                "score": score(b.load(), means, w),
             }
         )
         for b in bare

@@ -9,21 +9,12 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from danube_common.config import Frozen
+from danube_common.load_score import ScoreWeights
 from danube_common.objstore.config import ObjectStoreConfig
 from danube_common.service import ServiceConfig, split_host_port
 
 _ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _CONF_KEY = re.compile(r"^spark\.[A-Za-z0-9_.\-]+$")
-
-
-class ScoreWeights(Frozen):
-    """How much each dimension counts in a broker's load score (each is divided by its mean)."""
-
-    topics: float = Field(default=1.0, ge=0)
-    msgs: float = Field(default=1.0, ge=0)
-    bytes: float = Field(default=1.0, ge=0)
-    cpu: float = Field(default=0.5, ge=0)
-    memory: float = Field(default=0.25, ge=0)
 
 
 class SparkSettings(Frozen):

@@ -30,7 +30,6 @@ from danube_planner.model import (
     Aggregates,
     OwnerRow,
     PlannerInputs,
-    Weights,
     report_json,
 )
 from danube_planner.plan import (
@@ -217,9 +216,8 @@ class Planner:
         self._keys = keys
         self._history = history
         self._engine = engine
-        w = cfg.weights
         self.params = AggregateParams(
-            weights=Weights(topics=w.topics, msgs=w.msgs, bytes=w.bytes, cpu=w.cpu, memory=w.memory),
+            weights=cfg.weights,
             hot_topics=cfg.hot_topics,
             max_namespaces=cfg.report_max_namespaces,
         )

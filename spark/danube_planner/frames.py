@@ -10,7 +10,9 @@ broker that orders or extends its columns differently still parses.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
+from functools import reduce
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -18,8 +20,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from danube_common.load import TOPIC_FIELDS
+from danube_common.load_score import DIMENSIONS, FLOORS, ScoreWeights
 from danube_planner.model import (
-    FLOORS,
     MSG_COST_BYTES,
     AggregateParams,
     Aggregates,
@@ -28,7 +30,6 @@ from danube_planner.model import (
     OwnerRow,
     PlannerInputs,
     TopicAgg,
-    Weights,
 )
 
 RATES = ("msg_rate_in", "msg_rate_out", "byte_rate_in", "byte_rate_out")
@@ -206,34 +207,38 @@ def broker_table(topics: DataFrame, samples: DataFrame, states: DataFrame, curre
     )
 
 
+def _dimension_columns() -> dict[str, Column]:
+    """Each load-score dimension (:mod:`danube_common.load_score`) as a column of a brokers frame."""
+    return {
+        "topics": F.col("topics"),
+        "msgs": F.col("msg_rate_in") + F.col("msg_rate_out"),
+        "bytes": F.col("byte_rate_in") + F.col("byte_rate_out"),
+        "cpu": F.col("cpu"),
+        "memory": F.col("memory"),
+    }
+
+
 def score_means(brokers: DataFrame) -> dict[str, float]:
     """The floored mean of each score dimension over the active brokers (one small job)."""
+    cols = _dimension_columns()
     row = (
         brokers.filter(F.col("state") == "active")
-        .agg(
-            F.avg("topics").alias("topics"),
-            F.avg(F.col("msg_rate_in") + F.col("msg_rate_out")).alias("msgs"),
-            F.avg(F.col("byte_rate_in") + F.col("byte_rate_out")).alias("bytes"),
-            F.avg("cpu").alias("cpu"),
-            F.avg("memory").alias("memory"),
-        )
+        .agg(*(F.avg(cols[d]).alias(d) for d in DIMENSIONS))
         .collect()[0]
     )
-    return {k: max(float(row[k] or 0.0), FLOORS[k]) for k in FLOORS}
+    return {d: max(float(row[d] or 0.0), FLOORS[d]) for d in DIMENSIONS}
 
 
-def with_scores(brokers: DataFrame, means: Mapping[str, float], w: Weights) -> DataFrame:
-    score = (
-        F.lit(w.topics) * F.col("topics") / means["topics"]
-        + F.lit(w.msgs) * (F.col("msg_rate_in") + F.col("msg_rate_out")) / means["msgs"]
-        + F.lit(w.bytes) * (F.col("byte_rate_in") + F.col("byte_rate_out")) / means["bytes"]
-        + F.lit(w.cpu) * F.col("cpu") / means["cpu"]
-        + F.lit(w.memory) * F.col("memory") / means["memory"]
-    )
-    return brokers.withColumn("score", score)
+def with_scores(brokers: DataFrame, means: Mapping[str, float], w: ScoreWeights) -> DataFrame:
+    """The shared load score, column-wise."""
+    cols = _dimension_columns()
+    terms = [F.lit(getattr(w, d)) * cols[d] / means[d] for d in DIMENSIONS]
+    return brokers.withColumn("score", reduce(operator.add, terms))
 
 
-def topic_loads(topics: DataFrame, brokers: DataFrame, means: Mapping[str, float], w: Weights) -> DataFrame:
+def topic_loads(
+    topics: DataFrame, brokers: DataFrame, means: Mapping[str, float], w: ScoreWeights
+) -> DataFrame:
     """Each topic's share of its broker's score (:mod:`danube_planner.model`)."""
     msgs = F.col("msg_rate_in") + F.col("msg_rate_out")
     bytes_ = F.col("byte_rate_in") + F.col("byte_rate_out")

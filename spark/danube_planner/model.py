@@ -2,19 +2,10 @@
 it (:class:`Aggregates`, the same from the plain-Python path and the DataFrame path), the load
 score, and the cluster load report's JSON. Pure: no I/O, no Spark.
 
-**Load score** (per broker; the same dimensions, weights and floors as the load manager's
-placement score, so "least loaded" means the same thing to both)::
-
-    score(b) = w_topics * topics(b) / mean(topics)
-             + w_msgs   * (msg rate in + out)(b) / mean
-             + w_bytes  * (byte rate in + out)(b) / mean
-             + w_cpu    * (cpu cores used / cores)(b) / mean
-             + w_memory * (rss / total memory)(b) / mean
-
-Each mean is over the **active** brokers and floored (:data:`FLOORS`), so the score is unitless:
-on a cluster with every dimension above its floor the mean score is the sum of the weights.
-The **imbalance** is the coefficient of variation (population standard deviation / mean) of the
-active brokers' scores: 0 is perfectly even, 0.15 means brokers typically sit 15% off the mean.
+**Load score** per broker: :mod:`danube_common.load_score` (the load manager's placement score;
+the means are over the **active** brokers). The **imbalance** is the coefficient of variation
+(population standard deviation / mean) of the active brokers' scores: 0 is perfectly even, 0.15
+means brokers typically sit 15% off the mean.
 
 **Topic load** splits a broker's score over its topics, so moving a topic moves its load::
 
@@ -34,33 +25,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Smallest mean each score dimension is divided by (the load manager's floors): 1 topic,
-#: 100 msg/s, 100 KB/s, 10% of the cores, 10% of the memory.
-FLOORS: Mapping[str, float] = {"topics": 1.0, "msgs": 100.0, "bytes": 100_000.0, "cpu": 0.1, "memory": 0.1}
+from danube_common.load_score import BrokerLoad, ScoreWeights
+
 #: A message counts as this many bytes in a topic's traffic weight (as ``TopicLoad.weight``).
 MSG_COST_BYTES = 100.0
 #: The planner's role in the leader service.
 PLANNER_ROLE = "spark-planner"
 #: Version of the report and plan JSON documents.
 SCHEMA_VERSION = 1
-
-
-@dataclass(frozen=True, slots=True)
-class Weights:
-    topics: float = 1.0
-    msgs: float = 1.0
-    bytes: float = 1.0
-    cpu: float = 0.5
-    memory: float = 0.25
-
-    def to_json(self) -> dict[str, float]:
-        return {
-            "topics": self.topics,
-            "msgs": self.msgs,
-            "bytes": self.bytes,
-            "cpu": self.cpu,
-            "memory": self.memory,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +69,7 @@ class PlannerInputs:
 
 @dataclass(frozen=True, slots=True)
 class AggregateParams:
-    weights: Weights = field(default_factory=Weights)
+    weights: ScoreWeights = field(default_factory=ScoreWeights)
     hot_topics: int = 20
     max_namespaces: int = 1000
 
@@ -135,6 +107,17 @@ class BrokerAgg:
     #: Resident memory / machine memory, averaged over the window's reports.
     memory: float
     score: float
+
+    def load(self) -> BrokerLoad:
+        """What the shared load score looks at."""
+        return BrokerLoad(
+            self.broker_id,
+            self.topics,
+            msgs=self.msg_rate_in + self.msg_rate_out,
+            bytes=self.byte_rate_in + self.byte_rate_out,
+            cpu=self.cpu,
+            memory=self.memory,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,42 +171,6 @@ def coefficient_of_variation(values: Iterable[float]) -> float:
         return 0.0
     var = math.fsum((x - mean) ** 2 for x in xs) / len(xs)
     return math.sqrt(var) / mean
-
-
-def floored_means(active: Sequence[BrokerAgg]) -> dict[str, float]:
-    """The mean of each score dimension over ``active``, floored (:data:`FLOORS`)."""
-    n = len(active)
-
-    def mean(values: Iterable[float]) -> float:
-        return math.fsum(values) / n if n else 0.0
-
-    raw = {
-        "topics": mean(float(b.topics) for b in active),
-        "msgs": mean(b.msg_rate_in + b.msg_rate_out for b in active),
-        "bytes": mean(b.byte_rate_in + b.byte_rate_out for b in active),
-        "cpu": mean(b.cpu for b in active),
-        "memory": mean(b.memory for b in active),
-    }
-    return {k: max(v, FLOORS[k]) for k, v in raw.items()}
-
-
-def broker_score(
-    *,
-    topics: float,
-    msgs: float,
-    bytes_: float,
-    cpu: float,
-    memory: float,
-    means: Mapping[str, float],
-    w: Weights,
-) -> float:
-    return (
-        w.topics * topics / means["topics"]
-        + w.msgs * msgs / means["msgs"]
-        + w.bytes * bytes_ / means["bytes"]
-        + w.cpu * cpu / means["cpu"]
-        + w.memory * memory / means["memory"]
-    )
 
 
 def traffic_weight(msgs: float, bytes_: float) -> float:
@@ -285,7 +232,7 @@ def report_json(
     window_from_ms: int,
     window_to_ms: int,
     history_objects: int,
-    weights: Weights,
+    weights: ScoreWeights,
     planner: Mapping[str, Any],
     plan: Mapping[str, Any] | None,
 ) -> dict[str, Any]:

@@ -23,7 +23,9 @@ from danube_planner.frames import aggregate_spark
 from danube_planner.model import AggregateParams, Aggregates, PlannerInputs
 from danube_planner.plan import PlanLimits, compute_plan
 from danube_planner.sparkenv import create_session
+from tests.support.score_table import CASES, Case
 from tests.unit.planner.helpers import NOW, Synthetic, zipf_cluster
+from tests.unit.planner.test_aggregate import table_inputs
 from tests.unit.planner.test_cycle import publish
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(180)]
@@ -104,6 +106,12 @@ def test_dataframe_path_computes_the_plain_python_report(both: tuple[Aggregates,
         assert f.msg_rate_in == pytest.approx(p.msg_rate_in, rel=1e-9)
         assert f.backlog == pytest.approx(p.backlog, rel=1e-9)
     assert [t.topic for t in frames.hot_topics] == [t.topic for t in plain.hot_topics]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_dataframe_scores_match_the_shared_table(spark: Any, case: Case) -> None:
+    agg = aggregate_spark(spark, table_inputs(case), AggregateParams(weights=case.weights))
+    assert agg.active_scores() == pytest.approx(case.expected)
 
 
 def test_namespace_breakdown(both: tuple[Aggregates, Aggregates, Any]) -> None:

@@ -38,7 +38,6 @@ from danube_load_manager.actions import Executor
 from danube_load_manager.config import LoadManagerConfig
 from danube_load_manager.plan import Limits, Move, Snapshot, next_actions
 from danube_load_manager.plans import mark_started, settle
-from danube_load_manager.scoring import Weights
 from danube_load_manager.view import ControlView
 
 log = logging.getLogger(__name__)
@@ -55,11 +54,10 @@ class LoadManager:
         self._cfg = cfg
         self._view = view
         self._executor = Executor(resources, candidate_id=cfg.candidate_id)
-        w = cfg.weights
         self._limits = Limits(
             max_moves_in_flight=cfg.max_moves_in_flight,
             move_cooldown_s=cfg.move_cooldown_s,
-            weights=Weights(topics=w.topics, msgs=w.msgs, bytes=w.bytes, cpu=w.cpu, memory=w.memory),
+            weights=cfg.weights,
         )
         self._last_move_s: dict[str, float] = {}
         self.leading = False

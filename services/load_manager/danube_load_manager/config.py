@@ -7,20 +7,10 @@ import secrets
 
 from pydantic import Field, field_validator
 
-from danube_common.config import Frozen
+from danube_common.load_score import ScoreWeights
 from danube_common.service import ServiceConfig, split_host_port
 
 _ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-
-
-class ScoreWeights(Frozen):
-    """How much each dimension counts when choosing a broker (each is divided by its mean)."""
-
-    topics: float = Field(default=1.0, ge=0)
-    msgs: float = Field(default=1.0, ge=0)
-    bytes: float = Field(default=1.0, ge=0)
-    cpu: float = Field(default=0.5, ge=0)
-    memory: float = Field(default=0.25, ge=0)
 
 
 class LoadManagerConfig(ServiceConfig):

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from danube_common.load import LoadReport
+from danube_common.load_score import ScoreWeights
 from danube_common.resources import BrokerRecord, Ownership
 from danube_load_manager.plans import startable
-from danube_load_manager.scoring import Placer, Weights
+from danube_load_manager.scoring import Placer
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +112,7 @@ Action = Place | Replace | Move | DropMoveRequest | MarkDrained
 class Limits:
     max_moves_in_flight: int = 4
     move_cooldown_s: float = 10.0
-    weights: Weights = field(default_factory=Weights)
+    weights: ScoreWeights = field(default_factory=ScoreWeights)
 
 
 def next_actions(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from danube_common.load import LoadReport, TopicLoad
+from danube_common.load_score import BrokerLoad, scores
 from danube_common.resources import BrokerRecord, Ownership
 from danube_load_manager.plan import (
     DropMoveRequest,
@@ -16,7 +17,8 @@ from danube_load_manager.plan import (
     Snapshot,
     next_actions,
 )
-from danube_load_manager.scoring import BrokerLoad, Placer, pick, scores
+from danube_load_manager.scoring import Placer, pick
+from tests.support.score_table import CASES, Case
 
 pytestmark = pytest.mark.unit
 
@@ -60,14 +62,18 @@ def report(broker: str, *, msg_rate: float = 0.0, cpu: float = 0.0) -> LoadRepor
 
 
 # ---------------------------------------------------------------- scoring
-def test_scores_are_relative_to_the_mean_and_ignore_idle_dimensions() -> None:
-    s = scores([BrokerLoad("a", 1), BrokerLoad("b", 3)])
-    assert s == {"a": pytest.approx(0.5), "b": pytest.approx(1.5)}
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_the_placer_scores_and_picks_by_the_shared_table(case: Case) -> None:
+    counts = {b.broker_id: b.topics for b in case.brokers}
+    reports = {b.broker_id: b.report(0) for b in case.brokers}
+    placer = Placer(sorted(counts), counts, reports, case.weights)
+    assert scores(placer.loads(), case.weights) == pytest.approx(case.expected)
+    assert placer.pick() == case.least_loaded()
 
 
 def test_idle_noise_does_not_outweigh_a_topic() -> None:
     # Thousandths of a core and a few messages per second are noise next to one more topic.
-    loads = [BrokerLoad("a", 5, msg_rate=3, cpu=0.001), BrokerLoad("b", 4, msg_rate=9, cpu=0.009)]
+    loads = [BrokerLoad("a", 5, msgs=3, cpu=0.001), BrokerLoad("b", 4, msgs=9, cpu=0.009)]
     assert pick(loads) == "b"
     # Real load does count: b is far busier per core.
     assert pick([BrokerLoad("a", 5, cpu=0.1), BrokerLoad("b", 4, cpu=0.9)]) == "a"
@@ -78,7 +84,7 @@ def test_idle_noise_does_not_outweigh_a_topic() -> None:
     [
         ([BrokerLoad("a", 5), BrokerLoad("b", 2), BrokerLoad("c", 9)], "b"),
         ([BrokerLoad("a", 2), BrokerLoad("b", 2)], "a"),  # tie: smaller id
-        ([BrokerLoad("a", 1, msg_rate=10_000), BrokerLoad("b", 2, msg_rate=10)], "b"),  # rates count
+        ([BrokerLoad("a", 1, msgs=10_000), BrokerLoad("b", 2, msgs=10)], "b"),  # rates count
         ([BrokerLoad("a", 1, cpu=0.9), BrokerLoad("b", 1, cpu=0.1)], "b"),
         ([BrokerLoad("a", 1, cpu=0.002), BrokerLoad("b", 1, cpu=0.001)], "b"),  # a tie broken by load
         ([], None),

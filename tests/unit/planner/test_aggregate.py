@@ -7,8 +7,10 @@ import math
 import pytest
 
 from danube_common.load import TopicLoad
+from danube_common.load_score import ScoreWeights
 from danube_planner.aggregate import aggregate
-from danube_planner.model import AggregateParams, OwnerRow, Weights, coefficient_of_variation
+from danube_planner.model import AggregateParams, OwnerRow, PlannerInputs, coefficient_of_variation
+from tests.support.score_table import CASES, Case
 from tests.unit.planner.helpers import NOW, Synthetic, report, zipf_cluster
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
@@ -17,6 +19,21 @@ pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 def owned(syn: Synthetic, broker: str, *names: str) -> None:
     for n in names:
         syn.owners[n] = OwnerRow(n, broker, assigned_at_ms=NOW - 3_600_000, epoch=1)
+
+
+def table_inputs(case: Case) -> PlannerInputs:
+    """A case of the shared score table as one cycle's inputs (every broker active)."""
+    syn = Synthetic(states={b.broker_id: "active" for b in case.brokers})
+    syn.current = [b.report(NOW) for b in case.brokers]
+    for b in case.brokers:
+        owned(syn, b.broker_id, *b.topic_names())
+    return syn.inputs()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_broker_scores_match_the_shared_table(case: Case) -> None:
+    agg = aggregate(table_inputs(case), AggregateParams(weights=case.weights))
+    assert agg.active_scores() == pytest.approx(case.expected)
 
 
 def test_scores_add_up_and_match_the_load_manager_formula() -> None:
@@ -35,7 +52,7 @@ def test_scores_add_up_and_match_the_load_manager_formula() -> None:
     assert agg.means == pytest.approx(
         {"topics": 1.5, "msgs": 600.0, "bytes": 600_000.0, "cpu": 0.3, "memory": 0.125}
     )
-    w = Weights()
+    w = ScoreWeights()
     expected_b1 = (
         w.topics * 2 / 1.5
         + w.msgs * 1000 / 600
