@@ -1,18 +1,13 @@
-"""Where topics go: the broker choice, and the fenced take-over of a dead owner's topics.
+"""Where topics go: the one path every new or orphaned topic takes (producer and consumer
+lookups, partitions, the admin API's create).
 
-The choice (:func:`pick_broker`) is a pure function of the registered brokers and their topic
-counts. Applying it is always an etcd transaction, never get-then-put:
-
-- a new topic is placed by ``Resources.place_new_topic`` (``create_revision == 0`` on the
-  owner key, so two lookups placing the same topic agree on one owner);
-- a topic whose owner is no longer registered (its lease expired: the broker died) is moved
-  by :func:`take_over_dead_owner`, fenced on the owner key's ``mod_revision`` (the epoch we
-  read) **and** on the dead broker still being unregistered. Two lookups racing on the same
-  topic, or a broker that comes back in between, make the transaction fail harmlessly; the
-  loser reads the winner's ownership.
-
-Until the load manager exists, Discovery (served by the lookup service and by every broker) is
-what notices dead owners, lazily, at the next TopicLookup.
+While a load manager leads (services/load_manager), placement is its job: a new topic gets a
+placement request (``/unassigned/{topic}``) and the caller waits until the load manager has
+assigned it (it scores brokers by load, :mod:`danube_common.load_score`); a dead owner's topics
+are left for it to re-place. Without one, :mod:`danube_common.fallback_placement` places the
+topic here (least topics, race-free transactions). Either way a topic being handed over
+between brokers (``moving_to``) is answered once the move is over, so clients go straight to
+the new owner. The move protocol itself lives in ``Resources`` (``begin_move``/``hand_over``).
 """
 
 from __future__ import annotations
@@ -20,59 +15,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from danube_common.cluster_view import ClusterView
 from danube_common.errors import NoBrokerAvailable, TopicNotFound
-from danube_common.metadata.store import Compare, Op
-from danube_common.resources import Ownership, Resources, now_ms, pick_broker
+from danube_common.fallback_placement import place_new_topic, take_over_dead_owner
+from danube_common.resources import Ownership, Resources, now_ms
 from danube_common.topic_name import TopicName
 
 log = logging.getLogger(__name__)
-
-
-async def take_over_dead_owner(res: Resources, topic: TopicName, dead: Ownership) -> Ownership:
-    """Move ``topic`` off its unregistered owner ``dead`` onto the least-loaded active broker.
-
-    One transaction, applied only if the owner key still has ``mod_revision == dead.epoch``
-    and ``dead.broker_id`` is still unregistered: it writes the new owner key and the new
-    broker's assignment key and deletes the dead broker's assignment key. The new epoch is
-    the transaction's revision, so it always grows. Returns the ownership in force afterwards:
-    ours, or whatever a concurrent writer left (the caller re-checks that it is alive).
-    """
-    keys = res.keys
-    target = pick_broker(await res.list_brokers(), await res.topic_counts(), exclude={dead.broker_id})
-    if target is None:
-        raise NoBrokerAvailable(
-            f"topic {topic} was owned by broker {dead.broker_id}, which is gone, and no active "
-            "broker is registered to take it over; start a broker and retry"
-        )
-    owner_key = keys.owner(topic)
-    ts = now_ms()
-    result = await res.store.txn(
-        [Compare.mod_revision_is(owner_key, dead.epoch), Compare.absent(keys.broker(dead.broker_id))],
-        [
-            Op.put(owner_key, {"broker_id": target.broker_id, "assigned_at_ms": ts}),
-            Op.put(keys.assignment(target.broker_id, topic), {"assigned_at_ms": ts}),
-            Op.delete(keys.assignment(dead.broker_id, topic)),
-            Op.delete(keys.unassigned(topic)),
-        ],
-        [Op.get(owner_key)],
-    )
-    if result.succeeded:
-        log.warning(
-            "topic %s: owner broker %s is gone; re-placed on broker %s (epoch %d -> %d)",
-            topic,
-            dead.broker_id,
-            target.broker_id,
-            dead.epoch,
-            result.revision,
-        )
-        return Ownership(str(topic), target.broker_id, result.revision)
-    current = result.gets[0]
-    if current is None:  # released or deleted meanwhile: place it like a new topic
-        return await res.place_new_topic(topic)
-    return Ownership.of(str(topic), current.json(), current.mod_revision)
 
 
 #: The role whose holder places topics (see services/load_manager).
@@ -80,17 +31,12 @@ LOAD_MANAGER_ROLE = "load-manager"
 
 
 class Resolver:
-    """Answers "which live broker owns this topic?", placing or taking the topic over as needed.
+    """Answers "which live broker owns this topic?", placing or taking the topic over as needed
+    (see the module docstring), and places the topics the admin API creates.
 
     Reads go to the watch-fed :class:`ClusterView` first; any doubt (not cached, owner not
     registered in the cache) is settled against etcd, and every change is a transaction.
-
-    When a load manager campaigns for its role, placement is its job: a new topic gets a
-    placement request (``/unassigned/{topic}``) and the answer waits until the load manager has
-    assigned it; a dead owner's topics are left for it to re-place. Without one (a single
-    broker, tests), placement happens here. Either way, a topic being handed over between
-    brokers (``moving_to``) is answered once the move is over, so clients go straight to the
-    new owner. Waits are bounded by ``wait_s``.
+    Waits are bounded by ``wait_s``.
     """
 
     def __init__(
@@ -159,6 +105,28 @@ class Resolver:
                     f"no live owner found for topic {topic} (brokers are changing); retry shortly"
                 )
 
+    async def place(self, topics: Sequence[TopicName], *, wait_s: float | None = None) -> list[TopicName]:
+        """Place topics just created (all partitions of a topic at once). Returns those still
+        unplaced: no active broker, or the load manager did not place them within ``wait_s``
+        (default: the resolver's; their requests stay: it places them when it can, and a lookup
+        waits for that)."""
+        if self._view.has_leader(LOAD_MANAGER_ROLE):
+            for t in topics:
+                await self._request(t)
+            names = {str(t) for t in topics}
+            await self._wait(
+                asyncio.get_running_loop().time() + (self._wait_s if wait_s is None else wait_s),
+                lambda: all(n in self._view.owners for n in names),
+            )
+            return [t for t in topics if str(t) not in self._view.owners]
+        unplaced = []
+        for t in topics:  # one at a time: each placement sees the previous one's count
+            try:
+                await self._place(t)
+            except NoBrokerAvailable:
+                unplaced.append(t)
+        return unplaced
+
     def _settled(self, name: str, epoch: int) -> bool:
         """The topic's ownership changed since ``epoch`` and is not mid-move."""
         own = self._view.owners.get(name)
@@ -170,6 +138,9 @@ class Resolver:
 
     async def _request_placement(self, topic: TopicName) -> None:
         await self._check_creatable(topic)
+        await self._request(topic)
+
+    async def _request(self, topic: TopicName) -> None:
         if await self._res.store.create(self._res.keys.unassigned(topic), {"requested_at_ms": now_ms()}):
             log.info("asked the load manager to place topic %s", topic)
 
@@ -183,6 +154,6 @@ class Resolver:
 
     async def _place(self, topic: TopicName) -> Ownership:
         await self._check_creatable(topic)
-        own = await self._res.place_new_topic(topic)
+        own = await place_new_topic(self._res, topic)
         log.info("placed topic %s on broker %s (epoch %d)", topic, own.broker_id, own.epoch)
         return own

@@ -12,7 +12,7 @@ just its own prefix.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
@@ -21,7 +21,6 @@ from danube_common.errors import (
     NamespaceAlreadyExists,
     NamespaceNotEmpty,
     NamespaceNotFound,
-    NoBrokerAvailable,
     TopicAlreadyExists,
     TopicNotFound,
 )
@@ -103,16 +102,6 @@ class Ownership:
     @staticmethod
     def of(topic: str, value: dict[str, Any], epoch: int) -> Ownership:
         return Ownership(topic, value["broker_id"], epoch, str(value.get("moving_to") or ""))
-
-
-def pick_broker(
-    brokers: Iterable[BrokerRecord], topic_counts: Mapping[str, int], *, exclude: Collection[str] = ()
-) -> BrokerRecord | None:
-    """The active broker with the fewest topics (ties: smallest id); None if there is none."""
-    candidates = [b for b in brokers if b.state == "active" and b.broker_id not in exclude]
-    if not candidates:
-        return None
-    return min(candidates, key=lambda b: (topic_counts.get(b.broker_id, 0), b.broker_id))
 
 
 def check_dispatch(name: str) -> str:
@@ -441,20 +430,6 @@ class Resources:
             ],
         )
         return Ownership(own.topic, own.broker_id, res.revision) if res.succeeded else None
-
-    async def place_new_topic(self, topic: TopicName) -> Ownership:
-        """Place an unowned topic on the active broker with the fewest topics (ties: by id).
-
-        A placeholder until the load manager exists; race-free because the final write is
-        :meth:`assign_if_unowned`.
-        """
-        own = await self.get_owner(topic)
-        if own is not None:
-            return own
-        target = pick_broker(await self.list_brokers(), await self.topic_counts())
-        if target is None:
-            raise NoBrokerAvailable("no active broker is registered; start a broker and retry")
-        return await self.assign_if_unowned(topic, target.broker_id)
 
     # ------------------------------------------------------------------ subscription policies
     async def put_subscription_policy(

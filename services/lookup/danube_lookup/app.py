@@ -20,6 +20,7 @@ from typing import Any
 import grpc.aio
 
 from danube_common.cluster_view import ClusterView
+from danube_common.discovery import DiscoveryServicer
 from danube_common.grpc_util import bind, install_stop_signals, new_server
 from danube_common.keys import Keys
 from danube_common.metadata.etcd import EtcdStore
@@ -32,7 +33,6 @@ from danube_lookup.admin_api import BrokerAdminApi, ClusterAdminApi, NamespaceAd
 from danube_lookup.broker_stats import BrokerStatsClient
 from danube_lookup.catalog import Catalog
 from danube_lookup.config import LookupConfig
-from danube_lookup.grpc_api import LookupDiscovery
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +88,10 @@ async def run(
         stack.push_async_callback(view.aclose)
 
         client_server = new_server()
-        pb_grpc.add_DiscoveryServicer_to_server(
-            LookupDiscovery(resources, view, auto_create_topics=cfg.auto_create_topics), client_server
-        )
+        discovery = DiscoveryServicer(resources, view, auto_create_topics=cfg.auto_create_topics)
+        pb_grpc.add_DiscoveryServicer_to_server(discovery, client_server)
         port = bind(client_server, cfg.listen_addr)
-        catalog = Catalog(resources)
+        catalog = Catalog(resources, discovery.resolver)
         stats = BrokerStatsClient(resources, rpc_timeout_s=cfg.broker_rpc_timeout_s)
         stack.push_async_callback(stats.aclose)  # closed after the servers stop (LIFO)
         admin_server = new_server()

@@ -18,7 +18,6 @@ from danube_common.errors import (
     BrokerNotFound,
     FailedPrecondition,
     InvalidArgument,
-    NoBrokerAvailable,
     NotFound,
     TopicNotFound,
 )
@@ -26,6 +25,7 @@ from danube_common.leadership import LeaderInfo, read_leaders
 from danube_common.load import LoadReport
 from danube_common.log_state import AcceptedGap, LogRecords, LogState
 from danube_common.metadata.store import Compare, Op
+from danube_common.placement import Resolver
 from danube_common.resources import (
     BrokerRecord,
     Ownership,
@@ -135,9 +135,15 @@ def group_topics(records: Iterable[TopicRecord], owners: Mapping[str, Ownership]
     return out
 
 
+#: How long an admin create waits for the load manager to place the new topic(s): well inside the
+#: CLI's default deadline (10 s); a topic not placed by then is placed later, and says so.
+PLACEMENT_WAIT_S = 5.0
+
+
 class Catalog:
-    def __init__(self, resources: Resources) -> None:
+    def __init__(self, resources: Resources, placement: Resolver) -> None:
         self._res = resources
+        self._placement = placement
 
     # ------------------------------------------------------------------ brokers
     async def list_brokers(self) -> list[BrokerView]:
@@ -385,11 +391,12 @@ class Catalog:
             dispatch,
             policies,
         )
-        for t in placed:  # one at a time: each placement sees the previous one's count
-            try:
-                await self._res.place_new_topic(t)
-            except NoBrokerAvailable:
-                log.warning("topic %s left unassigned: no active broker; the first lookup places it", t)
+        for t in await self._placement.place(placed, wait_s=PLACEMENT_WAIT_S):
+            log.warning(
+                "topic %s not placed yet (no active broker, or the load manager is busy); "
+                "it is placed when a broker is available, at the latest by the first lookup",
+                t,
+            )
         return await self.describe_topic(name)
 
     async def delete_topic(self, name: str) -> list[str]:

@@ -10,6 +10,7 @@ import pytest
 from danube_broker.membership import Membership
 from danube_broker.registry import BrokerRegistry
 from danube_common.errors import MetadataUnavailable
+from danube_common.fallback_placement import place_new_topic
 from danube_common.keys import Keys
 from danube_common.metadata.memory import MemoryStore
 from danube_common.resources import BrokerRecord, Resources
@@ -131,4 +132,4 @@ async def test_mark_draining_keeps_the_lease_and_stops_placements(
     assert kv is not None and kv.lease == lease.lease_id
     assert (await res.get_broker("b1")).state == "draining"  # type: ignore[union-attr]
     with pytest.raises(Exception, match="no active broker"):
-        await res.place_new_topic(TopicName("default", "new"))
+        await place_new_topic(res, TopicName("default", "new"))

@@ -1,4 +1,5 @@
-"""Placement choice, the Resolver, and the fenced take-over of a dead owner's topic."""
+"""The one placement path (Resolver: through the load manager while one leads), the fallback's
+choice, and the fenced take-over of a dead owner's topic."""
 
 from __future__ import annotations
 
@@ -9,14 +10,15 @@ from typing import Any
 import pytest
 
 from danube_common.cluster_view import ClusterView
+from danube_common.discovery import DiscoveryServicer
 from danube_common.errors import NamespaceNotFound, NoBrokerAvailable, TopicNotFound
+from danube_common.fallback_placement import pick_broker, take_over_dead_owner
 from danube_common.keys import Keys
 from danube_common.metadata.memory import MemoryStore
 from danube_common.pb import DanubeApi_pb2 as pb
-from danube_common.placement import Resolver, take_over_dead_owner
-from danube_common.resources import BrokerRecord, Ownership, Resources, pick_broker
+from danube_common.placement import LOAD_MANAGER_ROLE, Resolver
+from danube_common.resources import BrokerRecord, Ownership, Resources
 from danube_common.topic_name import TopicName
-from danube_lookup.grpc_api import LookupDiscovery
 from tests.support import wait_until
 
 pytestmark = pytest.mark.unit
@@ -201,7 +203,7 @@ async def test_discovery_servicer(res: Resources, view: ClusterView) -> None:
     await res.create_partitioned_topic(TopicName("default", "p"), 3)
     for i in (1, 0):  # partitions created by name (as the Danube producer does), no parent entry
         await res.create_topic(TopicName("default", f"q-part-{i}"))
-    servicer = LookupDiscovery(res, view)
+    servicer = DiscoveryServicer(res, view)
 
     async def partitions(topic: str) -> list[str]:
         resp = await servicer.TopicPartitions(pb.TopicLookupRequest(request_id=3, topic=topic), CTX)
@@ -216,3 +218,66 @@ async def test_discovery_servicer(res: Resources, view: ClusterView) -> None:
     resp = await servicer.TopicLookup(pb.TopicLookupRequest(request_id=9, topic="/default/p-part-2"), CTX)
     assert (resp.request_id, resp.response_type) == (9, pb.TopicLookupResponse.Redirect)
     assert resp.connect_url == resp.broker_url == "http://10.0.0.1:6650" and not resp.proxy
+
+
+async def campaign_as_load_manager(res: Resources, view: ClusterView) -> None:
+    await res.store.put(res.keys.leader_candidates_prefix(LOAD_MANAGER_ROLE) + "lm-1", {"candidate": "lm-1"})
+    await wait_until(lambda: view.has_leader(LOAD_MANAGER_ROLE), what="view to see the load manager")
+
+
+async def test_created_topics_are_placed_by_the_load_manager_while_one_leads(
+    res: Resources, view: ClusterView
+) -> None:
+    await register(res, "1")
+    await register(res, "2")
+    await res.assign_if_unowned(TopicName("default", "busy"), "2")  # the fallback would pick "1"
+    await campaign_as_load_manager(res, view)
+    parts = [TopicName("default", f"p-part-{i}") for i in range(3)]
+    for p in parts:
+        await res.create_topic(p)
+
+    async def load_manager() -> None:
+        """Answers every placement request in one pass, on broker 2 (what the fallback would not do)."""
+        prefix = res.keys.unassigned_prefix() + "default/"
+        while True:
+            kvs, _ = await res.store.get_prefix(prefix)
+            if len(kvs) == len(parts):
+                for kv in kvs:
+                    topic = TopicName("default", kv.key[len(prefix) :])
+                    await res.assign_if_unowned(topic, "2")
+                    await res.store.delete(kv.key)
+                return
+            await asyncio.sleep(0.01)
+
+    lm = asyncio.create_task(load_manager())
+    assert await Resolver(res, view).place(parts) == []
+    await lm
+    for p in parts:
+        own = await res.get_owner(p)
+        assert own is not None and own.broker_id == "2"
+
+
+async def test_placement_requests_outlive_a_busy_load_manager(res: Resources, view: ClusterView) -> None:
+    await register(res, "1")
+    await campaign_as_load_manager(res, view)
+    await res.create_topic(T)
+    assert await Resolver(res, view, wait_s=0.2).place([T]) == [T]
+    assert await res.get_owner(T) is None  # nothing placed behind the load manager's back
+    assert await res.store.get(res.keys.unassigned(T)) is not None  # it places it when it can
+
+
+async def test_without_a_load_manager_created_topics_spread_by_topic_count(
+    res: Resources, view: ClusterView
+) -> None:
+    await register(res, "1")
+    await register(res, "2")
+    parts = [TopicName("default", f"p-part-{i}") for i in range(4)]
+    assert await Resolver(res, view).place(parts) == []
+    assert await res.topic_counts() == {"1": 2, "2": 2}
+
+
+async def test_without_any_broker_created_topics_wait_for_one(res: Resources, view: ClusterView) -> None:
+    await res.create_topic(T)
+    assert await Resolver(res, view).place([T]) == [T]
+    await register(res, "1")
+    assert (await Resolver(res, view).resolve(T))[0] == "1"

@@ -17,6 +17,7 @@ from danube_common.errors import (
     TopicAlreadyExists,
     TopicNotFound,
 )
+from danube_common.fallback_placement import place_new_topic
 from danube_common.keys import Keys
 from danube_common.metadata.memory import MemoryStore
 from danube_common.metadata.store import Compare, Op, TxnResult
@@ -210,19 +211,19 @@ async def test_place_new_topic_picks_least_loaded_active_broker(res: Resources) 
     await res.assign_if_unowned(T("/default/x1"), "b1")
     await res.assign_if_unowned(T("/default/x2"), "b1")
     await res.assign_if_unowned(T("/default/x3"), "b3")
-    own = await res.place_new_topic(T("/default/new1"))
+    own = await place_new_topic(res, T("/default/new1"))
     assert own.broker_id == "b2", "fewest topics; a draining broker is never chosen"
-    own2 = await res.place_new_topic(T("/default/new2"))
+    own2 = await place_new_topic(res, T("/default/new2"))
     assert own2.broker_id == "b2", "b2 and b3 tie at one topic: the lower id wins"
     assert await res.topic_counts() == {"b1": 2, "b2": 2, "b3": 1}
-    again = await res.place_new_topic(T("/default/new1"))
+    again = await place_new_topic(res, T("/default/new1"))
     assert again == own, "placing an owned topic returns its owner unchanged"
 
 
 async def test_place_without_active_brokers(res: Resources) -> None:
     await register(res, "b1", "drained")
     with pytest.raises(NoBrokerAvailable):
-        await res.place_new_topic(T("/default/t"))
+        await place_new_topic(res, T("/default/t"))
 
 
 async def test_assign_writes_owner_assignment_and_clears_request(res: Resources) -> None:
@@ -278,7 +279,7 @@ async def test_concurrent_placements_agree_on_one_owner(keys: Keys) -> None:
         await register(lookup1, b)
     t = T("/default/t")
     # Both lookups read "no owner" before either writes; the transaction settles it.
-    a, b = await asyncio.gather(lookup1.place_new_topic(t), lookup2.place_new_topic(t))
+    a, b = await asyncio.gather(place_new_topic(lookup1, t), place_new_topic(lookup2, t))
     assert a == b
     assert await assignment_owners(lookup1, t) == [a.broker_id]
     await store.aclose()

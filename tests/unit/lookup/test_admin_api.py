@@ -7,6 +7,7 @@ from typing import Any
 import grpc
 import pytest
 
+from danube_common.cluster_view import ClusterView
 from danube_common.errors import (
     InvalidArgument,
     InvalidNamespaceName,
@@ -20,6 +21,7 @@ from danube_common.errors import (
 from danube_common.keys import Keys
 from danube_common.metadata.memory import MemoryStore
 from danube_common.pb import DanubeAdmin_pb2 as apb
+from danube_common.placement import Resolver
 from danube_common.resources import BrokerRecord, Ownership, Resources, TopicRecord
 from danube_common.topic_name import TopicName
 from danube_lookup.admin_api import BrokerAdminApi, NamespaceAdminApi, TopicAdminApi
@@ -32,8 +34,11 @@ CTX: Any = None  # the servicers never touch the context; errors are raised, not
 
 
 class Admin:
-    def __init__(self, res: Resources, *, broker_rpc_timeout_s: float = 5.0) -> None:
-        catalog = Catalog(res)
+    def __init__(
+        self, res: Resources, *, broker_rpc_timeout_s: float = 5.0, placement: Resolver | None = None
+    ) -> None:
+        # An unstarted view knows of no load manager: placement falls back to topic counts.
+        catalog = Catalog(res, placement or Resolver(res, ClusterView(res)))
         self.stats = BrokerStatsClient(res, rpc_timeout_s=broker_rpc_timeout_s)
         self.brokers = BrokerAdminApi(catalog)
         self.namespaces = NamespaceAdminApi(catalog)
