@@ -30,7 +30,7 @@ from danube_common.load import LoadReport, TopicLoad
 from danube_planner.aggregate import aggregate
 from danube_planner.cycle import candidates
 from danube_planner.model import AggregateParams, Aggregates, OwnerRow, PlannerInputs
-from danube_planner.plan import PlanLimits, PlanResult, compute_plan
+from danube_planner.rebalance import PlanLimits, PlanResult, compute_plan
 
 NOW = 1_700_000_000_000
 

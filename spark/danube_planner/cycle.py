@@ -32,7 +32,7 @@ from danube_planner.model import (
     PlannerInputs,
     report_json,
 )
-from danube_planner.plan import (
+from danube_planner.rebalance import (
     Candidate,
     PlanLimits,
     PlanResult,

@@ -34,7 +34,7 @@ from danube_planner.aggregate import aggregate
 from danube_planner.app import run as planner_run
 from danube_planner.config import PlannerConfig
 from danube_planner.cycle import candidates
-from danube_planner.plan import PlanLimits, compute_plan
+from danube_planner.rebalance import PlanLimits, compute_plan
 from tests.support import wait_until
 from tests.unit.planner.helpers import Synthetic, zipf_cluster
 

@@ -21,7 +21,7 @@ from danube_planner.config import PlannerConfig, SparkSettings
 from danube_planner.cycle import Planner, candidates
 from danube_planner.frames import aggregate_spark
 from danube_planner.model import AggregateParams, Aggregates, PlannerInputs
-from danube_planner.plan import PlanLimits, compute_plan
+from danube_planner.rebalance import PlanLimits, compute_plan
 from danube_planner.sparkenv import create_session
 from tests.support.score_table import CASES, Case
 from tests.unit.planner.helpers import NOW, Synthetic, zipf_cluster

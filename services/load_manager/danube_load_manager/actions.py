@@ -17,7 +17,7 @@ from danube_common.keys import Keys
 from danube_common.metadata.store import Compare, MetadataStore, Op
 from danube_common.resources import Ownership, Resources, now_ms
 from danube_common.topic_name import TopicName
-from danube_load_manager.plan import Action, DropMoveRequest, MarkDrained, Move, Place, Replace
+from danube_load_manager.decide import Action, DropMoveRequest, MarkDrained, Move, Place, Replace
 
 log = logging.getLogger(__name__)
 

@@ -36,8 +36,8 @@ from danube_common.resources import now_ms as now_wall_ms
 from danube_common.service import ServiceReady, remove_ready_file, write_ready_file
 from danube_load_manager.actions import Executor
 from danube_load_manager.config import LoadManagerConfig
-from danube_load_manager.plan import Limits, Move, Snapshot, next_actions
-from danube_load_manager.plans import mark_started, settle
+from danube_load_manager.decide import Limits, Move, Snapshot, next_actions
+from danube_load_manager.rebalance_plans import mark_started, settle
 from danube_load_manager.view import ControlView
 
 log = logging.getLogger(__name__)

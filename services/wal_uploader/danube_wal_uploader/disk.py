@@ -48,7 +48,7 @@ from danube_common.wal.segment import (
     parse_name,
     segment_name,
 )
-from danube_wal_uploader.plan import LocalSegment
+from danube_wal_uploader.next_step import LocalSegment
 
 log = logging.getLogger(__name__)
 

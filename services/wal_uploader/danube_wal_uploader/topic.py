@@ -8,7 +8,7 @@ in this process or in one that crashed, is simply planned again:
    (``danube_common.log_state``), the checkpoint, the descriptors and the accepted gaps;
 2. bound what this disk may contribute (:func:`~danube_common.log_state.upload_bound`: a
    directory of another incarnation nothing; this broker's open stint everything; otherwise only
-   what ended before the current stint) and plan (:func:`danube_wal_uploader.plan.next_step`);
+   what ended before the current stint) and plan (:func:`danube_wal_uploader.next_step.next_step`);
 3. build the object from the segment file (every frame checked) in a thread;
 4. PUT it under its deterministic key, which names the incarnation and the log record's
    revision (same range, same record: the same bytes; a re-PUT after a crash is harmless, and
@@ -59,7 +59,7 @@ from danube_common.topic_name import TopicName
 from danube_common.wal.segment import HEADER_BYTES
 from danube_wal_uploader.disk import Built, TopicDir
 from danube_wal_uploader.metrics import TopicProgress, Totals
-from danube_wal_uploader.plan import (
+from danube_wal_uploader.next_step import (
     UNBOUNDED,
     Advance,
     Conflict,

@@ -14,7 +14,7 @@ from danube_common.topic_name import TopicName
 from danube_common.wal.codec import encode_frames
 from danube_common.wal.segment import HEADER_BYTES, decode_header, index_name, segment_name
 from danube_wal_uploader.disk import TopicDir, discover_topics
-from danube_wal_uploader.plan import LocalSegment
+from danube_wal_uploader.next_step import LocalSegment
 from tests.unit.wal_uploader.helpers import append, decode_object, open_log, payload, write_topic
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from danube_planner.model import coefficient_of_variation
-from danube_planner.plan import (
+from danube_planner.rebalance import (
     Candidate,
     PlanLimits,
     compute_plan,

@@ -6,7 +6,7 @@ reports, ownership, placement and move requests) into actions, in this order:
 1. **Re-place** every topic whose owner is no longer registered (its lease expired).
 2. **Place** every requested (unassigned) topic that has no owner yet.
 3. **Move** topics an admin asked to move (to the named broker, or the best other one).
-4. **Plans**: start the pending moves of rebalancing plans that are still valid (:mod:`plans`).
+4. **Plans**: start the pending moves of rebalancing plans that are still valid (:mod:`rebalance_plans`).
 5. **Drain**: move topics off brokers whose admin state is ``draining``, or that are shutting
    down (their registration says ``draining``: a graceful stop hands each topic over while the
    broker still serves it); an admin-drained broker that owns nothing (and has no move in flight)
@@ -27,7 +27,7 @@ from typing import Any
 from danube_common.load import LoadReport
 from danube_common.load_score import ScoreWeights
 from danube_common.resources import BrokerRecord, Ownership
-from danube_load_manager.plans import startable
+from danube_load_manager.rebalance_plans import startable
 from danube_load_manager.scoring import Placer
 
 

@@ -17,7 +17,7 @@ from danube_common.storage import (
     overlapping,
 )
 from danube_common.topic_name import TopicName
-from danube_wal_uploader.plan import (
+from danube_wal_uploader.next_step import (
     UNBOUNDED,
     Advance,
     Conflict,
