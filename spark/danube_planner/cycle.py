@@ -22,7 +22,7 @@ from danube_common.leadership import Leadership
 from danube_common.load import LoadReport
 from danube_common.load_history import LoadHistoryReader
 from danube_common.metadata.store import Compare, KeyValue, MetadataStore, Op
-from danube_common.resources import BrokerRecord, now_ms
+from danube_common.records import BrokerRecord, now_ms
 from danube_planner.aggregate import aggregate
 from danube_planner.config import PlannerConfig
 from danube_planner.model import (

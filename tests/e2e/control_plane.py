@@ -15,7 +15,8 @@ from danube_common.keys import Keys
 from danube_common.leadership import read_leaders
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.placement import LOAD_MANAGER_ROLE
-from danube_common.resources import Ownership, Resources
+from danube_common.records import Ownership
+from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 from danube_local.cluster import LocalCluster
 from danube_sdk import DanubeClient, DispatchStrategy, SubType

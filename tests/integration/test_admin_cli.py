@@ -17,7 +17,7 @@ from danube_common.config import EtcdConfig
 from danube_common.etcd_server import EtcdProcess, free_port
 from danube_common.keys import Keys
 from danube_common.metadata.etcd import EtcdStore
-from danube_common.resources import BrokerRecord
+from danube_common.records import BrokerRecord
 from danube_common.topic_name import TopicName
 from danube_lookup.app import running
 from danube_lookup.config import LookupConfig

@@ -16,7 +16,8 @@ from danube_common.keys import Keys
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
-from danube_common.resources import BrokerRecord, Resources
+from danube_common.records import BrokerRecord
+from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 from danube_lookup.app import running
 from danube_lookup.config import LookupConfig

@@ -26,7 +26,7 @@ from danube_common.keys import Keys
 from danube_common.load_history import LoadHistoryWriter
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.objstore.local import LocalObjectStore
-from danube_common.resources import BrokerRecord
+from danube_common.records import BrokerRecord
 from danube_common.topic_name import TopicName
 from danube_leader.app import running as leader_running
 from danube_leader.config import LeaderConfig

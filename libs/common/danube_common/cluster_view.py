@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 from danube_common.metadata.follow import Waiters, follow
 from danube_common.metadata.store import WatchEvent
-from danube_common.resources import BrokerRecord, Ownership, Resources
+from danube_common.records import BrokerRecord, Ownership
+from danube_common.resources import Resources
 
 log = logging.getLogger(__name__)
 

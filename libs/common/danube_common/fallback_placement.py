@@ -21,7 +21,8 @@ from collections.abc import Collection, Iterable, Mapping
 
 from danube_common.errors import NoBrokerAvailable
 from danube_common.metadata.store import Compare, Op
-from danube_common.resources import BrokerRecord, Ownership, Resources, now_ms
+from danube_common.records import BrokerRecord, Ownership, now_ms
+from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 
 log = logging.getLogger(__name__)

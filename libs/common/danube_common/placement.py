@@ -20,7 +20,8 @@ from collections.abc import Callable, Sequence
 from danube_common.cluster_view import ClusterView
 from danube_common.errors import NoBrokerAvailable, TopicNotFound
 from danube_common.fallback_placement import place_new_topic, take_over_dead_owner
-from danube_common.resources import Ownership, Resources, now_ms
+from danube_common.records import Ownership, now_ms
+from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 
 log = logging.getLogger(__name__)

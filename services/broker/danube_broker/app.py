@@ -51,7 +51,8 @@ from danube_common.metadata.lease import KeptLease
 from danube_common.pb import DanubeAdmin_pb2_grpc as admin_grpc
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.placement import LOAD_MANAGER_ROLE
-from danube_common.resources import BrokerRecord, Resources, now_ms
+from danube_common.records import BrokerRecord, now_ms
+from danube_common.resources import Resources
 from danube_common.service import remove_ready_file, write_ready_file
 from danube_common.service import running as service_running
 

@@ -42,7 +42,9 @@ from danube_broker.registry import BrokerRegistry
 from danube_broker.tiering import Tiering
 from danube_broker.topic import Topic, not_owned
 from danube_common.errors import DanubeError
-from danube_common.resources import LogClose, Ownership, Resources
+from danube_common.ownership import LogClose
+from danube_common.records import Ownership
+from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from danube_common.keys import Keys
 from danube_common.load import LoadReport, TopicLoad, rate
 from danube_common.load_history import LoadHistoryWriter
 from danube_common.metadata.store import MetadataStore
-from danube_common.resources import now_ms
+from danube_common.records import now_ms
 
 log = logging.getLogger(__name__)
 

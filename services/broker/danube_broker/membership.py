@@ -21,7 +21,9 @@ from danube_broker.registry import BrokerRegistry
 from danube_common.errors import MetadataUnavailable
 from danube_common.metadata.lease import KeptLease
 from danube_common.metadata.store import WatchCompacted
-from danube_common.resources import BrokerRecord, LogClose, Ownership, Resources
+from danube_common.ownership import LogClose
+from danube_common.records import BrokerRecord, Ownership
+from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 
 log = logging.getLogger(__name__)

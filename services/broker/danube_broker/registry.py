@@ -49,7 +49,8 @@ from danube_common.errors import (
     TopicNotOwned,
     Unavailable,
 )
-from danube_common.resources import Ownership, Resources, TopicRecord, check_dispatch
+from danube_common.records import Ownership, TopicRecord, check_dispatch
+from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 
 log = logging.getLogger(__name__)

@@ -64,8 +64,10 @@ from danube_common.errors import (
 )
 from danube_common.log_state import LogRecords, LogState, Reservation, merge_sequences
 from danube_common.metadata.lease import KeptLease
+from danube_common.ownership import LogClose
 from danube_common.pb import DanubeApi_pb2 as pb
-from danube_common.resources import LogClose, Resources, TopicRecord
+from danube_common.records import TopicRecord
+from danube_common.resources import Resources
 from danube_common.storage import incarnation_prefix
 
 if TYPE_CHECKING:

@@ -39,7 +39,7 @@ from danube_common.errors import (
     TopicNotOwned,
     Unavailable,
 )
-from danube_common.resources import TopicRecord
+from danube_common.records import TopicRecord
 from danube_common.topic_name import TopicName
 
 log = logging.getLogger(__name__)

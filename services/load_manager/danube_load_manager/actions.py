@@ -15,7 +15,8 @@ from typing import Any
 
 from danube_common.keys import Keys
 from danube_common.metadata.store import Compare, MetadataStore, Op
-from danube_common.resources import Ownership, Resources, now_ms
+from danube_common.records import Ownership, now_ms
+from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 from danube_load_manager.decide import Action, DropMoveRequest, MarkDrained, Move, Place, Replace
 

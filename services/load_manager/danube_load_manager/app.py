@@ -31,8 +31,8 @@ from danube_common.metadata.etcd import EtcdStore
 from danube_common.pb import DanubeLoadManager_pb2 as lmpb
 from danube_common.pb import DanubeLoadManager_pb2_grpc as lmpb_grpc
 from danube_common.placement import LOAD_MANAGER_ROLE
+from danube_common.records import now_ms as now_wall_ms
 from danube_common.resources import Resources
-from danube_common.resources import now_ms as now_wall_ms
 from danube_common.service import ServiceReady, remove_ready_file, write_ready_file
 from danube_load_manager.actions import Executor
 from danube_load_manager.config import LoadManagerConfig

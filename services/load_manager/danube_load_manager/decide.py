@@ -26,7 +26,7 @@ from typing import Any
 
 from danube_common.load import LoadReport
 from danube_common.load_score import ScoreWeights
-from danube_common.resources import BrokerRecord, Ownership
+from danube_common.records import BrokerRecord, Ownership
 from danube_load_manager.rebalance_plans import startable
 from danube_load_manager.scoring import Placer
 

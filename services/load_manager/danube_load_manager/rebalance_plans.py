@@ -23,7 +23,7 @@ import copy
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from danube_common.resources import Ownership
+from danube_common.records import Ownership
 
 LIVE = ("pending", "executing")
 SETTLED = ("done", "skipped", "failed")

@@ -19,7 +19,7 @@ from danube_common.keys import Keys
 from danube_common.load import LoadReport
 from danube_common.metadata.follow import Waiters, follow
 from danube_common.metadata.store import KeyValue, MetadataStore, WatchEvent
-from danube_common.resources import BrokerRecord, Ownership
+from danube_common.records import BrokerRecord, Ownership
 from danube_load_manager.decide import Snapshot
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import grpc.aio
 from danube_common.errors import InvalidArgument
 from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
-from danube_common.resources import SubscriptionPolicyRecord
+from danube_common.policies import SubscriptionPolicyRecord
 from danube_lookup.broker_stats import BrokerStatsClient
 from danube_lookup.catalog import BrokerView, Catalog, TopicView
 

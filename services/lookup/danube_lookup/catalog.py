@@ -26,16 +26,9 @@ from danube_common.load import LoadReport
 from danube_common.log_state import AcceptedGap, LogRecords, LogState
 from danube_common.metadata.store import Compare, Op
 from danube_common.placement import Resolver
-from danube_common.resources import (
-    BrokerRecord,
-    Ownership,
-    Resources,
-    SubscriptionPolicyRecord,
-    TopicRecord,
-    check_dispatch,
-    now_ms,
-    topic_policies,
-)
+from danube_common.policies import SubscriptionPolicyRecord, topic_policies
+from danube_common.records import BrokerRecord, Ownership, TopicRecord, check_dispatch, now_ms
+from danube_common.resources import Resources
 from danube_common.topic_name import TopicName, validate_namespace
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import pytest
 from danube_broker.dispatch.base import SubType
 from danube_broker.topic import Topic
 from danube_common.errors import ConsumerBusy
-from danube_common.resources import TopicRecord
+from danube_common.records import TopicRecord
 from danube_common.topic_name import TopicName
 from tests.support import wait_until
 from tests.unit.broker.helpers import BROKER_URL, config, index, msgs

@@ -13,7 +13,8 @@ from danube_common.errors import MetadataUnavailable
 from danube_common.fallback_placement import place_new_topic
 from danube_common.keys import Keys
 from danube_common.metadata.memory import MemoryStore
-from danube_common.resources import BrokerRecord, Resources
+from danube_common.records import BrokerRecord
+from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 from tests.support import wait_until
 from tests.unit.broker.helpers import BROKER_URL, config

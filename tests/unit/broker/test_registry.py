@@ -23,7 +23,8 @@ from danube_common.errors import (
 )
 from danube_common.keys import Keys
 from danube_common.metadata.memory import MemoryStore
-from danube_common.resources import BrokerRecord, Resources
+from danube_common.records import BrokerRecord
+from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 from tests.unit.broker.fake_log import FakeLogs
 from tests.unit.broker.helpers import BROKER_URL, Clock, config, msgs

@@ -16,7 +16,7 @@ from danube_common.errors import (
     SubscriptionTypeMismatch,
     TopicNotOwned,
 )
-from danube_common.resources import TopicRecord
+from danube_common.records import TopicRecord
 from danube_common.topic_name import TopicName
 from tests.support import wait_until
 from tests.unit.broker.helpers import BROKER_URL, config, index, msgs

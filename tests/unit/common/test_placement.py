@@ -17,7 +17,8 @@ from danube_common.keys import Keys
 from danube_common.metadata.memory import MemoryStore
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.placement import LOAD_MANAGER_ROLE, Resolver
-from danube_common.resources import BrokerRecord, Ownership, Resources
+from danube_common.records import BrokerRecord, Ownership
+from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 from tests.support import wait_until
 

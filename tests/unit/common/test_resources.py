@@ -21,7 +21,8 @@ from danube_common.fallback_placement import place_new_topic
 from danube_common.keys import Keys
 from danube_common.metadata.memory import MemoryStore
 from danube_common.metadata.store import Compare, Op, TxnResult
-from danube_common.resources import BrokerRecord, Ownership, Resources, TopicRecord
+from danube_common.records import BrokerRecord, Ownership, TopicRecord
+from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 
 pytestmark = pytest.mark.unit

@@ -6,7 +6,7 @@ import pytest
 
 from danube_common.load import LoadReport, TopicLoad
 from danube_common.load_score import BrokerLoad, scores
-from danube_common.resources import BrokerRecord, Ownership
+from danube_common.records import BrokerRecord, Ownership
 from danube_load_manager.decide import (
     DropMoveRequest,
     Limits,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from danube_common.resources import BrokerRecord, Ownership
+from danube_common.records import BrokerRecord, Ownership
 from danube_load_manager.decide import Limits, Move, Snapshot, next_actions
 from danube_load_manager.rebalance_plans import mark_started, settle, startable
 

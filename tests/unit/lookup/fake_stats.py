@@ -19,7 +19,7 @@ from danube_common.keys import Keys
 from danube_common.metadata.store import MetadataStore
 from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
-from danube_common.resources import BrokerRecord
+from danube_common.records import BrokerRecord
 
 
 class FakeStatsBroker(apb_grpc.BrokerStatsServiceServicer):

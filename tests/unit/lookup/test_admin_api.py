@@ -22,7 +22,8 @@ from danube_common.keys import Keys
 from danube_common.metadata.memory import MemoryStore
 from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_common.placement import Resolver
-from danube_common.resources import BrokerRecord, Ownership, Resources, TopicRecord
+from danube_common.records import BrokerRecord, Ownership, TopicRecord
+from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 from danube_lookup.admin_api import BrokerAdminApi, NamespaceAdminApi, TopicAdminApi
 from danube_lookup.broker_stats import BrokerStatsClient

@@ -24,7 +24,8 @@ from danube_common.etcd_server import free_port
 from danube_common.keys import Keys
 from danube_common.metadata.memory import MemoryStore
 from danube_common.pb import DanubeAdmin_pb2 as apb
-from danube_common.resources import Resources, SubscriptionPolicyRecord, topic_policies
+from danube_common.policies import SubscriptionPolicyRecord, topic_policies
+from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 from tests.unit.lookup.fake_stats import register, stats_broker
 from tests.unit.lookup.test_admin_api import Admin

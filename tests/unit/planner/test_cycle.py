@@ -13,7 +13,7 @@ from danube_common.leadership import Leadership
 from danube_common.load_history import LoadHistoryReader, LoadHistoryWriter
 from danube_common.metadata.memory import MemoryStore
 from danube_common.objstore.local import LocalObjectStore
-from danube_common.resources import BrokerRecord
+from danube_common.records import BrokerRecord
 from danube_common.topic_name import TopicName
 from danube_planner.config import PlannerConfig
 from danube_planner.cycle import Planner, PythonEngine
