@@ -11,7 +11,7 @@ from danube_common.config import load_config
 from danube_common.errors import ConfigError
 from danube_common.logs import setup_logging
 from danube_common.service import add_common_flags, common_flags, run_main
-from danube_planner.app import PlannerFailure, run
+from danube_planner.app import run
 from danube_planner.config import PlannerConfig
 from danube_planner.sparkenv import SparkUnavailable, preflight
 
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_main(
         lambda: run(cfg, once=once),
         etcd_endpoints=cfg.etcd.endpoints,
-        fatal=(PlannerFailure, SparkUnavailable),
+        fatal=(SparkUnavailable,),
     )
 
 

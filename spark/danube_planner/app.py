@@ -22,7 +22,6 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from danube_common.grpc_util import install_stop_signals
@@ -32,7 +31,13 @@ from danube_common.load_history import LoadHistoryReader
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.metadata.store import MetadataStore
 from danube_common.objstore import open_object_store
-from danube_common.service import remove_ready_file, write_ready_file
+from danube_common.service import (
+    ServiceFailure,
+    ServiceReady,
+    remove_ready_file,
+    wait_for_stop,
+    write_ready_file,
+)
 from danube_planner.config import PlannerConfig
 from danube_planner.cycle import CycleResult, Engine, Planner, PythonEngine
 from danube_planner.model import PLANNER_ROLE, AggregateParams, Aggregates, PlannerInputs
@@ -40,7 +45,7 @@ from danube_planner.model import PLANNER_ROLE, AggregateParams, Aggregates, Plan
 log = logging.getLogger(__name__)
 
 
-class PlannerFailure(RuntimeError):
+class PlannerFailure(ServiceFailure):
     """The planner stopped because something it depends on failed."""
 
 
@@ -77,21 +82,6 @@ def make_engine(cfg: PlannerConfig) -> Engine:
     if cfg.engine == "python":
         return PythonEngine()
     return SparkEngine(cfg)
-
-
-@dataclass(frozen=True, slots=True)
-class ReadyInfo:
-    candidate_id: str
-    engine: str
-    pid: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "service": "planner",
-            "candidate_id": self.candidate_id,
-            "engine": self.engine,
-            "pid": self.pid,
-        }
 
 
 class RequestWatch:
@@ -154,7 +144,7 @@ async def run(
     cfg: PlannerConfig,
     *,
     once: bool = False,
-    ready: Callable[[ReadyInfo], None] | None = None,
+    ready: Callable[[ServiceReady], None] | None = None,
     stop: asyncio.Event | None = None,
     on_cycle: Callable[[CycleResult], None] | None = None,
 ) -> None:
@@ -184,7 +174,9 @@ async def run(
             LoadHistoryReader(objects, read_concurrency=cfg.history_read_concurrency),
             engine,
         )
-        info = ReadyInfo(cfg.candidate_id, engine.name, os.getpid())
+        info = ServiceReady(
+            "planner", "", os.getpid(), {"candidate_id": cfg.candidate_id, "engine": engine.name}
+        )
         if cfg.ready_file:
             write_ready_file(cfg.ready_file, info.to_json())
         if ready is not None:
@@ -272,21 +264,11 @@ async def _lead_until_stop(
                 log.warning("term %d is over: no longer planning", lead.term)
 
     loop = asyncio.create_task(follow(), name="planner-loop")
-    stopped = asyncio.create_task(stop.wait(), name="planner-stop")
-    watched: dict[asyncio.Task[Any], str] = {loop: "the planning loop", stopped: "stop"}
-    if requests.task is not None:
-        watched[requests.task] = "the request watch"
     try:
-        await asyncio.wait(set(watched), return_when=asyncio.FIRST_COMPLETED)
+        ended = await wait_for_stop(stop, {loop: "the planning loop", requests.task: "the request watch"})
     finally:
-        for task in (loop, stopped):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-    if stop.is_set():
-        log.info("stop requested: shutting down")
-        return
-    for task, what in watched.items():
-        if task.done() and task is not stopped:
-            exc = None if task.cancelled() else task.exception()
-            raise PlannerFailure(f"{what} ended unexpectedly: {exc!r}") from exc
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await loop
+    if ended is not None:
+        raise PlannerFailure(str(ended)) from ended.error

@@ -11,9 +11,8 @@ from pydantic import Field, field_validator
 from danube_common.config import Frozen
 from danube_common.load_score import ScoreWeights
 from danube_common.objstore.config import ObjectStoreConfig
-from danube_common.service import ServiceConfig, split_host_port
+from danube_common.service import ServiceConfig, check_id, check_leader_endpoints
 
-_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _CONF_KEY = re.compile(r"^spark\.[A-Za-z0-9_.\-]+$")
 
 
@@ -104,13 +103,9 @@ class PlannerConfig(ServiceConfig):
     @field_validator("candidate_id")
     @classmethod
     def _candidate(cls, v: str) -> str:
-        if not _ID.match(v):
-            raise ValueError(f"invalid candidate id {v!r}: use 1-64 letters, digits, '_', '-' or '.'")
-        return v
+        return check_id(v, "candidate id")
 
     @field_validator("leader_endpoints")
     @classmethod
     def _endpoints(cls, v: list[str]) -> list[str]:
-        for addr in v:
-            split_host_port(addr.removeprefix("http://"))
-        return v
+        return check_leader_endpoints(v, required=False)

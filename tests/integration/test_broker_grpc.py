@@ -14,7 +14,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from danube_broker.app import BrokerFailure, ReadyInfo, run
+from danube_broker.app import BrokerFailure, run
 from danube_broker.config import BrokerConfig
 from danube_broker.registry import BrokerRegistry
 from danube_common.errors import MD_ERROR_CODE
@@ -23,6 +23,7 @@ from danube_common.keys import Keys
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.resources import Resources
+from danube_common.service import ServiceReady
 from danube_common.topic_name import TopicName
 from tests.support import unique, wait_until
 
@@ -33,7 +34,7 @@ MAX_SIZE = 64 * 1024
 
 @dataclass
 class Broker:
-    info: ReadyInfo
+    info: ServiceReady
     cfg: BrokerConfig
     channel: grpc.aio.Channel
     stop: asyncio.Event
@@ -43,8 +44,8 @@ class Broker:
 
     @property
     def registry(self) -> BrokerRegistry:
-        assert self.info.registry is not None
-        return self.info.registry
+        assert isinstance(self.info.live, BrokerRegistry)
+        return self.info.live
 
     @property
     def producers(self) -> pb_grpc.ProducerServiceStub:
@@ -86,7 +87,7 @@ async def start_broker(etcd: EtcdProcess, cluster: str, **overrides: Any) -> Bro
     fields.update(overrides)
     cfg = BrokerConfig.model_validate(fields)
     stop = asyncio.Event()
-    ready: asyncio.Future[ReadyInfo] = asyncio.get_running_loop().create_future()
+    ready: asyncio.Future[ServiceReady] = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(run(cfg, ready=ready.set_result, stop=stop))
     await asyncio.wait({ready, task}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
     if task.done():
@@ -329,7 +330,7 @@ async def test_unassigned_topic_closes_clients(broker: Broker, etcd_resources: R
     assert (await publish.read()).count == 1
     assert (await asyncio.wait_for(receive.read(), 10)).payload == b"before"
 
-    await etcd_resources.store.delete(keys.assignment(broker.info.broker_id, TopicName.parse(topic)))
+    await etcd_resources.store.delete(keys.assignment(broker.info.extra["broker_id"], TopicName.parse(topic)))
 
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await asyncio.wait_for(receive.read(), 10)
@@ -360,7 +361,7 @@ async def test_graceful_shutdown_releases_ownership_and_registration(
         cid = await subscribe(b, topics[0])
         receive = b.consumers.ReceiveBatches(pb.ReceiveBatchRequest(consumer_id=cid))
         await connected(b, cid)
-        assert await etcd_resources.get_broker(b.info.broker_id) is not None
+        assert await etcd_resources.get_broker(b.info.extra["broker_id"]) is not None
         assert all([await etcd_resources.get_owner(TopicName.parse(t)) for t in topics])
 
         b.stop.set()
@@ -371,9 +372,11 @@ async def test_graceful_shutdown_releases_ownership_and_registration(
         assert b.task.result() is None
         for t in topics:
             assert await etcd_resources.get_owner(TopicName.parse(t)) is None
-        kvs, _ = await etcd_resources.store.get_prefix(keys.broker_assignments_prefix(b.info.broker_id))
+        kvs, _ = await etcd_resources.store.get_prefix(
+            keys.broker_assignments_prefix(b.info.extra["broker_id"])
+        )
         assert kvs == []
-        assert await etcd_resources.get_broker(b.info.broker_id) is None
+        assert await etcd_resources.get_broker(b.info.extra["broker_id"]) is None
     finally:
         await b.channel.close()
         if not b.task.done():
@@ -416,10 +419,10 @@ async def test_a_crashed_internal_loop_stops_the_broker_loudly(
             raise RuntimeError("sweep exploded")
 
         b.registry.sweep = boom  # type: ignore[method-assign]
-        with pytest.raises(BrokerFailure, match="expiry sweep crashed"):
+        with pytest.raises(BrokerFailure, match="expiry sweep ended unexpectedly"):
             await asyncio.wait_for(b.task, 30)
         # Still an ordered stop: ownership released, registration revoked.
         assert await etcd_resources.get_owner(TopicName.parse(topic)) is None
-        assert await etcd_resources.get_broker(b.info.broker_id) is None
+        assert await etcd_resources.get_broker(b.info.extra["broker_id"]) is None
     finally:
         await b.channel.close()

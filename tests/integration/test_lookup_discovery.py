@@ -17,8 +17,9 @@ from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.records import BrokerRecord
 from danube_common.resources import Resources
+from danube_common.service import ServiceReady
 from danube_common.topic_name import TopicName
-from danube_lookup.app import ReadyInfo, running
+from danube_lookup.app import running
 from danube_lookup.config import LookupConfig
 from tests.support import wait_until
 
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-async def lookup(etcd_server: EtcdProcess, cluster_name: str) -> AsyncIterator[ReadyInfo]:
+async def lookup(etcd_server: EtcdProcess, cluster_name: str) -> AsyncIterator[ServiceReady]:
     cfg = LookupConfig(
         listen_addr="127.0.0.1:0",
         admin_listen_addr="127.0.0.1:0",
@@ -37,7 +38,7 @@ async def lookup(etcd_server: EtcdProcess, cluster_name: str) -> AsyncIterator[R
 
 
 @pytest.fixture
-async def discovery(lookup: ReadyInfo) -> AsyncIterator[pb_grpc.DiscoveryStub]:
+async def discovery(lookup: ServiceReady) -> AsyncIterator[pb_grpc.DiscoveryStub]:
     async with grpc.aio.insecure_channel(lookup.addr) as channel:
         yield pb_grpc.DiscoveryStub(channel)
 
@@ -136,7 +137,7 @@ async def test_lookup_errors(
     assert (MD_ERROR_CODE, code) in tuple(info.value.trailing_metadata() or ())
 
 
-async def test_bootstrap_namespace_and_ready_info(lookup: ReadyInfo, etcd_resources: Resources) -> None:
+async def test_bootstrap_namespace_and_ready_info(lookup: ServiceReady, etcd_resources: Resources) -> None:
     assert await etcd_resources.namespace_exists("default")
     assert lookup.url == f"http://{lookup.addr}" and lookup.addr.startswith("127.0.0.1:")
     assert lookup.admin_addr != lookup.addr

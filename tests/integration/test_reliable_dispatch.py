@@ -297,7 +297,7 @@ async def test_stats_rpc(broker: Broker) -> None:
     await broker.consumers.AckBatch(pb.AckBatchRequest(consumer_id=cid, topic_offsets=[0, 1]))
     stub = admin_grpc.BrokerStatsServiceStub(broker.channel)
     stats = await stub.GetTopicStats(admin.TopicStatsRequest(name=topic))
-    assert stats.name == topic and stats.broker_id == broker.info.broker_id
+    assert stats.name == topic and stats.broker_id == broker.info.extra["broker_id"]
     assert stats.dispatch_strategy == "reliable" and stats.durability == "fsync"
     assert (stats.first_offset, stats.next_offset) == (0, 4)
     assert stats.msgs_in_total == 4 and stats.bytes_in_total == 40 and stats.msg_rate_in > 0
@@ -307,7 +307,7 @@ async def test_stats_rpc(broker: Broker) -> None:
     assert s.has_cursor and s.cursor == 1 and s.backlog == 2 and s.unacked_in_flight == 2
     assert s.delivered_total == 4 and s.redelivered_total == 0
     whole = await stub.GetBrokerStats(admin.BrokerStatsRequest())
-    assert whole.broker_id == broker.info.broker_id and whole.topics >= 1
+    assert whole.broker_id == broker.info.extra["broker_id"] and whole.topics >= 1
     assert whole.wal_bytes >= stats.wal_bytes and whole.disk_free_bytes > 0
     err = await expect_status(
         stub.GetTopicStats(admin.TopicStatsRequest(name=f"/default/{unique('none')}")),

@@ -3,7 +3,7 @@
 Read once (list), then follow the watch from the revision of that read, so the cache never
 misses a change; on a compacted watch it re-lists. Readers get eventually-consistent
 answers; anything that must be exact (placement, ownership changes) goes through
-transactions in :mod:`resources`, never through this cache.
+transactions (:mod:`ownership`, :mod:`fallback_placement`), never through this cache.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The ``danube.Discovery`` service, served by the lookup service and by every broker.
 
-TopicLookup answers with the owner's URL. For a topic nobody owns yet it places the topic
-first (least-topics placement, race-free through a transaction), and a topic whose owner died
-is taken over by a live broker (fenced on the epoch), because Danube clients fall back to the
-service URL when lookup fails (see :mod:`placement`). A broker answering for a
-topic it owns itself says ``Connect``; everything else is ``Redirect``.
+TopicLookup answers with the owner's URL. A topic nobody owns yet is placed first, and a
+topic whose owner died is re-placed, before the answer (through :class:`placement.Resolver`: by
+the leading load manager, or without one by :mod:`fallback_placement`), because Danube clients
+fall back to the service URL when lookup fails. A broker answering for a topic it owns itself
+says ``Connect``; everything else is ``Redirect``.
 """
 
 from __future__ import annotations

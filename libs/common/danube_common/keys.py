@@ -25,9 +25,9 @@ Layout (values are JSON unless noted)::
     /{cluster}/storage/{ns}/{topic}/uploaded               uploader checkpoint {next_offset}
     /{cluster}/storage/{ns}/{topic}/segments/{start:020d}  segment descriptors
     /{cluster}/uploaders/{broker_id}                       a running WAL uploader of that broker; lease
-    /{cluster}/schemas/{subject}/...                       schema registry
-    /{cluster}/auth/...                                    roles and bindings
-    /{cluster}/counters/{name}                             monotonic id allocation
+    /{cluster}/schemas/{subject}/...                       reserved: schema registry (not built yet)
+    /{cluster}/auth/...                                    reserved: roles and bindings (not built yet)
+    /{cluster}/counters/{name}                             reserved: id allocation (nothing uses it yet)
 
 Topic-scoped keys take the parsed TopicName so a malformed name can never become a key.
 """

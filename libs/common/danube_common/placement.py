@@ -7,7 +7,8 @@ assigned it (it scores brokers by load, :mod:`danube_common.load_score`); a dead
 are left for it to re-place. Without one, :mod:`danube_common.fallback_placement` places the
 topic here (least topics, race-free transactions). Either way a topic being handed over
 between brokers (``moving_to``) is answered once the move is over, so clients go straight to
-the new owner. The move protocol itself lives in ``Resources`` (``begin_move``/``hand_over``).
+the new owner. The move protocol itself lives in :mod:`ownership` (``mark_moving``, ``hand_over``,
+``abort_move``).
 """
 
 from __future__ import annotations

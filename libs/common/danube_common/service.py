@@ -1,4 +1,5 @@
-"""What every service process shares: base config, common flags, the ready file, ``main()``.
+"""What every service process shares: base config, common flags, the id rule, the ready
+record and file, waiting for a stop, ``main()``.
 
 A service's ``__main__`` adds its own flags next to :func:`add_common_flags`, maps them with
 :func:`common_flags`, and hands its ``run(cfg)`` coroutine to :func:`run_main`, which owns the
@@ -17,6 +18,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +37,32 @@ log = logging.getLogger(__name__)
 R_co = TypeVar("R_co", covariant=True)
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+#: Broker ids and election candidate ids: they appear in etcd keys, file names and logs.
+_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+class ServiceFailure(RuntimeError):
+    """A service stopped because something it depends on failed, not because it was asked to.
+    :func:`run_main` logs it and exits 1; each service has its own subclass."""
+
+
+def check_id(value: str, what: str) -> str:
+    """``value`` if it is a valid id (1-64 letters, digits, '_', '-' or '.'); else ValueError
+    naming ``what`` (e.g. "broker id"), for a config validator."""
+    if not _ID.match(value):
+        raise ValueError(f"invalid {what} {value!r}: use 1-64 letters, digits, '_', '-' or '.'")
+    return value
+
+
+def check_leader_endpoints(endpoints: list[str], *, required: bool = True) -> list[str]:
+    """The leader service addresses of an elected service: each HOST:PORT (an optional
+    ``http://`` prefix allowed), at least one if ``required``."""
+    if required and not endpoints:
+        raise ValueError("at least one leader service address is needed, e.g. 127.0.0.1:6680")
+    for addr in endpoints:
+        split_host_port(addr.removeprefix("http://"))
+    return endpoints
 
 
 def split_host_port(addr: str) -> tuple[str, int]:
@@ -118,19 +146,81 @@ def remove_ready_file(path: str | Path) -> None:
 @dataclass(frozen=True, slots=True)
 class ServiceReady:
     """Where a running service answers: what ``ready`` callbacks get and the ready file holds
-    (``{"service", <extra fields>, "addr", "url", "pid"}``)."""
+    (``{"service", <extra fields>, "addr", "url", ["admin_addr", "admin_url",] "pid"}``)."""
 
     service: str
+    #: host:port of the service's gRPC API; "" for a service that serves none (the planner).
     addr: str
     pid: int
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: A second listener (the lookup service's admin API), "" if none.
+    admin_addr: str = ""
+    #: The running service's live state, for embedding and in-process tests (the broker's
+    #: topic registry); never written to the ready file.
+    live: Any = field(default=None, repr=False, compare=False)
 
     @property
     def url(self) -> str:
-        return f"http://{self.addr}"
+        return f"http://{self.addr}" if self.addr else ""
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self.admin_addr}" if self.admin_addr else ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"service": self.service, **self.extra, "addr": self.addr, "url": self.url, "pid": self.pid}
+        out: dict[str, Any] = {"service": self.service, **self.extra}
+        if self.addr:
+            out |= {"addr": self.addr, "url": self.url}
+        if self.admin_addr:
+            out |= {"admin_addr": self.admin_addr, "admin_url": self.admin_url}
+        return out | {"pid": self.pid}
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """Why a service stopped without being asked: which of its loops (or conditions) ended,
+    and the exception it ended with, if any."""
+
+    what: str
+    error: BaseException | None = None
+
+    def __str__(self) -> str:
+        return f"{self.what} ended unexpectedly" + (f": {self.error!r}" if self.error else "")
+
+
+async def wait_for_stop(
+    stop: asyncio.Event,
+    loops: Mapping[Any, str],
+    *,
+    conditions: Mapping[asyncio.Event, str] | None = None,
+) -> Ended | None:
+    """Wait until ``stop`` is set (None: a requested stop), one of a service's long-running
+    ``loops`` (asyncio tasks; None for one that is not running) ends (it should never: logged as
+    an error), or one of ``conditions`` is set (e.g. the broker's lease lost; the caller says
+    why)."""
+    tasks = {t: what for t, what in loops.items() if t is not None}
+    events = dict(conditions or {})
+    waits = {asyncio.create_task(e.wait(), name=f"wait: {what}"): what for e, what in events.items()}
+    stop_task = asyncio.create_task(stop.wait(), name="wait-stop")
+    try:
+        await asyncio.wait({stop_task, *waits, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (stop_task, *waits):
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+    if stop.is_set():
+        log.info("stop requested: shutting down")
+        return None
+    for event, what in events.items():
+        if event.is_set():
+            return Ended(what)
+    for task, what in tasks.items():
+        if task.done():
+            exc = None if task.cancelled() else task.exception()
+            log.error("%s ended unexpectedly: stopping", what, exc_info=exc)
+            return Ended(what, exc)
+    return Ended("an unknown wait")  # unreachable: one of the waits finished
 
 
 class ServiceRun(Protocol[R_co]):
@@ -204,8 +294,10 @@ def run_main(
 ) -> int:
     """Run a service's main coroutine; map how it ended to an exit code and a clear message.
 
-    ``fatal`` lists the service's own failure exceptions (logged, exit 1).
+    ``fatal`` lists further exceptions that mean "failed" (logged, exit 1), besides
+    :class:`ServiceFailure`.
     """
+    failures: tuple[type[BaseException], ...] = (ServiceFailure, *fatal)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(main())
@@ -225,7 +317,7 @@ def run_main(
     except OSError as exc:  # e.g. the port is in use
         log.error("%s", exc)
         return 1
-    except fatal as exc:
+    except failures as exc:
         log.error("%s", exc)
         return 1
     return 0

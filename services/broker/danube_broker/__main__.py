@@ -11,7 +11,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from danube_broker.app import BrokerFailure, run
+from danube_broker.app import run
 from danube_broker.config import BrokerConfig
 from danube_common.config import load_config
 from danube_common.service import add_common_flags, common_flags, service_main
@@ -84,9 +84,7 @@ def load(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return service_main(
-        lambda: load(argv), run, name=lambda c: f"broker[{c.broker_id}]", fatal=(BrokerFailure,)
-    )
+    return service_main(lambda: load(argv), run, name=lambda c: f"broker[{c.broker_id}]")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from danube_broker.config import BrokerConfig
@@ -53,38 +52,20 @@ from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.placement import LOAD_MANAGER_ROLE
 from danube_common.records import BrokerRecord, now_ms
 from danube_common.resources import Resources
-from danube_common.service import remove_ready_file, write_ready_file
+from danube_common.service import (
+    ServiceFailure,
+    ServiceReady,
+    remove_ready_file,
+    wait_for_stop,
+    write_ready_file,
+)
 from danube_common.service import running as service_running
 
 log = logging.getLogger(__name__)
 
 
-class BrokerFailure(RuntimeError):
+class BrokerFailure(ServiceFailure):
     """The broker stopped because something it depends on failed (not because it was asked to)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReadyInfo:
-    """Where a running broker answers (also the content of the ready file)."""
-
-    broker_id: str
-    addr: str
-    pid: int
-    #: The live domain state, for embedding and in-process tests (not part of the ready file).
-    registry: BrokerRegistry | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.addr}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "service": "broker",
-            "broker_id": self.broker_id,
-            "addr": self.addr,
-            "url": self.url,
-            "pid": self.pid,
-        }
 
 
 async def _sweep_forever(registry: BrokerRegistry, interval_s: float) -> NoReturn:
@@ -96,7 +77,7 @@ async def _sweep_forever(registry: BrokerRegistry, interval_s: float) -> NoRetur
 async def run(
     cfg: BrokerConfig,
     *,
-    ready: Callable[[ReadyInfo], None] | None = None,
+    ready: Callable[[ServiceReady], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Serve until ``stop`` is set (default: until SIGINT/SIGTERM); raise BrokerFailure on a crash."""
@@ -139,7 +120,7 @@ async def _serve(
     registry: BrokerRegistry,
     addr: str,
     *,
-    ready: Callable[[ReadyInfo], None] | None,
+    ready: Callable[[ServiceReady], None] | None,
     stop: asyncio.Event,
     tiering: Tiering | None = None,
 ) -> None:
@@ -206,7 +187,7 @@ async def _serve(
         admin_grpc.add_BrokerStatsServiceServicer_to_server(BrokerStatsApi(registry, resources, cfg), server)
         await server.start()
         served = True
-        info = ReadyInfo(cfg.broker_id, addr, os.getpid(), registry)
+        info = ServiceReady("broker", addr, os.getpid(), {"broker_id": cfg.broker_id}, live=registry)
         if cfg.ready_file:
             write_ready_file(cfg.ready_file, info.to_json())
         log.info(
@@ -235,36 +216,24 @@ async def _serve(
 async def _wait_for_stop(
     stop: asyncio.Event, lease: KeptLease, loops: dict[asyncio.Task[Any], str], registry: BrokerRegistry
 ) -> BrokerFailure | None:
-    stop_task = asyncio.create_task(stop.wait(), name="wait-stop")
-    lost_task = asyncio.create_task(lease.lost.wait(), name="wait-lease-lost")
-    crashed_task = asyncio.create_task(registry.tasks.failed.wait(), name="wait-topic-crash")
-    try:
-        await asyncio.wait({stop_task, lost_task, crashed_task, *loops}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in (stop_task, lost_task, crashed_task):
-            t.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
-    if stop.is_set():
-        log.info("stop requested: shutting down")
+    """None when asked to stop; else why the broker must stop (its lease lost, a topic or a loop
+    crashed)."""
+    lost, crashed = "the registration lease", "a topic"
+    ended = await wait_for_stop(stop, loops, conditions={lease.lost: lost, registry.tasks.failed: crashed})
+    if ended is None:
         return None
-    if lease.lost.is_set():
+    if ended.what == lost:
         log.error("the registration lease was lost: this broker can no longer claim its topics; stopping")
         return BrokerFailure(
             "registration lease lost (etcd unreachable for a whole TTL, or the lease expired)"
         )
-    if registry.tasks.failed.is_set():
+    if ended.what == crashed:
         failure = BrokerFailure(str(registry.tasks.failure))
         failure.__cause__ = registry.tasks.failure
         return failure
-    for task, what in loops.items():
-        if task.done():
-            exc = None if task.cancelled() else task.exception()
-            log.error("%s crashed: stopping the broker", what, exc_info=exc)
-            failure = BrokerFailure(f"{what} crashed: {exc!r}")
-            failure.__cause__ = exc
-            return failure
-    return BrokerFailure("stopped for an unknown reason")  # unreachable: one of the waits finished
+    failure = BrokerFailure(str(ended))
+    failure.__cause__ = ended.error
+    return failure
 
 
 async def _shutdown(
@@ -359,7 +328,7 @@ async def _lame_duck(cfg: BrokerConfig, resources: Resources, registry: BrokerRe
 
 
 @contextlib.asynccontextmanager
-async def running(cfg: BrokerConfig) -> AsyncIterator[ReadyInfo]:
+async def running(cfg: BrokerConfig) -> AsyncIterator[ServiceReady]:
     """Run the service in this event loop for the duration of the block (embedding, tests)."""
     async with service_running(run, cfg, name=f"broker-{cfg.broker_id}") as info:
         yield info

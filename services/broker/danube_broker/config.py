@@ -6,7 +6,6 @@ value stops the process with the field's path before anything connects anywhere.
 
 from __future__ import annotations
 
-import re
 import secrets
 from pathlib import Path
 from typing import Literal
@@ -17,9 +16,8 @@ from danube_broker.dispatch.reliable.policy import PoisonPolicy, SubscriptionPol
 from danube_broker.wal import Durability, WalConfig
 from danube_common.grpc_util import MAX_GRPC_MESSAGE_BYTES
 from danube_common.objstore import ObjectStoreConfig
-from danube_common.service import ServiceConfig, split_host_port
+from danube_common.service import ServiceConfig, check_id, split_host_port
 
-_BROKER_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 #: Room left in a gRPC frame for everything that is not payload.
 _FRAME_OVERHEAD_BYTES = 1024 * 1024
 #: Hosts that mean "this machine" and are advertised as loopback.
@@ -182,9 +180,7 @@ class BrokerConfig(ServiceConfig):
     @field_validator("broker_id")
     @classmethod
     def _broker_id(cls, v: str) -> str:
-        if not _BROKER_ID.match(v):
-            raise ValueError(f"invalid broker id {v!r}: use 1-64 letters, digits, '_', '-' or '.'")
-        return v
+        return check_id(v, "broker id")
 
     @field_validator("listen_addr")
     @classmethod

@@ -1,6 +1,6 @@
 """Per-topic and per-subscription counters, kept as plain attributes on the hot path.
 
-Counting is a few integer additions per batch; readers (load reports, later) take a
+Counting is a few integer additions per batch; readers (the stats API, load reports) take a
 :class:`TopicStats` snapshot, a frozen value that is safe to hand around.
 """
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from danube_common.config import load_config
 from danube_common.service import add_common_flags, common_flags, service_main
-from danube_load_manager.app import LoadManagerFailure, run
+from danube_load_manager.app import run
 from danube_load_manager.config import LoadManagerConfig
 
 ENV_PREFIX = "DANUBE_LOAD_MANAGER"
@@ -71,7 +71,7 @@ def load(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return service_main(lambda: load(argv), run, name=lambda c: c.candidate_id, fatal=(LoadManagerFailure,))
+    return service_main(lambda: load(argv), run, name=lambda c: c.candidate_id)
 
 
 if __name__ == "__main__":

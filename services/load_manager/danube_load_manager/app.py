@@ -2,7 +2,7 @@
 
 Every replica follows the cluster (``ControlView``) and campaigns for the ``load-manager`` role
 through the leader service. Only while it holds the role does it act: each pass plans from the
-view (:mod:`plan`) and applies the actions as transactions fenced by its term (:mod:`actions`),
+view (:mod:`decide`) and applies the actions as transactions fenced by its term (:mod:`actions`),
 then waits for the view to show its own writes and for the next change (or
 ``reconcile_interval_s``). When the term ends (``lost``), the loop stops acting at once and the
 replica campaigns again; a deposed replica's in-flight writes are refused by the fence.
@@ -33,7 +33,13 @@ from danube_common.pb import DanubeLoadManager_pb2_grpc as lmpb_grpc
 from danube_common.placement import LOAD_MANAGER_ROLE
 from danube_common.records import now_ms as now_wall_ms
 from danube_common.resources import Resources
-from danube_common.service import ServiceReady, remove_ready_file, write_ready_file
+from danube_common.service import (
+    ServiceFailure,
+    ServiceReady,
+    remove_ready_file,
+    wait_for_stop,
+    write_ready_file,
+)
 from danube_load_manager.actions import Executor
 from danube_load_manager.config import LoadManagerConfig
 from danube_load_manager.decide import Limits, Move, Snapshot, next_actions
@@ -43,7 +49,7 @@ from danube_load_manager.view import ControlView
 log = logging.getLogger(__name__)
 
 
-class LoadManagerFailure(RuntimeError):
+class LoadManagerFailure(ServiceFailure):
     """The load manager stopped because something it depends on failed."""
 
 
@@ -245,7 +251,9 @@ async def run(
         )
         if ready is not None:
             ready(info)
-        await _wait_for_stop(stop, {follow: "the planning loop", view.task: "the cluster watch"})
+        ended = await wait_for_stop(stop, {follow: "the planning loop", view.task: "the cluster watch"})
+        if ended is not None:
+            raise LoadManagerFailure(str(ended)) from ended.error
     finally:
         if candidacy is not None:
             await candidacy.aclose()  # resign: a standby takes over at once
@@ -260,22 +268,3 @@ async def run(
         if cfg.ready_file:
             remove_ready_file(cfg.ready_file)
     log.info("load manager %s stopped", cfg.candidate_id)
-
-
-async def _wait_for_stop(stop: asyncio.Event, loops: dict[asyncio.Task[None] | None, str]) -> None:
-    tasks = {t: what for t, what in loops.items() if t is not None}
-    stop_task = asyncio.create_task(stop.wait(), name="wait-stop")
-    try:
-        await asyncio.wait({stop_task, *tasks}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stop_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await stop_task
-    if stop.is_set():
-        log.info("stop requested: shutting down")
-        return
-    for task, what in tasks.items():
-        if task.done():
-            exc = None if task.cancelled() else task.exception()
-            log.error("%s ended unexpectedly: stopping", what, exc_info=exc)
-            raise LoadManagerFailure(f"{what} ended unexpectedly: {exc!r}") from exc

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import secrets
 
 from pydantic import Field, field_validator
 
 from danube_common.load_score import ScoreWeights
-from danube_common.service import ServiceConfig, split_host_port
-
-_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+from danube_common.service import ServiceConfig, check_id, check_leader_endpoints, split_host_port
 
 
 class LoadManagerConfig(ServiceConfig):
@@ -42,9 +39,7 @@ class LoadManagerConfig(ServiceConfig):
     @field_validator("candidate_id")
     @classmethod
     def _candidate(cls, v: str) -> str:
-        if not _ID.match(v):
-            raise ValueError(f"invalid candidate id {v!r}: use 1-64 letters, digits, '_', '-' or '.'")
-        return v
+        return check_id(v, "candidate id")
 
     @field_validator("listen_addr")
     @classmethod
@@ -55,8 +50,4 @@ class LoadManagerConfig(ServiceConfig):
     @field_validator("leader_endpoints")
     @classmethod
     def _endpoints(cls, v: list[str]) -> list[str]:
-        if not v:
-            raise ValueError("at least one leader service address is needed, e.g. 127.0.0.1:6680")
-        for addr in v:
-            split_host_port(addr.removeprefix("http://"))
-        return v
+        return check_leader_endpoints(v)

@@ -14,8 +14,6 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Any
 
 import grpc.aio
 
@@ -27,7 +25,13 @@ from danube_common.metadata.etcd import EtcdStore
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.resources import Resources
-from danube_common.service import remove_ready_file, write_ready_file
+from danube_common.service import (
+    ServiceFailure,
+    ServiceReady,
+    remove_ready_file,
+    wait_for_stop,
+    write_ready_file,
+)
 from danube_common.service import running as service_running
 from danube_lookup.admin_api import BrokerAdminApi, ClusterAdminApi, NamespaceAdminApi, TopicAdminApi
 from danube_lookup.broker_stats import BrokerStatsClient
@@ -37,37 +41,10 @@ from danube_lookup.config import LookupConfig
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class ReadyInfo:
-    """Where a running lookup service answers (also the content of the ready file)."""
-
-    addr: str
-    admin_addr: str
-    pid: int
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.addr}"
-
-    @property
-    def admin_url(self) -> str:
-        return f"http://{self.admin_addr}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "service": "lookup",
-            "addr": self.addr,
-            "url": self.url,
-            "admin_addr": self.admin_addr,
-            "admin_url": self.admin_url,
-            "pid": self.pid,
-        }
-
-
 async def run(
     cfg: LookupConfig,
     *,
-    ready: Callable[[ReadyInfo], None] | None = None,
+    ready: Callable[[ServiceReady], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Serve until ``stop`` is set (default: until SIGINT/SIGTERM)."""
@@ -109,7 +86,12 @@ async def run(
         await client_server.start()
         await admin_server.start()
 
-        info = ReadyInfo(f"{cfg.advertised_host}:{port}", f"{cfg.advertised_host}:{admin_port}", os.getpid())
+        info = ServiceReady(
+            "lookup",
+            f"{cfg.advertised_host}:{port}",
+            os.getpid(),
+            admin_addr=f"{cfg.advertised_host}:{admin_port}",
+        )
         if cfg.ready_file:
             write_ready_file(cfg.ready_file, info.to_json())
             stack.callback(remove_ready_file, cfg.ready_file)
@@ -122,28 +104,14 @@ async def run(
         )
         if ready is not None:
             ready(info)
-        await _wait_for_stop(stop, view.task)
+        ended = await wait_for_stop(stop, {view.task: "the cluster view's watch"})
+        if ended is not None:
+            raise ServiceFailure(str(ended)) from ended.error
     log.info("lookup stopped")
 
 
-async def _wait_for_stop(stop: asyncio.Event, loop_task: asyncio.Task[None] | None) -> None:
-    stop_task = asyncio.create_task(stop.wait(), name="wait-stop")
-    try:
-        waiting: set[asyncio.Future[Any]] = {stop_task}
-        if loop_task is not None:
-            waiting.add(loop_task)
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        if loop_task is not None and loop_task.done() and not stop.is_set():
-            exc = None if loop_task.cancelled() else loop_task.exception()
-            raise RuntimeError(f"the cluster view's watch loop ended unexpectedly: {exc!r}") from exc
-    finally:
-        stop_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await stop_task
-
-
 @contextlib.asynccontextmanager
-async def running(cfg: LookupConfig) -> AsyncIterator[ReadyInfo]:
+async def running(cfg: LookupConfig) -> AsyncIterator[ServiceReady]:
     """Run the service in this event loop for the duration of the block (embedding, tests)."""
     async with service_running(run, cfg, name="lookup") as info:
         yield info

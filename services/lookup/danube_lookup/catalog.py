@@ -214,7 +214,7 @@ class Catalog:
         key = self._res.keys.rebalance_plan(plan_id)
         kv = await self._res.store.get(key)
         if kv is None:
-            raise NotFound(f"no plan {plan_id!r}; see `danube-admin rebalance history`")
+            raise NotFound(f"no plan {plan_id!r}; see `danube-admin cluster plans`")
         doc = kv.json()
         if doc.get("status") != "proposed":
             raise FailedPrecondition(

@@ -10,7 +10,7 @@ from typing import Any
 from danube_common.config import load_config
 from danube_common.errors import ConfigError
 from danube_common.service import add_common_flags, common_flags, service_main
-from danube_wal_uploader.app import UploaderFailure, run
+from danube_wal_uploader.app import run
 from danube_wal_uploader.config import WalUploaderConfig
 
 ENV_PREFIX = "DANUBE_WAL_UPLOADER"
@@ -104,9 +104,7 @@ def load(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return service_main(
-        lambda: load(argv), run, name=lambda c: f"wal-uploader-{c.broker_id}", fatal=(UploaderFailure,)
-    )
+    return service_main(lambda: load(argv), run, name=lambda c: f"wal-uploader-{c.broker_id}")
 
 
 if __name__ == "__main__":

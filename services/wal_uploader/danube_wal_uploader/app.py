@@ -29,7 +29,13 @@ from danube_common.metadata.lease import KeptLease
 from danube_common.metadata.store import MetadataStore
 from danube_common.objstore import ObjectStore, ObjectStoreError, backoff_delays, open_object_store
 from danube_common.pb import DanubeWalUploader_pb2_grpc as upb_grpc
-from danube_common.service import ServiceReady, remove_ready_file, write_ready_file
+from danube_common.service import (
+    ServiceFailure,
+    ServiceReady,
+    remove_ready_file,
+    wait_for_stop,
+    write_ready_file,
+)
 from danube_common.service import running as service_running
 from danube_wal_uploader.config import WalUploaderConfig
 from danube_wal_uploader.grpc_api import WalUploaderApi
@@ -38,7 +44,7 @@ from danube_wal_uploader.uploader import BrokerWatch, Uploader
 log = logging.getLogger(__name__)
 
 
-class UploaderFailure(RuntimeError):
+class UploaderFailure(ServiceFailure):
     """The uploader stopped because one of its loops failed."""
 
 
@@ -156,7 +162,9 @@ async def run(
         )
         if ready is not None:
             ready(info)
-        await _wait_for_stop(stop, loops)
+        ended = await wait_for_stop(stop, loops)
+        if ended is not None:
+            raise UploaderFailure(str(ended)) from ended.error
     finally:
         await server.stop(cfg.shutdown_grace_s)
         for task in loops:
@@ -172,24 +180,6 @@ async def run(
         if cfg.ready_file:
             remove_ready_file(cfg.ready_file)
     log.info("WAL uploader of broker %s stopped", cfg.broker_id)
-
-
-async def _wait_for_stop(stop: asyncio.Event, loops: dict[asyncio.Task[None], str]) -> None:
-    stop_task = asyncio.create_task(stop.wait(), name="wait-stop")
-    try:
-        await asyncio.wait({stop_task, *loops}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stop_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await stop_task
-    if stop.is_set():
-        log.info("stop requested: shutting down")
-        return
-    for task, what in loops.items():
-        if task.done():
-            exc = None if task.cancelled() else task.exception()
-            log.error("%s ended unexpectedly: stopping", what, exc_info=exc)
-            raise UploaderFailure(f"{what} ended unexpectedly: {exc!r}") from exc
 
 
 @contextlib.asynccontextmanager

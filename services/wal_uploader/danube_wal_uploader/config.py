@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
 from danube_common.objstore import ObjectStoreConfig
-from danube_common.service import ServiceConfig, split_host_port
-
-_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+from danube_common.service import ServiceConfig, check_id, split_host_port
 
 
 class WalUploaderConfig(ServiceConfig):
@@ -52,9 +49,7 @@ class WalUploaderConfig(ServiceConfig):
     @field_validator("broker_id")
     @classmethod
     def _broker_id(cls, v: str) -> str:
-        if v and not _ID.match(v):
-            raise ValueError(f"invalid broker id {v!r}: use 1-64 letters, digits, '_', '-' or '.'")
-        return v
+        return check_id(v, "broker id") if v else v
 
     @field_validator("listen_addr")
     @classmethod

@@ -12,9 +12,8 @@ import pytest
 
 from danube_common.config import EtcdConfig
 from danube_common.errors import ConfigError
-from danube_common.service import remove_ready_file, split_host_port, write_ready_file
+from danube_common.service import ServiceReady, remove_ready_file, split_host_port, write_ready_file
 from danube_lookup.__main__ import load
-from danube_lookup.app import ReadyInfo
 from danube_lookup.config import LookupConfig
 from danube_sdk.cli import admin
 from danube_sdk.cli.output import emit, render_table
@@ -240,7 +239,7 @@ def test_split_host_port(addr: str, expected: tuple[str, int]) -> None:
 
 def test_ready_file_is_written_whole_and_removed(tmp_path: Path) -> None:
     path = tmp_path / "run" / "lookup.json"
-    info = ReadyInfo("127.0.0.1:1234", "127.0.0.1:5678", 42)
+    info = ServiceReady("lookup", "127.0.0.1:1234", 42, admin_addr="127.0.0.1:5678")
     write_ready_file(path, info.to_json())
     assert json.loads(path.read_text()) == {
         "service": "lookup",

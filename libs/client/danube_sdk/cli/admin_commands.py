@@ -652,7 +652,7 @@ def rebalance(admin: Admin, args: argparse.Namespace) -> None:
         time.sleep(0.5)
     if mine is None:
         raise SystemExit("error: the planner answered without a plan (another plan is still pending?); "
-                         "see `danube-admin rebalance history` and `danube-admin cluster load`")  # fmt: skip
+                         "see `danube-admin cluster plans` and `danube-admin cluster load`")  # fmt: skip
     if args.output == "json":
         emit([], fmt="json", json_data=mine)
         return
