@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from danube_common.config import load_config
+from danube_common.config import load_config, split_list
 from danube_common.errors import ConfigError
 from danube_common.logs import setup_logging
 from danube_common.service import add_common_flags, common_flags, run_main
@@ -65,13 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def flags_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    endpoints = None
-    if args.leader_endpoints is not None:
-        endpoints = [e.strip() for e in args.leader_endpoints.split(",") if e.strip()]
     return {
         **common_flags(args),
         "candidate_id": args.candidate_id,
-        "leader_endpoints": endpoints,
+        "leader_endpoints": split_list(args.leader_endpoints),
         "engine": args.engine,
         "spark.master": args.master,
         "interval_s": args.interval,

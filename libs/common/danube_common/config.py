@@ -54,6 +54,11 @@ def _set_path(d: dict[str, Any], path: list[str], value: Any) -> None:
     d[path[-1]] = value
 
 
+def split_list(raw: str | None) -> list[str] | None:
+    """A comma-separated flag or environment value as a list (blanks dropped); None stays None."""
+    return None if raw is None else [x.strip() for x in raw.split(",") if x.strip()]
+
+
 def _env_layer(model: type[BaseModel], prefix: str, env: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     start = prefix.upper() + "_"
@@ -64,7 +69,7 @@ def _env_layer(model: type[BaseModel], prefix: str, env: Mapping[str, str]) -> d
         value: Any = raw
         field = _field_annotation(model, path)
         if field is not None and "list" in str(field):
-            value = [x.strip() for x in raw.split(",") if x.strip()]
+            value = split_list(raw)
         _set_path(out, path, value)
     return out
 

@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import Field, field_validator
 
-from danube_common.config import EtcdConfig, Frozen
+from danube_common.config import EtcdConfig, Frozen, split_list
 from danube_common.errors import ConfigError, DanubeError, InvalidNamespaceName, MetadataUnavailable, Timeout
 from danube_common.logs import setup_logging
 from danube_common.topic_name import validate_namespace
@@ -118,11 +118,8 @@ def add_common_flags(p: argparse.ArgumentParser, *, ready_fields: str) -> None:
 
 def common_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The dotted config paths of the flags :func:`add_common_flags` defines (None = not given)."""
-    endpoints = None
-    if args.etcd_endpoints is not None:
-        endpoints = [e.strip() for e in args.etcd_endpoints.split(",") if e.strip()]
     return {
-        "etcd.endpoints": endpoints,
+        "etcd.endpoints": split_list(args.etcd_endpoints),
         "etcd.cluster": args.cluster,
         "ready_file": args.ready_file,
         "log_level": args.log_level,

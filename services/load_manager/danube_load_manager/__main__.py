@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from danube_common.config import load_config
+from danube_common.config import load_config, split_list
 from danube_common.service import add_common_flags, common_flags, service_main
 from danube_load_manager.app import run
 from danube_load_manager.config import LoadManagerConfig
@@ -51,13 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def flags_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    endpoints = None
-    if args.leader_endpoints is not None:
-        endpoints = [e.strip() for e in args.leader_endpoints.split(",") if e.strip()]
     return {
         **common_flags(args),
         "candidate_id": args.candidate_id,
-        "leader_endpoints": endpoints,
+        "leader_endpoints": split_list(args.leader_endpoints),
         "listen_addr": args.listen,
         "leadership_ttl_s": args.leadership_ttl,
     }
