@@ -19,10 +19,9 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from danube_common.load import TOPIC_FIELDS
+from danube_common.load import MSG_COST_BYTES, TOPIC_FIELDS
 from danube_common.load_score import DIMENSIONS, FLOORS, ScoreWeights
 from danube_planner.model import (
-    MSG_COST_BYTES,
     AggregateParams,
     Aggregates,
     BrokerAgg,

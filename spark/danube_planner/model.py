@@ -25,10 +25,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from danube_common.load import MSG_COST_BYTES
 from danube_common.load_score import BrokerLoad, ScoreWeights
 
-#: A message counts as this many bytes in a topic's traffic weight (as ``TopicLoad.weight``).
-MSG_COST_BYTES = 100.0
 #: The planner's role in the leader service.
 PLANNER_ROLE = "spark-planner"
 #: Version of the report and plan JSON documents.

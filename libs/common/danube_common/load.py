@@ -40,6 +40,11 @@ TOPIC_FIELDS: tuple[str, ...] = (
 )
 
 
+#: A message counts as this many bytes in a topic's traffic weight (:attr:`TopicLoad.weight`;
+#: the planner splits a broker's CPU and memory over its topics by this weight).
+MSG_COST_BYTES = 100.0
+
+
 @dataclass(frozen=True, slots=True)
 class TopicLoad:
     topic: str
@@ -54,8 +59,10 @@ class TopicLoad:
 
     @property
     def weight(self) -> float:
-        """One number for "how busy": bytes in and out, plus a per-message cost (100 B each)."""
-        return self.byte_rate_in + self.byte_rate_out + 100.0 * (self.msg_rate_in + self.msg_rate_out)
+        """One number for "how busy": bytes in and out, plus :data:`MSG_COST_BYTES` a message."""
+        return (
+            self.byte_rate_in + self.byte_rate_out + MSG_COST_BYTES * (self.msg_rate_in + self.msg_rate_out)
+        )
 
     def row(self) -> list[Any]:
         return [
