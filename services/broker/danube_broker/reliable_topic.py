@@ -1,7 +1,10 @@
 """The reliable side of a topic: its log, publish path, durable subscriptions, cursors, retention.
 
 A :class:`~danube_broker.topic.Topic` whose metadata says ``reliable`` gets one of these when it
-is first used or loaded (``Topic.adopt``). It owns:
+is first used or loaded (``Topic.adopt``; its :class:`~danube_broker.topic_storage.ReliableStorage`
+opens it and serves through it). It sees the topic only through the narrow
+:class:`~danube_broker.topic_storage.TopicHost` (names, epoch, the shared subscriptions,
+counters, stamping). It owns:
 
 - the topic's :class:`~danube_broker.wal.TopicLog` under ``<data_dir>/<ns>/<topic>/``;
 - the **publish path**: sizes are checked by the registry; then duplicates (idempotent
@@ -71,7 +74,7 @@ from danube_common.resources import Resources
 from danube_common.storage import incarnation_prefix
 
 if TYPE_CHECKING:
-    from danube_broker.topic import Topic
+    from danube_broker.topic_storage import TopicHost
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +166,7 @@ class TopicPolicies:
 class ReliableTopic:
     def __init__(
         self,
-        topic: Topic,
+        topic: TopicHost,
         log_: TopicLogPort,
         *,
         cfg: BrokerConfig,
@@ -235,8 +238,16 @@ class ReliableTopic:
     # ------------------------------------------------------------------ open / close
     @classmethod
     async def open(
-        cls, topic: Topic, record: TopicRecord, *, cfg: BrokerConfig, ctx: ReliableContext
+        cls,
+        topic: TopicHost,
+        record: TopicRecord,
+        *,
+        cfg: BrokerConfig,
+        ctx: ReliableContext,
+        on_opening: Callable[[LogOpening | None], None],
     ) -> ReliableTopic:
+        """Open the log (``on_opening`` is told the :class:`LogOpening` while it runs, then
+        None) and restore the subscriptions."""
         name = topic.topic_name
         ns = await ctx.resources.namespace_policies(name.namespace)
         policies = TopicPolicies.of(record, cfg, ns)
@@ -257,11 +268,11 @@ class ReliableTopic:
             unclean_after_s=policies.unclean_takeover_after_s,
             writer_alive=ctx.broker_registered,
         )
-        topic.opening = opening
+        on_opening(opening)
         try:
             opened = await opening.run()
         finally:
-            topic.opening = None
+            on_opening(None)
         local = opened.log
         log_: TopicLogPort = (
             TieredLog(local, history, floor=opened.history_floor) if history is not None else local

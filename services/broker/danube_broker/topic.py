@@ -1,13 +1,16 @@
-"""A topic owned by this broker: offsets, producers, subscriptions, and the publish path.
+"""A topic owned by this broker: producers, subscriptions, sealing and closing, stamping.
 
 Publishing is batch-first: a batch gets consecutive offsets, each message's ``msg_id`` is
 stamped once (producer id, exact topic name, this broker's URL, offset).
 
-- **Non-reliable** topics hand the same list of message objects to every subscription.
-  Offsets start at 0 each time the topic is loaded here (they keep nothing across moves).
-  Everything is synchronous bookkeeping except :meth:`Topic.publish`, which awaits only
-  under the ``block`` slow-consumer policy.
-- **Reliable** topics (metadata ``dispatch_strategy == "reliable"``) get a
+Where offsets come from and how batches reach subscriptions is the topic's storage strategy
+(:mod:`danube_broker.topic_storage`), chosen once from its metadata:
+
+- **Non-reliable** topics (:class:`~danube_broker.topic_storage.InMemoryStorage`) hand the
+  same list of message objects to every subscription. Offsets start at 0 each time the topic is
+  loaded here (they keep nothing across moves).
+- **Reliable** topics (metadata ``dispatch_strategy == "reliable"``,
+  :class:`~danube_broker.topic_storage.ReliableStorage`) open a
   :class:`~danube_broker.reliable_topic.ReliableTopic` when their metadata is adopted
   (:meth:`Topic.adopt`): the log, the durable subscriptions and their engines live there.
 
@@ -16,8 +19,6 @@ Topic metadata is read by the registry and handed over with :meth:`Topic.adopt`.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -25,19 +26,17 @@ from collections.abc import Callable
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer
 from danube_broker.dispatch.base import Msg, PublishResult, PublishStream, SubType
-from danube_broker.dispatch.non_reliable import NonReliableDispatch
 from danube_broker.producer import Producer
 from danube_broker.reliable_topic import ReliableContext, ReliableTopic
 from danube_broker.stats import Counters, Rate, TopicStats
 from danube_broker.subscription import Subscription
-from danube_broker.takeover import LogOpening
+from danube_broker.topic_storage import InMemoryStorage, ReliableStorage, TopicStorage
 from danube_common.errors import (
     DanubeError,
     DispatchStrategyMismatch,
     FailedPrecondition,
     ProducerBusy,
     TopicNotOwned,
-    Unavailable,
 )
 from danube_common.records import TopicRecord
 from danube_common.topic_name import TopicName
@@ -64,7 +63,6 @@ class Topic:
         self._cfg = cfg
         #: Topic metadata from etcd, once read (None: not read yet, or the topic has none yet).
         self.record: TopicRecord | None = None
-        self.next_offset = 0
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self.counters = Counters()
@@ -72,23 +70,12 @@ class Topic:
         #: Set while the topic is being handed to another broker: producers are refused (and
         #: told to look the topic up again), consumers keep draining what is stored.
         self.sealing_error: DanubeError | None = None
-        self._dispatch = NonReliableDispatch(
-            lambda: self.subscriptions,
-            block=cfg.slow_consumer_policy == "block",
-            block_timeout_s=cfg.slow_consumer_block_timeout_s,
-        )
-        #: Serialises publishes under the block policy, so a blocked batch cannot be overtaken.
-        self._order = asyncio.Lock()
         self._clock = clock
         self.rate_in = Rate()
         self.bytes_rate_in = Rate()
-        #: Reliable topics: the log and durable subscriptions, once the metadata is adopted.
-        self.reliable: ReliableTopic | None = None
         self._reliable_ctx = reliable_ctx
-        self._open_lock = asyncio.Lock()
-        self._opening_task: asyncio.Task[None] | None = None
-        #: While the reliable part opens: what it is doing (waiting for a previous owner...).
-        self.opening: LogOpening | None = None
+        #: Offsets and dispatch: in memory until a reliable record is accepted (then for good).
+        self.storage: TopicStorage = InMemoryStorage(self, cfg)
         #: What :meth:`close` took out of service, for :meth:`aclose`.
         self._closed_subscriptions: list[Subscription] = []
 
@@ -124,6 +111,11 @@ class Topic:
     def is_reliable(self) -> bool:
         return self.record is not None and self.record.dispatch_strategy == "reliable"
 
+    @property
+    def reliable(self) -> ReliableTopic | None:
+        """Reliable topics: the log and durable subscriptions, once open (else None)."""
+        return self.storage.reliable
+
     def accept_record(self, record: TopicRecord, requested: str | None = None) -> None:
         """Adopt the topic's metadata; ``requested`` is a producer's dispatch strategy."""
         if requested is not None and record.dispatch_strategy != requested:
@@ -132,62 +124,17 @@ class Topic:
                 f"Create the producer with dispatch strategy {record.dispatch_strategy}, or use another topic"
             )
         self.record = record
+        if record.dispatch_strategy == "reliable" and isinstance(self.storage, InMemoryStorage):
+            self.storage = ReliableStorage(self, self._cfg, self._reliable_ctx)
 
     async def adopt(
         self, record: TopicRecord, requested: str | None = None, *, wait_s: float | None = None
     ) -> None:
-        """:meth:`accept_record`, then for a reliable topic open its log and subscriptions (once).
-
-        The opening runs in a task of its own (it may wait long for a previous owner's log end,
-        see :mod:`danube_broker.takeover`); ``wait_s`` bounds how long this call waits for it
-        (None: until done), after which a retryable error says what the opening waits for."""
+        """:meth:`accept_record`, then have the storage open what it needs (a reliable topic:
+        its log and subscriptions, once; see :meth:`ReliableStorage.open
+        <danube_broker.topic_storage.ReliableStorage.open>`, which ``wait_s`` bounds)."""
         self.accept_record(record, requested)
-        if not self.is_reliable or self.reliable is not None:
-            return
-        self.check_open()
-        if self._reliable_ctx is None:
-            raise Unavailable(f"topic {self.name} is reliable and this broker has no storage configured")
-        task = self._opening_task
-        if task is None:
-            task = self._opening_task = asyncio.ensure_future(self._open_reliable(record))
-            task.add_done_callback(self._opening_done)
-        if wait_s is None:
-            await asyncio.shield(task)
-            return
-        done, _ = await asyncio.wait({task}, timeout=wait_s)
-        if not done:
-            raise self.opening_error()
-        task.result()
-
-    def _opening_done(self, task: asyncio.Task[None]) -> None:
-        if self._opening_task is task:
-            self._opening_task = None
-        if not task.cancelled():
-            task.exception()  # retrieved: callers that gave up waiting may never look
-
-    async def _open_reliable(self, record: TopicRecord) -> None:
-        assert self._reliable_ctx is not None
-        async with self._open_lock:
-            if self.reliable is not None:
-                return
-            self.check_open()
-            opened = await ReliableTopic.open(self, record, cfg=self._cfg, ctx=self._reliable_ctx)
-            if self.closed:
-                await opened.aclose()
-                self.check_open()
-            self.reliable = opened
-
-    def opening_error(self) -> DanubeError:
-        """What a client is told while the reliable part is not open yet."""
-        opening = self.opening
-        if opening is not None and opening.waiting is not None:
-            return opening.waiting.error(self.name)
-        return Unavailable(f"reliable topic {self.name} is still opening; retry")
-
-    def _reliable_or_raise(self) -> ReliableTopic:
-        if self.reliable is None:
-            raise self.opening_error()
-        return self.reliable
+        await self.storage.open(record, wait_s=wait_s)
 
     # ---- producers
     def attach_producer(
@@ -232,29 +179,14 @@ class Topic:
         new_id: int,
         now: float,
     ) -> Consumer:
-        self.check_open()
-        sub = self.subscriptions.get(subscription)
-        if sub is None:
-            sub = Subscription(
-                topic_name=self.name,
-                name=subscription,
-                sub_type=sub_type,
-                queue_messages=self._cfg.consumer_queue_messages,
-                on_space=self._dispatch.on_space,
-                topic_counters=self.counters,
-                now=now,
-            )
-            consumer = sub.attach(
-                consumer_name=consumer_name,
-                sub_type=sub_type,
-                key_filters=key_filters,
-                new_id=new_id,
-                now=now,
-            )
-            self.subscriptions[subscription] = sub
-            return consumer
-        return sub.attach(
-            consumer_name=consumer_name, sub_type=sub_type, key_filters=key_filters, new_id=new_id, now=now
+        """Non-reliable topics: attach a consumer at once (any topic: :meth:`subscribe_any`)."""
+        return self._in_memory().add_consumer(
+            subscription=subscription,
+            consumer_name=consumer_name,
+            sub_type=sub_type,
+            key_filters=key_filters,
+            new_id=new_id,
+            now=now,
         )
 
     async def subscribe_any(
@@ -270,17 +202,7 @@ class Topic:
         max_unacked: int = 0,
     ) -> Consumer:
         """:meth:`subscribe`, or on a reliable topic a durable subscription (created in etcd)."""
-        if not self.is_reliable:
-            return self.subscribe(
-                subscription=subscription,
-                consumer_name=consumer_name,
-                sub_type=sub_type,
-                key_filters=key_filters,
-                new_id=new_id,
-                now=now,
-            )
-        self.check_open()
-        return await self._reliable_or_raise().subscribe(
+        return await self.storage.subscribe(
             subscription=subscription,
             consumer_name=consumer_name,
             sub_type=sub_type,
@@ -309,8 +231,7 @@ class Topic:
 
     async def delete_subscription(self, sub: Subscription) -> None:
         """The durable part of unsubscribing (reliable topics): engine, metadata, cursor."""
-        if sub.engine is not None and self.reliable is not None:
-            await self.reliable.unsubscribe(sub)
+        await self.storage.delete_subscription(sub)
 
     def consumers(self) -> list[Consumer]:
         return [c for sub in self.subscriptions.values() for c in sub.consumers.values()]
@@ -319,31 +240,19 @@ class Topic:
     async def publish_batch(
         self, producer: Producer, msgs: list[Msg], nbytes: int, *, stream: PublishStream | None = None
     ) -> PublishResult:
-        """Publish ``msgs`` (sizes already checked) on either path."""
-        if self.is_reliable:
-            self.check_accepting()
-            return await self._reliable_or_raise().publish(producer, msgs, nbytes, stream=stream)
-        return PublishResult(await self.publish(producer, msgs, nbytes), len(msgs))
+        """Publish ``msgs`` (sizes already checked) through the topic's storage."""
+        return await self.storage.publish(producer, msgs, nbytes, stream=stream)
 
     async def publish(self, producer: Producer, msgs: list[Msg], nbytes: int) -> int:
-        """Assign offsets to ``msgs``, stamp them and dispatch; return the first offset."""
-        if self._dispatch.block:
-            async with self._order:
-                self.check_accepting()
-                first = self._stamp(producer, msgs, nbytes)
-                await self._dispatch.dispatch(msgs, nbytes)
-                return first
-        self.check_accepting()
-        first = self._stamp(producer, msgs, nbytes)
-        await self._dispatch.dispatch(msgs, nbytes)
-        return first
+        """Non-reliable topics: assign offsets to ``msgs``, stamp them and dispatch; return the
+        first offset (any topic: :meth:`publish_batch`)."""
+        return await self._in_memory().dispatch(producer, msgs, nbytes)
 
-    def _stamp(self, producer: Producer, msgs: list[Msg], nbytes: int) -> int:
-        first = self.next_offset
-        self.next_offset = first + len(msgs)
-        self.stamp(producer, msgs, first, 0)
-        self.count_in(len(msgs), nbytes)
-        return first
+    def _in_memory(self) -> InMemoryStorage:
+        storage = self.storage
+        if not isinstance(storage, InMemoryStorage):
+            raise FailedPrecondition(f"topic {self.name} is reliable: publish and subscribe through its log")
+        return storage
 
     def stamp(self, producer: Producer, msgs: list[Msg], first: int, now_ms: int) -> None:
         """Fill each message's ``msg_id`` (offsets from ``first``), and its producer name and
@@ -409,8 +318,7 @@ class Topic:
         self.closed_error = error
         producers = list(self.producers.values())
         consumers = self.consumers()
-        if self.reliable is not None:
-            self.reliable.stop()
+        self.storage.stop()
         for p in producers:
             p.detach(error)
         for c in consumers:
@@ -418,7 +326,6 @@ class Topic:
         self.producers.clear()
         self._closed_subscriptions = list(self.subscriptions.values())
         self.subscriptions.clear()
-        self._dispatch.notify_space()  # a publish blocked on a consumer gives up at once
         return producers, consumers
 
     async def aclose(self) -> None:
@@ -426,24 +333,14 @@ class Topic:
 
         Waits for an opening in progress (it closes what it opened when it sees the topic closed).
         """
-        task = self._opening_task
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        async with self._open_lock:
-            reliable, self.reliable = self.reliable, None
-            if reliable is not None:
-                await reliable.aclose(self._closed_subscriptions)
-                await reliable.discard_if_deleted()
-            self._closed_subscriptions = []
+        await self.storage.aclose(self._closed_subscriptions)
+        self._closed_subscriptions = []
 
     def stats(self) -> TopicStats:
         now = self._clock()
         subs = {name: sub.stats(now) for name, sub in self.subscriptions.items()}
         c = self.counters
-        reliable = self.reliable
-        wal_bytes, wal_segments = reliable.wal_stats() if reliable is not None else (0, 0)
+        st = self.storage.stats()
         return TopicStats(
             topic=self.name,
             dispatch_strategy=self.record.dispatch_strategy if self.record else "non_reliable",
@@ -455,19 +352,19 @@ class Topic:
             producers=len(self.producers),
             consumers=sum(s.consumers for s in subs.values()),
             subscriptions=len(subs),
-            next_offset=reliable.log.next_offset if reliable is not None else self.next_offset,
+            next_offset=st.next_offset,
             per_subscription=subs,
             msg_rate_in=self.rate_in.value(now),
             bytes_rate_in=self.bytes_rate_in.value(now),
             msg_rate_out=sum(s.msg_rate_out for s in subs.values()),
-            durability=reliable.policies.durability.value if reliable is not None else "",
-            first_offset=reliable.log.first_offset if reliable is not None else 0,
-            wal_bytes=wal_bytes,
-            wal_segments=wal_segments,
-            tiered=reliable.tiered_stats() if reliable is not None else None,
-            log_stint=reliable.stint_stats() if reliable is not None else None,
-            state="" if reliable is not None or not self.is_reliable else self.opening_error().message,
-            accepted_gaps=reliable.gap_stats() if reliable is not None else (),
+            durability=st.durability,
+            first_offset=st.first_offset,
+            wal_bytes=st.wal_bytes,
+            wal_segments=st.wal_segments,
+            tiered=st.tiered,
+            log_stint=st.log_stint,
+            state=st.state,
+            accepted_gaps=st.accepted_gaps,
         )
 
 

@@ -12,9 +12,11 @@ from danube_broker.topic import Topic
 from danube_common.errors import (
     ConsumerBusy,
     DispatchStrategyMismatch,
+    FailedPrecondition,
     ProducerBusy,
     SubscriptionTypeMismatch,
     TopicNotOwned,
+    Unavailable,
 )
 from danube_common.records import TopicRecord
 from danube_common.topic_name import TopicName
@@ -298,3 +300,19 @@ async def test_close_ends_streams_with_the_error_and_refuses_publish() -> None:
         await c.next_batch(session, 10)
     with pytest.raises(TopicNotOwned):
         await topic.publish(p, msgs(1), 1)
+
+
+async def test_a_reliable_topic_serves_through_its_log_only() -> None:
+    topic = Topic(T, epoch=1, cfg=config(), broker_url=BROKER_URL)
+    rec = TopicRecord(str(T), dispatch_strategy="reliable")
+    topic.accept_record(rec)
+    p, _ = topic.attach_producer("p", exclusive=False, new_id=1, now=0.0)
+    assert topic.reliable is None and "still opening" in topic.stats().state
+    with pytest.raises(Unavailable, match="still opening"):
+        await topic.publish_batch(p, msgs(1), 1)
+    with pytest.raises(Unavailable, match="no storage configured"):
+        await topic.adopt(rec)
+    with pytest.raises(FailedPrecondition, match="is reliable"):
+        topic.subscribe(
+            subscription="s", consumer_name="c", sub_type=SubType.SHARED, key_filters=(), new_id=2, now=0
+        )

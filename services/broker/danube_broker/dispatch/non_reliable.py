@@ -7,8 +7,8 @@ What does not fit is handled by the slow-consumer policy:
   path is synchronous, so batches reach queues in publish (offset) order.
 - ``block``: the publish waits until consumers make room, up to the block timeout, then
   drops what is still left. The topic serialises publishes while one is blocked so order is
-  kept (see :class:`danube_broker.topic.Topic`), and the producer's ack waits with it:
-  back-pressure reaches the producer.
+  kept (see :class:`danube_broker.topic_storage.InMemoryStorage`), and the producer's ack
+  waits with it: back-pressure reaches the producer.
 
 Messages published while a subscription has no routable consumer (none streaming or about to)
 are dropped (counted); there is no backlog on non-reliable topics.
