@@ -61,6 +61,27 @@ class ConfigError(InvalidArgument):
     code = "CONFIG_ERROR"
 
 
+class InvalidSchema(InvalidArgument):
+    """A schema definition (or its type or compatibility mode) is malformed: it is refused at
+    registration with what is wrong in it."""
+
+    code = "INVALID_SCHEMA"
+
+
+class IncompatibleSchema(InvalidArgument):
+    """A schema breaks the subject's compatibility mode (or a producer's schema does not match
+    the topic's): the message lists each rule broken."""
+
+    code = "INCOMPATIBLE_SCHEMA"
+
+
+class InvalidPayload(InvalidArgument):
+    """A message does not validate against the topic's schema (the message says the subject,
+    version and the validator's reason)."""
+
+    code = "INVALID_PAYLOAD"
+
+
 # ---- NOT_FOUND
 class NotFound(DanubeError):
     code = "NOT_FOUND"

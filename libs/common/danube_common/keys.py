@@ -25,7 +25,11 @@ Layout (values are JSON unless noted)::
     /{cluster}/storage/{ns}/{topic}/uploaded               uploader checkpoint {next_offset}
     /{cluster}/storage/{ns}/{topic}/segments/{start:020d}  segment descriptors
     /{cluster}/uploaders/{broker_id}                       a running WAL uploader of that broker; lease
-    /{cluster}/schemas/{subject}/...                       reserved: schema registry (not built yet)
+    /{cluster}/schemas/subjects/{subject}                  a subject: {schema_id, schema_type, compatibility_mode, latest_version}
+    /{cluster}/schemas/subjects/{subject}/versions/{v:010d}  one version: definition, fingerprint, author
+    /{cluster}/schemas/ids/{schema_id}                     schema id -> subject (ids are unique cluster-wide)
+    /{cluster}/schemas/next_id                             the next schema id to allocate {next}
+    /{cluster}/schemas/topics/{ns}/{topic}                 a topic's schema: {subject, validation_policy, ...}
     /{cluster}/auth/...                                    reserved: roles and bindings (not built yet)
     /{cluster}/counters/{name}                             reserved: id allocation (nothing uses it yet)
 
@@ -258,8 +262,50 @@ class Keys:
         data directory is running (when that broker dies, it records where its logs end)."""
         return f"/{self.cluster}/uploaders/{broker_id}"
 
+    # ---- schema registry
     def schemas_prefix(self) -> str:
         return f"/{self.cluster}/schemas/"
+
+    def schema_subjects_prefix(self) -> str:
+        return f"/{self.cluster}/schemas/subjects/"
+
+    def schema_subject(self, subject: str) -> str:
+        return f"/{self.cluster}/schemas/subjects/{subject}"
+
+    def schema_versions_prefix(self, subject: str) -> str:
+        return f"/{self.cluster}/schemas/subjects/{subject}/versions/"
+
+    def schema_version(self, subject: str, version: int) -> str:
+        return f"{self.schema_versions_prefix(subject)}{version:010d}"
+
+    def parse_schema_key(self, key: str) -> tuple[str, int | None] | None:
+        """``(subject, None)`` for a subject key, ``(subject, version)`` for a version key."""
+        prefix = self.schema_subjects_prefix()
+        if not key.startswith(prefix):
+            return None
+        parts = key[len(prefix) :].split("/")
+        if len(parts) == 1 and parts[0]:
+            return parts[0], None
+        if len(parts) == 3 and parts[1] == "versions" and parts[2].isdigit():
+            return parts[0], int(parts[2])
+        return None
+
+    def schema_id(self, schema_id: int) -> str:
+        return f"/{self.cluster}/schemas/ids/{schema_id}"
+
+    def schema_next_id(self) -> str:
+        return f"/{self.cluster}/schemas/next_id"
+
+    def topic_schemas_prefix(self) -> str:
+        return f"/{self.cluster}/schemas/topics/"
+
+    def topic_schema(self, topic: TopicName) -> str:
+        """The topic's schema configuration (under the registry's prefix, so one watch sees
+        every schema change; deleted with the topic)."""
+        return f"{self.topic_schemas_prefix()}{topic.namespace}/{topic.local}"
+
+    def parse_topic_schema(self, key: str) -> TopicName | None:
+        return self.parse_topic_suffix(self.topic_schemas_prefix(), key)
 
     def auth_prefix(self) -> str:
         return f"/{self.cluster}/auth/"

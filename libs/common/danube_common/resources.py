@@ -206,6 +206,7 @@ class Resources(OwnershipTxns):
                 Op.delete_prefix(self.keys.topic(t) + "/"),
                 Op.delete(self.keys.unassigned(t)),
                 Op.delete_prefix(self.keys.storage_topic_prefix(t)),
+                Op.delete(self.keys.topic_schema(t)),
             ]
             own = await self.get_owner(t)
             if own is not None:

@@ -1,7 +1,8 @@
 """Wiring of the lookup service: etcd, the cluster view, two gRPC servers, ordered shutdown.
 
 Start-up: connect to etcd (bounded wait), create the bootstrap namespaces, load the cluster
-view and follow its watch, bind both ports, start serving, then announce readiness (callback
+view and the schema registry view and follow their watches, bind both ports (the schema
+registry is served on both), start serving, then announce readiness (callback
 and/or ready file). Shutdown (stop event, SIGINT/SIGTERM from ``__main__``): remove the ready
 file, stop both servers (in-flight RPCs get ``shutdown_grace_s``), stop the view, close etcd.
 The service keeps no state of its own, so a crash at any point loses nothing.
@@ -24,7 +25,10 @@ from danube_common.keys import Keys
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
+from danube_common.pb import SchemaRegistry_pb2_grpc as spb_grpc
 from danube_common.resources import Resources
+from danube_common.schema_store import SchemaStore
+from danube_common.schema_view import SchemaView
 from danube_common.service import (
     ServiceFailure,
     ServiceReady,
@@ -37,6 +41,7 @@ from danube_lookup.admin_api import BrokerAdminApi, ClusterAdminApi, NamespaceAd
 from danube_lookup.broker_stats import BrokerStatsClient
 from danube_lookup.catalog import Catalog
 from danube_lookup.config import LookupConfig
+from danube_lookup.schema_api import SchemaRegistryApi
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +68,15 @@ async def run(
         view = ClusterView(resources)
         await view.start()
         stack.push_async_callback(view.aclose)
+        schemas = SchemaView(store, resources.keys)
+        await schemas.start()
+        stack.push_async_callback(schemas.aclose)
+        registry = SchemaRegistryApi(SchemaStore(store, resources.keys), schemas)
 
         client_server = new_server()
         discovery = DiscoveryServicer(resources, view, auto_create_topics=cfg.auto_create_topics)
         pb_grpc.add_DiscoveryServicer_to_server(discovery, client_server)
+        spb_grpc.add_SchemaRegistryServicer_to_server(registry, client_server)
         port = bind(client_server, cfg.listen_addr)
         catalog = Catalog(resources, discovery.resolver)
         stats = BrokerStatsClient(resources, rpc_timeout_s=cfg.broker_rpc_timeout_s)
@@ -76,6 +86,7 @@ async def run(
         apb_grpc.add_NamespaceAdminServicer_to_server(NamespaceAdminApi(catalog), admin_server)
         apb_grpc.add_TopicAdminServicer_to_server(TopicAdminApi(catalog, stats), admin_server)
         apb_grpc.add_ClusterAdminServicer_to_server(ClusterAdminApi(catalog), admin_server)
+        spb_grpc.add_SchemaRegistryServicer_to_server(registry, admin_server)
         admin_port = bind(admin_server, cfg.admin_listen_addr)
 
         async def stop_servers(*servers: grpc.aio.Server) -> None:
@@ -104,7 +115,9 @@ async def run(
         )
         if ready is not None:
             ready(info)
-        ended = await wait_for_stop(stop, {view.task: "the cluster view's watch"})
+        ended = await wait_for_stop(
+            stop, {view.task: "the cluster view's watch", schemas.task: "the schema registry's watch"}
+        )
         if ended is not None:
             raise ServiceFailure(str(ended)) from ended.error
     log.info("lookup stopped")
