@@ -35,6 +35,7 @@ from danube_broker.handoff import TopicMover
 from danube_broker.load_reporter import LoadReporter
 from danube_broker.membership import Membership
 from danube_broker.registry import BrokerRegistry
+from danube_broker.schema_gate import SchemaGate
 from danube_broker.stats_api import BrokerStatsApi
 from danube_broker.takeover import close_orphaned_stints
 from danube_broker.tiering import Tiering
@@ -52,6 +53,8 @@ from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.placement import LOAD_MANAGER_ROLE
 from danube_common.records import BrokerRecord, now_ms
 from danube_common.resources import Resources
+from danube_common.schema_store import SchemaStore
+from danube_common.schema_view import SchemaView
 from danube_common.service import (
     ServiceFailure,
     ServiceReady,
@@ -130,6 +133,7 @@ async def _serve(
     mover = TopicMover(registry, resources, move_timeout_s=cfg.move_timeout_s, tiering=tiering)
     membership.mover = mover
     view = ClusterView(resources)
+    schemas = SchemaView(resources.store, resources.keys)
     discovery = DiscoveryServicer(
         resources, view, self_broker_id=cfg.broker_id, auto_create_topics=cfg.auto_create_topics
     )
@@ -173,8 +177,11 @@ async def _serve(
         await reporter.publish()
         loops[asyncio.create_task(reporter.run(), name="load-report")] = "the load reporter"
         await view.start()
+        await schemas.start()
+        registry.schemas = SchemaGate(schemas, SchemaStore(resources.store, resources.keys))
         for task, what in (
             (view.task, "the cluster view watch"),
+            (schemas.task, "the schema registry watch"),
             (lease.task, "the lease keep-alive"),
         ):
             if task is not None:
@@ -209,6 +216,7 @@ async def _serve(
             cfg, resources, server, registry, membership, view, lease, loops, served=served, tiering=tiering
         )
         await dead_letters.aclose()
+        await schemas.aclose()
     if failure is not None:
         raise failure
 

@@ -71,6 +71,7 @@ class ProducerApi(pb_grpc.ProducerServiceServicer):
             request.producer_name,
             exclusive=_enum(_ACCESS_MODES, request.producer_access_mode, "producer access mode"),
             dispatch_strategy=_enum(_DISPATCH, request.dispatch_strategy, "dispatch strategy"),
+            schema_ref=request.schema_ref if request.HasField("schema_ref") else None,
         )
         return pb.ProducerResponse(
             request_id=request.request_id,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from danube_common.errors import DanubeError
 
 if TYPE_CHECKING:
+    from danube_broker.schema_gate import ProducerSchema
     from danube_broker.topic import Topic
 
 
@@ -28,6 +29,8 @@ class Producer:
         #: Set once the producer is detached; ``detach_error`` says what its streams end with.
         self.detached = asyncio.Event()
         self.detach_error: DanubeError | None = None
+        #: The schema version its ``schema_ref`` resolved to (stamped on its messages), if any.
+        self.schema: ProducerSchema | None = None
 
     @property
     def topic_name(self) -> str:

@@ -31,6 +31,7 @@ from danube_broker.dispatch.base import Msg, PublishResult, PublishStream, SubTy
 from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink
 from danube_broker.producer import Producer
 from danube_broker.reliable_topic import ReliableContext
+from danube_broker.schema_gate import ProducerSchema, SchemaGate
 from danube_broker.stats import TopicStats
 from danube_broker.subscription import Subscription
 from danube_broker.takeover import LogOpener
@@ -49,6 +50,7 @@ from danube_common.errors import (
     TopicNotOwned,
     Unavailable,
 )
+from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.records import Ownership, TopicRecord, check_dispatch
 from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
@@ -105,6 +107,8 @@ class BrokerRegistry:
         #: Opening and closing topics in the background; the crash flag of topics' tasks.
         self.tasks = TopicTasks()
         self.reliable = ReliableContext(resources, clock, self.tasks.report_failure, open_log=open_log)
+        #: Schema references and publish checks (set by the app; None: no registry view).
+        self.schemas: SchemaGate | None = None
 
     def new_id(self) -> int:
         self._next_id += 1
@@ -269,7 +273,13 @@ class BrokerRegistry:
 
     # ------------------------------------------------------------------ producers
     async def create_producer(
-        self, topic_name: str, producer_name: str, *, exclusive: bool, dispatch_strategy: str
+        self,
+        topic_name: str,
+        producer_name: str,
+        *,
+        exclusive: bool,
+        dispatch_strategy: str,
+        schema_ref: pb.SchemaReference | None = None,
     ) -> Producer:
         topic_id = TopicName.parse(topic_name)
         if not producer_name:
@@ -289,13 +299,24 @@ class BrokerRegistry:
                 if record is None:
                     raise self._topic_not_found(topic_id)
         await self._adopt(topic, record, dispatch_strategy, client=True)
+        schema = await self._producer_schema(topic.name, schema_ref)
         producer, created = topic.attach_producer(
             producer_name, exclusive=exclusive, new_id=self.new_id(), now=self._clock()
         )
+        producer.schema = schema
         if created:
             self.producers[producer.id] = producer
             log.info("producer %d (%s) attached to %s", producer.id, producer_name, topic.name)
         return producer
+
+    async def _producer_schema(self, topic: str, ref: pb.SchemaReference | None) -> ProducerSchema | None:
+        if self.schemas is not None:
+            return await self.schemas.bind_producer(topic, ref)
+        if ref is not None:
+            raise FailedPrecondition(
+                "this broker has no schema registry view: schema references are not accepted"
+            )
+        return None
 
     def producer(self, producer_id: int, *, topic_hint: str = "") -> Producer:
         """The live producer ``producer_id`` (``topic_hint``: the topic the client thinks it is on)."""
@@ -348,6 +369,8 @@ class BrokerRegistry:
         if not producer.live:
             raise producer.detach_error or ProducerNotFound(f"producer {producer.id} was closed")
         producer.touch(self._clock())
+        if self.schemas is not None:
+            self.schemas.check_batch(producer.topic.name, producer.schema, msgs)
         return await producer.topic.publish_batch(producer, msgs, nbytes, stream=stream)
 
     @staticmethod
