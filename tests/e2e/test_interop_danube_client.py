@@ -138,3 +138,34 @@ def test_danube_client_nack_redelivers_same_offset(cluster: LocalCluster) -> Non
     assert sorted(e["offset"] for e in nacked) == sorted(e["offset"] for e in got), (
         "each nacked message comes back at the same offset"
     )
+
+
+async def test_danube_client_schema_registry_and_validated_topic(
+    cluster: LocalCluster, client: DanubeClient
+) -> None:
+    """client.schema() works against the lookup, the producer's schema reference binds the topic,
+    valid messages arrive stamped with the schema, and an invalid payload is refused."""
+    topic, subject = f"/default/{unique('interop-schema')}", unique("people")
+    setup = await client.create_producer(topic, producer_name="sdk-setup")  # creates the topic
+    await setup.close()
+    sub = await client.subscribe(topic, subscription="check", sub_type=SubType.EXCLUSIVE)
+    events = await asyncio.to_thread(
+        run_driver, cluster, "schema", "--topic", topic, "--subject", subject, "--count", "5"
+    )
+    registered = next(e for e in events if e["event"] == "registered")
+    assert registered["latest_version"] == 1 and registered["versions"] == [1]
+    assert registered["latest_subject"] == registered["by_id_subject"] == subject
+    assert registered["same_definition"] and registered["breaking_compatible"] is False
+    assert any("age" in err for err in registered["breaking_errors"])
+    configured = next(e for e in events if e["event"] == "configured")
+    assert configured["ok"] and configured["policy"] == "enforce" and configured["payload_validation"]
+    assert configured["schema_id"] == registered["schema_id"]
+    refused = [e for e in events if e["event"] in ("refused", "accepted-invalid")]
+    assert refused and refused[0]["event"] == "refused", refused
+    assert "does not match schema subject" in refused[0]["message"]
+
+    got = [await asyncio.wait_for(sub.receive(), 20) for _ in range(5)]
+    assert [json.loads(m.payload)["name"] for m in got] == [f"n{i}" for i in range(5)]
+    assert {(m.raw.schema_id, m.raw.schema_version) for m in got} == {(registered["schema_id"], 1)}
+    with pytest.raises(TimeoutError):  # nothing of the refused batch was stored
+        await asyncio.wait_for(sub.receive(), 1.0)

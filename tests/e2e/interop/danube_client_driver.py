@@ -17,6 +17,11 @@ Modes:
   produce    create a producer and send --count messages.
   consume    subscribe, print "ready" once the stream delivered the first message (the test
              sends probes until then), then receive --count non-probe messages and ack them.
+  schema     through client.schema(): register a JSON schema under --subject, read it back
+             (latest, by id, versions, a compatibility check), create a producer with
+             with_schema_subject (the topic takes the subject), have the topic's validation
+             set to enforce with payload validation, send --count valid messages, then one
+             invalid payload, which must be refused ({"event": "refused", ...}).
 Every await is bounded by a timeout: the client sets no deadlines of its own.
 """
 
@@ -28,6 +33,7 @@ import json
 import sys
 
 from danube import DanubeClientBuilder, DispatchStrategy, SubType
+from danube.schema import SchemaType
 
 SUB_TYPES = {
     "exclusive": SubType.EXCLUSIVE,
@@ -123,6 +129,10 @@ async def run(args: argparse.Namespace) -> None:
         emit(event="done", received=len(got) + len(pending_first))
         return
 
+    if args.mode == "schema":
+        await run_schema(client, args)
+        return
+
     # roundtrip
     producer = await make_producer(client, args)
     consumer, queue = await make_consumer(client, args)
@@ -150,9 +160,75 @@ async def run(args: argparse.Namespace) -> None:
     emit(event="done", sent=args.count, received=len(got))
 
 
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name"],
+}
+
+
+async def run_schema(client, args: argparse.Namespace) -> None:  # type: ignore[no-untyped-def]
+    registry = client.schema()
+    definition = json.dumps(PERSON).encode()
+    schema_id = await asyncio.wait_for(
+        registry.register_schema(args.subject)
+        .with_type(SchemaType.JSON_SCHEMA)
+        .with_schema_data(definition)
+        .execute(),
+        args.timeout_s,
+    )
+    latest = await asyncio.wait_for(registry.get_latest_schema(args.subject), args.timeout_s)
+    by_id = await asyncio.wait_for(registry.get_schema_by_id(schema_id), args.timeout_s)
+    versions = await asyncio.wait_for(registry.list_versions(args.subject), args.timeout_s)
+    breaking = dict(PERSON, required=["name", "age"])
+    compatible, errors = await asyncio.wait_for(
+        registry.check_compatibility(args.subject, json.dumps(breaking).encode(), SchemaType.JSON_SCHEMA),
+        args.timeout_s,
+    )
+    emit(
+        event="registered",
+        schema_id=schema_id,
+        latest_version=latest.version,
+        latest_subject=latest.subject,
+        by_id_subject=by_id.subject,
+        versions=versions,
+        same_definition=json.loads(by_id.schema_definition) == PERSON,
+        breaking_compatible=compatible,
+        breaking_errors=errors,
+    )
+    producer = client.new_producer().with_topic(args.topic).with_name(args.producer_name)
+    producer = producer.with_schema_subject(args.subject).build()
+    await asyncio.wait_for(producer.create(), args.timeout_s)
+    ok, message = await asyncio.wait_for(
+        registry.configure_topic_schema(args.topic, args.subject, "enforce", True), args.timeout_s
+    )
+    config = await asyncio.wait_for(registry.get_topic_schema_config(args.topic), args.timeout_s)
+    emit(
+        event="configured",
+        ok=ok,
+        message=message,
+        policy=config.validation_policy,
+        payload_validation=config.enable_payload_validation,
+        schema_id=config.schema_id,
+    )
+    for i in range(args.count):
+        body = json.dumps({"name": f"n{i}", "age": i}).encode()
+        rid = await asyncio.wait_for(producer.send(body, {"i": str(i)}), args.timeout_s)
+        emit(event="sent", i=i, request_id=rid)
+    try:
+        await asyncio.wait_for(producer.send(json.dumps({"age": "old"}).encode(), None), args.timeout_s)
+    except Exception as exc:  # the broker refuses it: report what the client saw
+        emit(event="refused", type=type(exc).__name__, message=str(exc))
+    else:
+        emit(event="accepted-invalid")
+    await producer.close()
+    emit(event="done", sent=args.count)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["roundtrip", "produce", "consume"])
+    p.add_argument("mode", choices=["roundtrip", "produce", "consume", "schema"])
+    p.add_argument("--subject", default="interop-people", help="schema mode: the schema subject")
     p.add_argument("--service-url", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--count", type=int, default=10)
