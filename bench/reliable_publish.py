@@ -20,6 +20,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -90,17 +91,28 @@ async def publish_at_rate(
     return {"rate": rate, "p50_ms": q[499] * 1000, "p99_ms": q[989] * 1000, "p999_ms": q[998] * 1000}
 
 
-async def publish(service_url: str, topic: str, reliable: bool, messages: int, size: int) -> dict[str, float]:
+async def publish(
+    service_url: str,
+    topic: str,
+    reliable: bool,
+    messages: int,
+    payload: bytes,
+    before_send: Callable[[], None] | None = None,
+) -> dict[str, float]:
+    """One SDK producer publishes ``payload`` ``messages`` times as fast as it can (pipelined);
+    ``before_send`` runs (in a thread) once the producer is attached, before the measurement."""
     from danube_sdk import DanubeClient, DispatchStrategy
 
-    payload = os.urandom(size)
     lat: list[float] = []
     async with DanubeClient(service_url) as client:
         producer = await client.create_producer(
             topic,
             dispatch_strategy=DispatchStrategy.RELIABLE if reliable else DispatchStrategy.NON_RELIABLE,
         )
-        await producer.send(b"warm-up")
+        await producer.send(payload)
+        if before_send is not None:
+            await asyncio.to_thread(before_send)
+            await asyncio.sleep(0.5)  # brokers follow metadata changes through watches
         futures = []
         t0 = time.perf_counter()
         for _ in range(messages):
@@ -140,7 +152,7 @@ def main() -> None:
                     create_topic(c.admin_url, topic, dispatch, durability)
                     print(f"== {label}, {size} B x {args.messages} ...", flush=True)
                     res = asyncio.run(
-                        publish(c.service_url, topic, dispatch == "reliable", args.messages, size)
+                        publish(c.service_url, topic, dispatch == "reliable", args.messages, os.urandom(size))
                     )
                     rows.append((label, size, res))
             topic = "/default/bench-fixed-rate"

@@ -21,13 +21,14 @@ import argparse
 import asyncio
 import io
 import json
-import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import fastavro
 import grpc
+from reliable_publish import publish  # this directory: the same producer loop
 
 from danube_common.grpc_util import strip_scheme
 from danube_common.pb import SchemaRegistry_pb2 as spb
@@ -87,32 +88,6 @@ def configure(service_url: str, topic: str, subject: str, kind: str, definition:
         )
 
 
-async def publish(
-    service_url: str, topic: str, payload: bytes, messages: int, before_send: object = None
-) -> dict[str, float]:
-    from danube_sdk import DanubeClient
-
-    lat: list[float] = []
-    async with DanubeClient(service_url) as client:
-        producer = await client.create_producer(topic)  # creates the topic
-        await producer.send(payload)
-        if callable(before_send):
-            await asyncio.to_thread(before_send)
-            await asyncio.sleep(0.5)  # the broker's schema view follows the registry's watch
-        futures = []
-        t0 = time.perf_counter()
-        for _ in range(messages):
-            sent = time.perf_counter()
-            fut = await producer.send_async(payload)
-            fut.add_done_callback(lambda f, sent=sent: lat.append(time.perf_counter() - sent))
-            futures.append(fut)
-        await asyncio.gather(*futures)
-        elapsed = time.perf_counter() - t0
-        await producer.close()
-    q = statistics.quantiles(lat, n=100)
-    return {"rate": messages / elapsed, "p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000}
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", type=int, default=30_000)
@@ -129,7 +104,7 @@ def main() -> None:
         for kind, (definition, payload) in documents().items():
             for label in ("no schema", "enforce + payloads"):
                 topic = f"/default/bench-{kind}-{'plain' if label == 'no schema' else 'validated'}"
-                setup = None
+                setup: Callable[[], None] | None = None
                 if label != "no schema":
 
                     def setup(
@@ -138,7 +113,7 @@ def main() -> None:
                         configure(c.service_url, topic, f"bench-{kind}", kind, definition)
 
                 print(f"== {kind}, {label}, {len(payload)} B x {args.messages} ...", flush=True)
-                res = asyncio.run(publish(c.service_url, topic, payload, args.messages, setup))
+                res = asyncio.run(publish(c.service_url, topic, False, args.messages, payload, setup))
                 rows.append((kind, label, len(payload), res))
 
     print()
