@@ -8,9 +8,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from danube_common.config import EtcdConfig
 from danube_common.errors import MD_ERROR_CODE
-from danube_common.etcd_server import EtcdProcess
 from danube_common.keys import Keys
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.pb import DanubeApi_pb2 as pb
@@ -19,22 +17,9 @@ from danube_common.records import BrokerRecord
 from danube_common.resources import Resources
 from danube_common.service import ServiceReady
 from danube_common.topic_name import TopicName
-from danube_lookup.app import running
-from danube_lookup.config import LookupConfig
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def lookup(etcd_server: EtcdProcess, cluster_name: str) -> AsyncIterator[ServiceReady]:
-    cfg = LookupConfig(
-        listen_addr="127.0.0.1:0",
-        admin_listen_addr="127.0.0.1:0",
-        etcd=EtcdConfig(endpoints=[etcd_server.endpoint], cluster=cluster_name),
-    )
-    async with running(cfg) as info:
-        yield info
 
 
 @pytest.fixture

@@ -10,17 +10,13 @@ import grpc
 import grpc.aio
 import pytest
 
-from danube_common.config import EtcdConfig
 from danube_common.errors import MD_ERROR_CODE
-from danube_common.etcd_server import EtcdProcess
 from danube_common.keys import Keys
 from danube_common.pb import SchemaRegistry_pb2 as spb
 from danube_common.pb import SchemaRegistry_pb2_grpc as spb_grpc
 from danube_common.resources import Resources
 from danube_common.service import ServiceReady
 from danube_common.topic_name import TopicName
-from danube_lookup.app import running
-from danube_lookup.config import LookupConfig
 
 pytestmark = pytest.mark.integration
 
@@ -28,17 +24,6 @@ pytestmark = pytest.mark.integration
 def person(*, required: tuple[str, ...] = ("name",), extra: dict[str, object] | None = None) -> bytes:
     props: dict[str, object] = {"name": {"type": "string"}, "age": {"type": "integer"}, **(extra or {})}
     return json.dumps({"type": "object", "properties": props, "required": list(required)}).encode()
-
-
-@pytest.fixture
-async def lookup(etcd_server: EtcdProcess, cluster_name: str) -> AsyncIterator[ServiceReady]:
-    cfg = LookupConfig(
-        listen_addr="127.0.0.1:0",
-        admin_listen_addr="127.0.0.1:0",
-        etcd=EtcdConfig(endpoints=[etcd_server.endpoint], cluster=cluster_name),
-    )
-    async with running(cfg) as info:
-        yield info
 
 
 @pytest.fixture

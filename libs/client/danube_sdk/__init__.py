@@ -8,6 +8,14 @@ async with DanubeClient("http://127.0.0.1:6650") as client:
     consumer = await client.subscribe("/default/t", subscription="s")
     msg = await consumer.receive()
     await consumer.ack(msg)
+
+Typed values with the schema registry (see danube_sdk.schemas):
+
+    schema = JsonSchema(Order, subject="orders")        # a pydantic model or a dataclass
+    producer = await client.create_producer("/default/orders", schema=schema)
+    await producer.send(Order(id=1))
+    consumer = await client.subscribe("/default/orders", subscription="s", schema=schema)
+    order = (await consumer.receive()).value()
 """
 
 from danube_common.errors import DanubeError
@@ -16,6 +24,16 @@ from danube_sdk.consumer import Consumer
 from danube_sdk.errors import ClientClosed, ClientTimeout
 from danube_sdk.producer import Producer
 from danube_sdk.routing import fnv1a64
+from danube_sdk.schema_registry import (
+    CompatibilityCheck,
+    RegisteredSchema,
+    SchemaInfo,
+    SchemaRegistryClient,
+    SchemaVersion,
+    SubjectSummary,
+    TopicSchemaConfig,
+)
+from danube_sdk.schemas import AvroSchema, JsonSchema, ProtobufSchema, Schema, SchemaReference
 from danube_sdk.types import (
     AccessMode,
     DispatchStrategy,
@@ -28,17 +46,29 @@ from danube_sdk.types import (
 
 __all__ = [
     "AccessMode",
+    "AvroSchema",
     "ClientClosed",
     "ClientTimeout",
+    "CompatibilityCheck",
     "Consumer",
     "DanubeClient",
     "DanubeError",
     "DispatchStrategy",
     "InitialPosition",
+    "JsonSchema",
     "Message",
     "MessageId",
     "Producer",
+    "ProtobufSchema",
+    "RegisteredSchema",
     "RoutingMode",
+    "Schema",
+    "SchemaInfo",
+    "SchemaReference",
+    "SchemaRegistryClient",
+    "SchemaVersion",
     "SubType",
+    "SubjectSummary",
+    "TopicSchemaConfig",
     "fnv1a64",
 ]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable
+from typing import Any, TypeVar, overload
 
-from danube_common.errors import DanubeError, TopicNotFound
+from danube_common.errors import DanubeError, InvalidArgument, TopicNotFound
 from danube_common.topic_name import TopicName
 from danube_sdk.connection import Connections
 from danube_sdk.consumer import Consumer
@@ -14,9 +15,13 @@ from danube_sdk.errors import ClientClosed
 from danube_sdk.options import ClientOptions, ConsumerOptions, ProducerOptions
 from danube_sdk.producer import Producer
 from danube_sdk.retry import retry_until
+from danube_sdk.schema_registry import SchemaRegistryClient
+from danube_sdk.schemas import Schema, SchemaReference
 from danube_sdk.types import AccessMode, DispatchStrategy, InitialPosition, RoutingMode, SubType
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class DanubeClient:
@@ -42,14 +47,17 @@ class DanubeClient:
             health_check_interval_s=health_check_interval_s,
         )
         self._conns = Connections(service_url, rpc_timeout_s=rpc_timeout_s)
-        self._producers: set[Producer] = set()
-        self._consumers: set[Consumer] = set()
+        self._producers: set[Producer[Any]] = set()
+        self._consumers: set[Consumer[Any]] = set()
+        self._registry: SchemaRegistryClient | None = None
         self._closed = False
 
+    @overload
     async def create_producer(
         self,
         topic: str,
         *,
+        schema: Schema[T],
         producer_name: str | None = None,
         dispatch_strategy: DispatchStrategy = DispatchStrategy.NON_RELIABLE,
         access_mode: AccessMode = AccessMode.SHARED,
@@ -61,7 +69,46 @@ class DanubeClient:
         send_timeout_s: float = 30.0,
         routing_mode: RoutingMode = RoutingMode.ROUND_ROBIN,
         enable_idempotence: bool = True,
-    ) -> Producer:
+    ) -> Producer[T]: ...
+
+    @overload
+    async def create_producer(
+        self,
+        topic: str,
+        *,
+        schema: None = None,
+        schema_ref: SchemaReference | None = None,
+        producer_name: str | None = None,
+        dispatch_strategy: DispatchStrategy = DispatchStrategy.NON_RELIABLE,
+        access_mode: AccessMode = AccessMode.SHARED,
+        batching_max_messages: int = 1000,
+        batching_max_bytes: int = 1024 * 1024,
+        batching_max_publish_delay_ms: float = 2.0,
+        max_inflight_batches: int = 5,
+        max_pending_messages: int = 20_000,
+        send_timeout_s: float = 30.0,
+        routing_mode: RoutingMode = RoutingMode.ROUND_ROBIN,
+        enable_idempotence: bool = True,
+    ) -> Producer[bytes]: ...
+
+    async def create_producer(
+        self,
+        topic: str,
+        *,
+        schema: Schema[Any] | None = None,
+        schema_ref: SchemaReference | None = None,
+        producer_name: str | None = None,
+        dispatch_strategy: DispatchStrategy = DispatchStrategy.NON_RELIABLE,
+        access_mode: AccessMode = AccessMode.SHARED,
+        batching_max_messages: int = 1000,
+        batching_max_bytes: int = 1024 * 1024,
+        batching_max_publish_delay_ms: float = 2.0,
+        max_inflight_batches: int = 5,
+        max_pending_messages: int = 20_000,
+        send_timeout_s: float = 30.0,
+        routing_mode: RoutingMode = RoutingMode.ROUND_ROBIN,
+        enable_idempotence: bool = True,
+    ) -> Producer[Any]:
         """Attach a producer to ``topic`` (every partition of it, if partitioned).
 
         A topic that does not exist yet is created by the broker as a plain topic. The
@@ -69,9 +116,16 @@ class DanubeClient:
         ``enable_idempotence`` every message carries a sequence id, so a reliable topic's
         broker drops the copies a reconnect resends (give a stable ``producer_name`` to keep
         that across restarts of your process).
+
+        ``schema``: a typed schema (:mod:`danube_sdk.schemas`); ``send`` then takes values and
+        encodes them. ``schema_ref``: a registered subject for payload bytes. Either way the
+        version is resolved through the registry once, here, sent in ``CreateProducer`` (pinned)
+        and stamped on every message (``producer.schema``).
         """
         self._check_open()
         TopicName.parse(topic)
+        if schema is not None and schema_ref is not None:
+            raise InvalidArgument("give schema (typed values) or schema_ref (payload bytes), not both")
         opts = ProducerOptions(
             dispatch_strategy=DispatchStrategy(dispatch_strategy),
             access_mode=AccessMode(access_mode),
@@ -84,25 +138,31 @@ class DanubeClient:
             routing_mode=RoutingMode(routing_mode),
             enable_idempotence=bool(enable_idempotence),
         )
+        target = schema if schema is not None else schema_ref
+        bound = await self.schemas().bind_producer(target) if target is not None else None
         partitions = await self.topic_partitions(topic) or [topic]
-        producer = Producer(
+        producer: Producer[Any] = Producer(
             self._conns,
             topic=topic,
             name=producer_name or f"producer-{uuid.uuid4().hex[:12]}",
             partitions=partitions,
             opts=opts,
             client_opts=self._opts,
+            schema=bound,
+            encode=schema.encode if schema is not None else None,
         )
         await producer._start()
         producer.on_closed = self._producers.discard
         self._producers.add(producer)
         return producer
 
+    @overload
     async def subscribe(
         self,
         topic: str,
         *,
         subscription: str,
+        schema: Schema[T],
         consumer_name: str | None = None,
         sub_type: SubType = SubType.SHARED,
         key_filters: Iterable[str] = (),
@@ -111,7 +171,40 @@ class DanubeClient:
         ack_flush_interval_ms: float = 5.0,
         initial_position: InitialPosition = InitialPosition.LATEST,
         max_unacked_messages: int = 0,
-    ) -> Consumer:
+    ) -> Consumer[T]: ...
+
+    @overload
+    async def subscribe(
+        self,
+        topic: str,
+        *,
+        subscription: str,
+        schema: None = None,
+        consumer_name: str | None = None,
+        sub_type: SubType = SubType.SHARED,
+        key_filters: Iterable[str] = (),
+        receiver_queue_size: int = 1000,
+        ack_batch_size: int = 1000,
+        ack_flush_interval_ms: float = 5.0,
+        initial_position: InitialPosition = InitialPosition.LATEST,
+        max_unacked_messages: int = 0,
+    ) -> Consumer[bytes]: ...
+
+    async def subscribe(
+        self,
+        topic: str,
+        *,
+        subscription: str,
+        schema: Schema[Any] | None = None,
+        consumer_name: str | None = None,
+        sub_type: SubType = SubType.SHARED,
+        key_filters: Iterable[str] = (),
+        receiver_queue_size: int = 1000,
+        ack_batch_size: int = 1000,
+        ack_flush_interval_ms: float = 5.0,
+        initial_position: InitialPosition = InitialPosition.LATEST,
+        max_unacked_messages: int = 0,
+    ) -> Consumer[Any]:
         """Subscribe to an existing ``topic`` (all its partitions) as ``subscription``.
 
         Raises TopicNotFound if the topic does not exist: produce to it first, or create it
@@ -119,6 +212,7 @@ class DanubeClient:
         takes the previous consumer over. ``initial_position`` says where a *new*
         subscription of a reliable topic starts (an existing one resumes from its cursor);
         ``max_unacked_messages`` bounds what the broker delivers before acks (0: its default).
+        ``schema``: ``msg.value()`` decodes payloads with it (no registry call is made).
         """
         self._check_open()
         TopicName.parse(topic)
@@ -139,7 +233,7 @@ class DanubeClient:
                 f"topic {topic} does not exist: create it first by producing to it, "
                 f"or with `danube-admin topics create {topic}`"
             )
-        consumer = Consumer(
+        consumer: Consumer[Any] = Consumer(
             self._conns,
             topic=topic,
             subscription=subscription,
@@ -147,11 +241,19 @@ class DanubeClient:
             partitions=partitions,
             opts=opts,
             client_opts=self._opts,
+            decode=schema.decode if schema is not None else None,
         )
         await consumer._start()
         consumer.on_closed = self._consumers.discard
         self._consumers.add(consumer)
         return consumer
+
+    def schemas(self) -> SchemaRegistryClient:
+        """The schema registry, on the service URL (shares this client's channel and deadlines)."""
+        self._check_open()
+        if self._registry is None:
+            self._registry = SchemaRegistryClient(self._conns)
+        return self._registry
 
     async def topic_partitions(self, topic: str) -> list[str]:
         """The partition topics of ``topic``: ``[topic]`` if plain, ``[]`` if unknown."""

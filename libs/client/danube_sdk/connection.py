@@ -18,6 +18,7 @@ from danube_common.errors import Unavailable, error_from_rpc
 from danube_common.grpc_util import CHANNEL_OPTIONS, strip_scheme
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
+from danube_common.pb import SchemaRegistry_pb2_grpc as spb_grpc
 from danube_sdk.errors import ClientClosed
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class Stubs:
     producer: pb_grpc.ProducerServiceStub
     consumer: pb_grpc.ConsumerServiceStub
     health: pb_grpc.HealthCheckStub
+    registry: spb_grpc.SchemaRegistryStub
 
 
 class Connections:
@@ -78,6 +80,7 @@ class Connections:
             producer=pb_grpc.ProducerServiceStub(channel),
             consumer=pb_grpc.ConsumerServiceStub(channel),
             health=pb_grpc.HealthCheckStub(channel),
+            registry=spb_grpc.SchemaRegistryStub(channel),
         )
         self._stubs[target] = stubs
         return stubs
@@ -103,11 +106,17 @@ class Connections:
         return resp.connect_url or resp.broker_url or self.service_url
 
     async def _on_service(self, call: Awaitable[T]) -> T:
+        return await self.call_service(call)
+
+    async def call_service(self, call: Awaitable[T], *, url: str | None = None) -> T:
+        """Await a call to the service at ``url`` (default: the service URL); a transport
+        failure says which address could not be reached."""
         try:
             return await rpc(call)
         except Unavailable as err:
             if type(err) is Unavailable:  # a transport failure, not a broker's answer
-                raise Unavailable(f"cannot reach the service at {self.service_url}: {err.message}") from err
+                where = url or self.service_url
+                raise Unavailable(f"cannot reach the service at {where}: {err.message}") from err
             raise
 
     async def aclose(self) -> None:

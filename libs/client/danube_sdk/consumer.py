@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from typing import Any, Generic, TypeVar, cast
 
 from danube_common.errors import DanubeError, InvalidArgument
 from danube_sdk.acks import AckBuffer
@@ -20,11 +21,13 @@ from danube_sdk.types import Message, MessageId, SubType
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 #: ``ack`` waits for a flush once this many acks (times the batch size) are buffered.
 _MAX_BUFFERED_ACK_BATCHES = 10
 
 
-class Consumer:
+class Consumer(Generic[T]):
     """Receives from a topic through a named subscription. Create with ``DanubeClient.subscribe``.
 
     Messages of all partitions are merged into one queue of ``receiver_queue_size``
@@ -43,6 +46,7 @@ class Consumer:
         partitions: list[str],
         opts: ConsumerOptions,
         client_opts: ClientOptions,
+        decode: Callable[[bytes], Any] | None = None,
     ) -> None:
         self.topic = topic
         self.subscription = subscription
@@ -60,6 +64,7 @@ class Consumer:
                 opts=opts,
                 client_opts=client_opts,
                 queue=self._queue,
+                decode=decode,
             )
             for p in partitions
         }
@@ -69,7 +74,7 @@ class Consumer:
         self._ack_task: asyncio.Task[None] | None = None
         self._closed: ClientClosed | None = None
         #: Called once closed (the client uses it to forget this consumer).
-        self.on_closed: Callable[[Consumer], None] | None = None
+        self.on_closed: Callable[[Consumer[Any]], None] | None = None
 
     async def _start(self) -> None:
         try:
@@ -93,7 +98,7 @@ class Consumer:
 
     # ------------------------------------------------------------------ receiving
 
-    async def receive(self, timeout_s: float | None = None) -> Message:
+    async def receive(self, timeout_s: float | None = None) -> Message[T]:
         """The next message; raises ClientTimeout (a ``Timeout`` and a ``TimeoutError``) after
         ``timeout_s`` (None: wait indefinitely).
 
@@ -101,35 +106,37 @@ class Consumer:
         """
         msg = self._queue.get_nowait()  # fast path: no timer when a message is buffered
         if msg is not None:
-            return msg
+            return cast(Message[T], msg)
         if timeout_s is None:
-            return await self._queue.get()
+            return cast(Message[T], await self._queue.get())
         try:
             async with asyncio.timeout(timeout_s):
-                return await self._queue.get()
+                return cast(Message[T], await self._queue.get())
         except TimeoutError:
             raise ClientTimeout(f"no message received on {self.topic} within {timeout_s} s") from None
 
-    async def receive_many(self, max_messages: int = 1000, timeout_s: float | None = None) -> list[Message]:
+    async def receive_many(
+        self, max_messages: int = 1000, timeout_s: float | None = None
+    ) -> list[Message[T]]:
         """Between 1 and ``max_messages`` messages: whatever is buffered, waiting (up to
         ``timeout_s``) only when nothing is. The cheap way to consume at high rates."""
         if max_messages < 1:
             raise InvalidArgument(f"max_messages must be at least 1, got {max_messages}")
         first = await self.receive(timeout_s)
-        return [first, *self._queue.take(max_messages - 1)]
+        return [first, *cast(list[Message[T]], self._queue.take(max_messages - 1))]
 
-    def __aiter__(self) -> Consumer:
+    def __aiter__(self) -> Consumer[T]:
         return self
 
-    async def __anext__(self) -> Message:
+    async def __anext__(self) -> Message[T]:
         try:
-            return await self._queue.get()
+            return cast(Message[T], await self._queue.get())
         except ClientClosed:
             raise StopAsyncIteration from None
 
     # ------------------------------------------------------------------ acks
 
-    async def ack(self, msg: Message) -> None:
+    async def ack(self, msg: Message[Any]) -> None:
         """Acknowledge one message (buffered; see the class doc)."""
         if self._closed is not None:
             raise self._closed
@@ -144,7 +151,7 @@ class Consumer:
             if n >= self._opts.ack_batch_size * _MAX_BUFFERED_ACK_BATCHES:
                 await self.flush_acks()
 
-    async def ack_cumulative(self, msg: Message) -> None:
+    async def ack_cumulative(self, msg: Message[Any]) -> None:
         """Acknowledge ``msg`` and every earlier message of its partition, at once (not buffered).
 
         Exclusive and failover subscriptions only (the broker refuses it on shared ones). While
@@ -221,7 +228,7 @@ class Consumer:
             raise InvalidArgument(f"{topic} is not a partition of this consumer's topic {self.topic}")
         return part
 
-    async def nack(self, msg: Message, *, delay_ms: int | None = None) -> None:
+    async def nack(self, msg: Message[Any], *, delay_ms: int | None = None) -> None:
         """Ask for redelivery of one message (after ``delay_ms``, or the subscription's policy)."""
         if self._closed is not None:
             raise self._closed
@@ -316,7 +323,7 @@ class Consumer:
         operator's recorded decision): messages this consumer will never receive. Also logged."""
         return {t: list(p.skipped) for t, p in self._parts.items() if p.skipped}
 
-    async def __aenter__(self) -> Consumer:
+    async def __aenter__(self) -> Consumer[T]:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

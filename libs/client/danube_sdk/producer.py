@@ -7,6 +7,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from danube_common.errors import DanubeError, MessageTooLarge
 from danube_sdk.connection import Connections
@@ -18,15 +19,24 @@ from danube_sdk.streams import first_error
 from danube_sdk.topic_producer import TopicProducer
 from danube_sdk.types import MessageId
 
+if TYPE_CHECKING:
+    from danube_sdk.schema_registry import ProducerSchema
+
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 
-class Producer:
+
+class Producer(Generic[T]):
     """Publishes to a topic (all its partitions). Create with ``DanubeClient.create_producer``.
 
     ``send_async`` appends the message to a batch and returns at once with a future of its
     :class:`MessageId`; it only waits when ``max_pending_messages`` are already sent but not
     acknowledged (back-pressure). ``send`` waits for the broker's acknowledgement.
+
+    With a typed schema (``create_producer(schema=...)``) messages are values of type ``T``,
+    encoded by the schema; without one they are payload bytes. Either way a producer with a
+    schema stamps ``schema_id``/``schema_version`` (see :attr:`schema`) on every message.
     """
 
     def __init__(
@@ -38,9 +48,14 @@ class Producer:
         partitions: list[str],
         opts: ProducerOptions,
         client_opts: ClientOptions,
+        schema: ProducerSchema | None = None,
+        encode: Callable[[Any], bytes] | None = None,
     ) -> None:
         self.topic = topic
         self.producer_name = name
+        #: The schema version this producer uses (subject, schema id, version), or None.
+        self.schema = schema
+        self._encode = encode
         self.partitions = list(partitions)
         self._opts = opts
         self._loop = asyncio.get_running_loop()
@@ -52,13 +67,21 @@ class Producer:
         self._router = PartitionRouter(len(partitions), opts.routing_mode)
         names = [name if p == topic else f"{name}-{i}" for i, p in enumerate(partitions)]
         self._parts = [
-            TopicProducer(conns, topic=p, name=n, opts=opts, client_opts=client_opts, release=self._release)
+            TopicProducer(
+                conns,
+                topic=p,
+                name=n,
+                opts=opts,
+                client_opts=client_opts,
+                release=self._release,
+                schema=schema,
+            )
             for p, n in zip(partitions, names, strict=True)
         ]
         self._expiry: asyncio.Task[None] | None = None
         self._client_opts = client_opts
         #: Called once closed (the client uses it to forget this producer).
-        self.on_closed: Callable[[Producer], None] | None = None
+        self.on_closed: Callable[[Producer[Any]], None] | None = None
 
     async def _start(self) -> None:
         """Attach every partition (retrying retryable failures), then start sending."""
@@ -91,13 +114,16 @@ class Producer:
     # ------------------------------------------------------------------ sending
 
     async def send_async(
-        self, payload: bytes, *, properties: dict[str, str] | None = None, key: str | None = None
+        self, value: T, *, properties: dict[str, str] | None = None, key: str | None = None
     ) -> asyncio.Future[MessageId]:
         """Queue one message; return a future resolved with its id once the broker acks it.
 
         Awaits only while ``max_pending_messages`` messages are unacknowledged. Errors
-        (MessageTooLarge, Timeout, ProducerBusy, ClientClosed ...) are set on the future.
+        (MessageTooLarge, Timeout, ProducerBusy, ClientClosed ...) are set on the future; a
+        value the producer's schema cannot encode raises ``InvalidPayload`` here, before
+        anything is queued.
         """
+        payload = self._encode(value) if self._encode is not None else cast(bytes, value)
         while self._pending >= self._max_pending and self._closed is None:
             self._space.clear()
             await self._space.wait()
@@ -122,15 +148,15 @@ class Producer:
         return fut
 
     async def send(
-        self, payload: bytes, *, properties: dict[str, str] | None = None, key: str | None = None
+        self, value: T, *, properties: dict[str, str] | None = None, key: str | None = None
     ) -> MessageId:
         """Send one message and wait until the broker has acknowledged it."""
-        fut = await self.send_async(payload, properties=properties, key=key)
+        fut = await self.send_async(value, properties=properties, key=key)
         return await fut
 
     async def send_many(
         self,
-        payloads: Iterable[bytes],
+        payloads: Iterable[T],
         *,
         properties: dict[str, str] | None = None,
         key: str | None = None,
@@ -206,7 +232,7 @@ class Producer:
             for part in self._parts:
                 part.expire(now)
 
-    async def __aenter__(self) -> Producer:
+    async def __aenter__(self) -> Producer[T]:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

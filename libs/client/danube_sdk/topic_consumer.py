@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import grpc.aio
 
@@ -45,8 +46,11 @@ class TopicConsumer:
         opts: ConsumerOptions,
         client_opts: ClientOptions,
         queue: ReceiveQueue,
+        decode: Callable[[bytes], Any] | None = None,
     ) -> None:
         self.topic = topic
+        #: Decodes payloads for ``Message.value()`` (the consumer's schema), or None.
+        self._decode = decode
         self.name = name
         self.subscription = subscription
         self._conns = conns
@@ -250,4 +254,5 @@ class TopicConsumer:
                 self._note_skipped(frame.skipped)
             if frame.messages:
                 self._received_in_session = True
-                await queue.put_many([Message(m, topic) for m in frame.messages])
+                decode = self._decode
+                await queue.put_many([Message(m, topic, decode) for m in frame.messages])

@@ -27,6 +27,7 @@ import collections
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import grpc.aio
 
@@ -39,6 +40,9 @@ from danube_sdk.options import ClientOptions, ProducerOptions
 from danube_sdk.retry import backoff_s
 from danube_sdk.streams import call_error, health_watch, map_stream_error, race
 from danube_sdk.types import MessageId
+
+if TYPE_CHECKING:
+    from danube_sdk.schema_registry import ProducerSchema
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +59,12 @@ class TopicProducer:
         opts: ProducerOptions,
         client_opts: ClientOptions,
         release: Callable[[int], None],
+        schema: ProducerSchema | None = None,
     ) -> None:
         self.topic = topic
         self.name = name
+        #: The schema version sent in CreateProducer and stamped on every message, or None.
+        self.schema = schema
         self._conns = conns
         self._opts = opts
         self._client_opts = client_opts
@@ -102,18 +109,16 @@ class TopicProducer:
             with contextlib.suppress(DanubeError):
                 req = pb.CloseProducerRequest(producer_id=self.producer_id)
                 await rpc(stubs.producer.CloseProducer(req, timeout=timeout))
-        resp = await rpc(
-            stubs.producer.CreateProducer(
-                pb.ProducerRequest(
-                    request_id=self._conns.next_request_id(),
-                    producer_name=self.name,
-                    topic_name=self.topic,
-                    producer_access_mode=pb.ProducerAccessMode.Name(int(self._opts.access_mode)),
-                    dispatch_strategy=pb.DispatchStrategy.Name(int(self._opts.dispatch_strategy)),
-                ),
-                timeout=timeout,
-            )
+        req = pb.ProducerRequest(
+            request_id=self._conns.next_request_id(),
+            producer_name=self.name,
+            topic_name=self.topic,
+            producer_access_mode=pb.ProducerAccessMode.Name(int(self._opts.access_mode)),
+            dispatch_strategy=pb.DispatchStrategy.Name(int(self._opts.dispatch_strategy)),
         )
+        if self.schema is not None:
+            req.schema_ref.CopyFrom(self.schema.to_proto())
+        resp = await rpc(stubs.producer.CreateProducer(req, timeout=timeout))
         self.producer_id = resp.producer_id
         self.max_message_size = resp.max_message_size_bytes
         if self._idempotent and resp.last_sequence_id >= self._next_sequence:
@@ -179,6 +184,9 @@ class TopicProducer:
             self._next_sequence += 1
         else:
             m = b.messages.add(payload=payload, publish_time=now_ms, producer_name=self.name)
+        if self.schema is not None:
+            m.schema_id = self.schema.schema_id
+            m.schema_version = self.schema.version
         if properties:
             m.attributes.update(properties)
             size += sum(len(k) + len(v) for k, v in properties.items())

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, cast
 
 if TYPE_CHECKING:
     from danube_common.pb import DanubeApi_pb2 as pb
+
+T = TypeVar("T")
 
 
 class SubType(enum.IntEnum):
@@ -65,20 +68,44 @@ class MessageId(NamedTuple):
         return f"{self.topic}@{self.offset}"
 
 
-class Message:
-    """A received message. Fields are decoded from the wire frame on first access."""
+class Message(Generic[T]):
+    """A received message. Fields are decoded from the wire frame on first access.
 
-    __slots__ = ("_props", "_raw", "_source")
+    ``value()`` is the payload decoded by the consumer's schema (``subscribe(schema=...)``);
+    without one it is the payload bytes.
+    """
 
-    def __init__(self, raw: pb.StreamMessage, source: str = "") -> None:
+    __slots__ = ("_decode", "_props", "_raw", "_source")
+
+    def __init__(
+        self, raw: pb.StreamMessage, source: str = "", decode: Callable[[bytes], Any] | None = None
+    ) -> None:
         self._raw = raw
         #: The partition topic this message was received on (acks are routed by it).
         self._source = source or raw.msg_id.topic_name
         self._props: dict[str, str] | None = None
+        self._decode = decode
 
     @property
     def payload(self) -> bytes:
         return self._raw.payload
+
+    def value(self) -> T:
+        """The payload decoded by the consumer's schema (decoded on each call; raises
+        ``InvalidPayload`` if it does not decode), or the payload bytes without a schema."""
+        if self._decode is None:
+            return cast(T, self._raw.payload)
+        return cast(T, self._decode(self._raw.payload))
+
+    @property
+    def schema_id(self) -> int | None:
+        """The registry id of the schema the message was written with (None: none)."""
+        return self._raw.schema_id if self._raw.HasField("schema_id") else None
+
+    @property
+    def schema_version(self) -> int | None:
+        """The version of that schema (None: none)."""
+        return self._raw.schema_version if self._raw.HasField("schema_version") else None
 
     @property
     def properties(self) -> dict[str, str]:

@@ -21,7 +21,7 @@ from danube_broker.dispatch.base import Msg, PublishResult, PublishStream, SubTy
 from danube_broker.producer import Producer
 from danube_broker.registry import BrokerRegistry
 from danube_broker.wal import StorageError
-from danube_common.errors import DanubeError, InvalidArgument, MessageTooLarge
+from danube_common.errors import DanubeError, InvalidArgument, InvalidPayload, MessageTooLarge
 from danube_common.grpc_util import MAX_GRPC_MESSAGE_BYTES
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
@@ -178,7 +178,7 @@ class ProducerApi(pb_grpc.ProducerServiceServicer):
         try:
             nbytes = self._reg.payload_bytes(msgs)
             result = await self._reg.publish(producer, msgs, nbytes, stream=order)
-        except (MessageTooLarge, StorageError) as exc:
+        except (MessageTooLarge, InvalidPayload, StorageError) as exc:
             # Refused in-band: nothing of the batch was stored; the stream (and reads) go on.
             return pb.PublishAck(batch_seq=batch.batch_seq, error=error_detail(exc))
         return publish_ack(batch.batch_seq, result)

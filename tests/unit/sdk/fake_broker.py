@@ -49,8 +49,10 @@ from danube_common.errors import (
 from danube_common.grpc_util import bind, new_server
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
+from danube_common.pb import SchemaRegistry_pb2_grpc as spb_grpc
 from danube_common.topic_name import TopicName
 from tests.unit.sdk.fake_consumer import ConsumerSide
+from tests.unit.sdk.fake_registry import FakeRegistry
 from tests.unit.sdk.fake_state import FakeConsumer, FakeProducer, FakeTopic, Frame, Signal
 
 T = TypeVar("T")
@@ -94,6 +96,8 @@ class FakeCluster:
         self.redirects = True
         #: Notified on every ownership change; streams then check what they serve.
         self.moved = Signal()
+        #: The schema registry, served on the service URL (broker 0) as the lookup serves it.
+        self.registry = FakeRegistry()
         self._servers: list[grpc.aio.Server] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -106,6 +110,8 @@ class FakeCluster:
             pb_grpc.add_ProducerServiceServicer_to_server(svc, server)
             pb_grpc.add_ConsumerServiceServicer_to_server(svc, server)
             pb_grpc.add_HealthCheckServicer_to_server(svc, server)
+            if i == 0:
+                spb_grpc.add_SchemaRegistryServicer_to_server(self.registry, server)
             port = bind(server, "127.0.0.1:0")
             await server.start()
             self._servers.append(server)

@@ -1,9 +1,10 @@
-"""``danube-admin``: manage brokers, namespaces, topics and subscription policies through the
-lookup's admin API.
+"""``danube-admin``: manage brokers, namespaces, topics, subscription policies and schemas
+through the lookup's admin API.
 
 Talks gRPC (package ``danube.admin.v1``) to the lookup service's admin port. Listings print
 as tables, or as JSON with ``--output json``. Expected failures print ``error: ...`` and a
-hint and exit 1; usage errors exit 2. The commands themselves are in ``admin_commands``.
+hint and exit 1; usage errors exit 2. The commands themselves are in ``admin_commands`` (and
+``admin_schemas`` for the schema registry, which the admin port serves too).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from danube_sdk.cli.admin_commands import (
     topics_stats,
     topics_unpin_cmd,
 )
+from danube_sdk.cli.admin_schemas import add_schema_parsers
 from danube_sdk.cli.output import FORMATS
 
 __all__ = ["TOPIC_COLUMNS", "Admin", "build_parser", "explain", "main", "topic_dict", "topic_rows"]
@@ -116,8 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     common = _common(defaults=False)
     root = argparse.ArgumentParser(
         prog="danube-admin",
-        description="Manage a Danube cluster (brokers, namespaces, topics, subscription policies) "
-        "through the lookup service's admin API.",
+        description="Manage a Danube cluster (brokers, namespaces, topics, subscription policies, "
+        "schemas) through the lookup service's admin API.",
         parents=[_common(defaults=True)],
         formatter_class=_F,
         epilog=_examples(
@@ -130,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
             "danube-admin topics stats /analytics/clicks-part-0",
             "danube-admin subscriptions set-policy /analytics/clicks -s etl --max-redeliveries 5 \\",
             "    --poison-policy dead_letter --dead-letter-topic /analytics/clicks-dlq",
+            "danube-admin schemas register orders --schema-type json_schema --file orders.schema.json",
+            "danube-admin topics set-schema /default/orders --subject orders --validation-policy enforce",
             "danube-admin --output json topics list --namespace analytics",
             "DANUBE_ADMIN_URL=http://10.0.0.5:50051 danube-admin topics describe /analytics/clicks",
         ),
@@ -148,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         help_: str,
         func: Callable[[Admin, argparse.Namespace], None],
         examples: Sequence[str],
+        aliases: Sequence[str] = (),
     ) -> argparse.ArgumentParser:
         p = subs.add_parser(
             name,
@@ -156,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
             parents=[common],
             formatter_class=_F,
             epilog=_examples(*examples),
+            aliases=list(aliases),
         )
         p.set_defaults(func=func)
         return p
@@ -496,6 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("topic", help="topic name, /namespace/topic")
     p.add_argument("-s", "--subscription", required=True, help="subscription name")
+    add_schema_parsers(group, leaf, t)
     return root
 
 
@@ -529,6 +536,16 @@ def explain(
     return err.message, _hint(err, namespace)
 
 
+def explain_error(err: DanubeError, admin_url: str, timeout_s: float) -> tuple[str, str]:
+    """An SDK error -> (error message, hint): explained like the gRPC failure it came from."""
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, grpc.RpcError):
+        cause = cause.__cause__
+    if isinstance(cause, grpc.RpcError):
+        return explain(cause, admin_url, timeout_s)
+    return err.message, _hint(err, "NS")
+
+
 def _hint(err: DanubeError, namespace: str) -> str:
     hints = {
         "NAMESPACE_NOT_FOUND": "list namespaces with `danube-admin namespaces list`",
@@ -539,6 +556,10 @@ def _hint(err: DanubeError, namespace: str) -> str:
         "METADATA_UNAVAILABLE": "the lookup service cannot reach etcd; check that etcd is running",
         "TIMEOUT": "the lookup service, etcd or the owning broker is slow; retry, or raise --timeout-s",
         "UNAVAILABLE": "see which brokers are registered with `danube-admin brokers list`",
+        "INCOMPATIBLE_SCHEMA": "see why with `danube-admin schemas check ...`; or change the subject's mode "
+        "with `danube-admin schemas set-compatibility SUBJECT --mode ...`",
+        "INVALID_SCHEMA": "fix the definition where the message says, then register it again",
+        "NOT_FOUND": "list schema subjects with `danube-admin schemas list`",
     }
     return hints.get(err.code, "")
 
@@ -551,6 +572,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except grpc.RpcError as exc:
         namespace = getattr(args, "name", None) or getattr(args, "namespace", None) or "NS"
         message, hint = explain(exc, args.admin_url, args.timeout_s, namespace=namespace)
+        print(f"error: {message}", file=sys.stderr)
+        if hint:
+            print(f"hint: {hint}", file=sys.stderr)
+        return 1
+    except DanubeError as err:  # the schema commands use the SDK's registry client
+        message, hint = explain_error(err, args.admin_url, args.timeout_s)
         print(f"error: {message}", file=sys.stderr)
         if hint:
             print(f"hint: {hint}", file=sys.stderr)

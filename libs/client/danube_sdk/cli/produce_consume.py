@@ -12,13 +12,15 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from danube_common.errors import (
     ConsumerBusy,
     DanubeError,
+    InvalidPayload,
     MessageTooLarge,
     NoBrokerAvailable,
+    NotFound,
     ProducerBusy,
     SubscriptionTypeMismatch,
     Timeout,
@@ -32,8 +34,10 @@ from danube_sdk import (
     InitialPosition,
     Message,
     MessageId,
+    SchemaReference,
     SubType,
 )
+from danube_sdk.schema_registry import encoder_for
 
 DEFAULT_SERVICE_URL = "http://127.0.0.1:6650"
 DEFAULT_TOPIC = "/default/test_topic"
@@ -46,6 +50,8 @@ SUB_TYPES = {
 INITIAL_POSITIONS = {"latest": InitialPosition.LATEST, "earliest": InitialPosition.EARLIEST}
 #: Up to this many messages, produce prints every message id.
 PRINT_IDS_MAX = 100
+#: Schema types a --schema-file can be registered as.
+SCHEMA_FILE_TYPES = ("json_schema", "avro", "protobuf")
 
 EXAMPLES = """\
 examples:
@@ -53,6 +59,9 @@ examples:
   danube-cli produce -t /default/orders -m "tick" -c 1000 --rate 100 -a source:cli,env:dev
   danube-cli produce -t /default/orders --size 1024 -c 1000000 --reliable
   danube-cli produce -t /default/orders -f ./order.json -k customer-42
+  danube-cli produce -t /default/orders --schema-subject orders -m '{"id": 1, "item": "pen"}'
+  danube-cli produce -t /default/orders --schema-subject orders --schema-file order.avsc \
+      --schema-type avro -m '{"id": 1, "item": "pen"}'
   danube-cli consume -t /default/orders -m my-sub
   danube-cli consume -t /default/orders -m audit --sub-type exclusive -c 10 --output json
   danube-cli consume -t /default/orders -m replay --initial-position earliest
@@ -149,6 +158,28 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
     )
     prod.add_argument("-n", "--producer-name", help="producer name (default: generated)")
     prod.add_argument("--exclusive", action="store_true", help="exclusive producer access")
+    schema = prod.add_argument_group(
+        "schema",
+        "Produce with a schema of the registry (on the service URL). The message (-m, or -f's "
+        "contents) is then JSON text: sent as it is for json_schema (after checking it against the "
+        "schema), written as one binary datum for avro, parsed as the protobuf JSON mapping for "
+        "protobuf. Every message carries the schema id and version.",
+    )
+    schema.add_argument("--schema-subject", metavar="SUBJECT", help="the schema subject")
+    version = schema.add_mutually_exclusive_group()
+    version.add_argument(
+        "--schema-version", type=_positive_int, metavar="N", help="use version N (default: the latest)"
+    )
+    version.add_argument(
+        "--schema-min-version", type=_positive_int, metavar="N", help="use the latest, which must be >= N"
+    )
+    schema.add_argument(
+        "--schema-file",
+        metavar="PATH",
+        help="register this definition under --schema-subject first (an identical one keeps its "
+        "version), then produce with that version",
+    )
+    schema.add_argument("--schema-type", choices=SCHEMA_FILE_TYPES, help="the type of --schema-file")
     prod.set_defaults(func=run_produce)
 
     cons = sub.add_parser(
@@ -174,8 +205,37 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
     )
     cons.add_argument("--output", choices=["text", "json"], default="text", help="default: text")
     cons.add_argument("--no-ack", action="store_true", help="do not acknowledge (messages will come again)")
+    cons.add_argument(
+        "--raw",
+        action="store_true",
+        help="print payloads as they are (by default a message carrying a schema id is decoded with "
+        "that schema, fetched from the registry once)",
+    )
     cons.set_defaults(func=run_consume)
     return parser
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Combinations argparse cannot check; a usage error (exit 2) says what to give."""
+    if args.command != "produce":
+        return
+    subject = args.schema_subject
+    if args.schema_file is not None and args.schema_type is None:
+        parser.error("--schema-file needs --schema-type json_schema|avro|protobuf")
+    if args.schema_type is not None and args.schema_file is None:
+        parser.error("--schema-type goes with --schema-file (the type of a registered subject is known)")
+    if subject is None and (
+        args.schema_file is not None or args.schema_version is not None or args.schema_min_version is not None
+    ):
+        parser.error("--schema-file, --schema-version and --schema-min-version need --schema-subject")
+    if args.schema_file is not None and (
+        args.schema_version is not None or args.schema_min_version is not None
+    ):
+        parser.error(
+            "--schema-file produces with the version it registers: drop --schema-version/--schema-min-version"
+        )
+    if subject is not None and args.size is not None:
+        parser.error("--size sends generated bytes: with a schema give the message as JSON text (-m or -f)")
 
 
 # ---------------------------------------------------------------------- produce
@@ -186,12 +246,16 @@ def generated_payload(size: int) -> bytes:
     return (pattern * (size // len(pattern) + 1))[:size]
 
 
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
 def _payload(args: argparse.Namespace) -> bytes:
     if args.message is not None:
         return str(args.message).encode()
     if args.file is not None:
-        with open(args.file, "rb") as fh:
-            return fh.read()
+        return _read_file(args.file)
     return generated_payload(int(args.size))
 
 
@@ -243,12 +307,16 @@ async def run_produce(
             print(f"sent {mid.topic} offset {mid.offset}", file=out, flush=True)
 
     async with DanubeClient(args.service_url, operation_timeout_s=args.connect_timeout_s or 0.001) as client:
+        schema_ref = None
+        if getattr(args, "schema_subject", None):
+            payload, schema_ref = await _with_schema(client, args, payload, err)
         producer = await client.create_producer(
             args.topic,
             producer_name=args.producer_name,
             dispatch_strategy=DispatchStrategy.RELIABLE if args.reliable else DispatchStrategy.NON_RELIABLE,
             enable_idempotence=True,  # resends after a reconnect are dropped by the broker
             access_mode=AccessMode.EXCLUSIVE if args.exclusive else AccessMode.SHARED,
+            schema_ref=schema_ref,
         )
         progress.started = time.monotonic()
         show_progress = count > PRINT_IDS_MAX or err.isatty()
@@ -280,6 +348,29 @@ async def run_produce(
     return 0
 
 
+async def _with_schema(
+    client: DanubeClient, args: argparse.Namespace, message: bytes, err: TextIO
+) -> tuple[bytes, SchemaReference]:
+    """Register --schema-file if given, resolve the version, encode the message with it."""
+    registry = client.schemas()
+    subject: str = args.schema_subject
+    if args.schema_file is not None:
+        definition = _read_file(args.schema_file)
+        reg = await registry.register(subject, args.schema_type, definition, created_by="danube-cli")
+        what = "registered" if reg.is_new_version else "already registered"
+        print(
+            f"schema {what}: subject {subject} version {reg.version} (id {reg.schema_id})",
+            file=err,
+            flush=True,
+        )
+        ref = SchemaReference(subject, version=reg.version)
+    else:
+        ref = SchemaReference(subject, version=args.schema_version, min_version=args.schema_min_version)
+    info = await registry.resolve(ref)
+    payload = encoder_for(info)(message)
+    return payload, SchemaReference(subject, version=info.version)
+
+
 async def _stopped_within(stop: asyncio.Event, delay_s: float) -> bool:
     try:
         async with asyncio.timeout(delay_s):
@@ -297,14 +388,29 @@ def _partition_label(msg: Message) -> str:
     return f"part-{index}:{msg.offset}" if sep and index.isdigit() else str(msg.offset)
 
 
-def format_text(msg: Message) -> str:
+#: ``decoded`` of a message shown as its raw payload.
+RAW: Any = object()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    return str(value)  # datetime, Decimal, UUID (Avro logical types)
+
+
+def format_text(msg: Message[Any], decoded: Any = RAW) -> str:
     attrs = ",".join(f"{k}={v}" for k, v in sorted(msg.properties.items())) or "-"
-    payload = msg.payload.decode("utf-8", errors="backslashreplace")
+    if decoded is RAW:
+        payload = msg.payload.decode("utf-8", errors="backslashreplace")
+    else:
+        payload = json.dumps(decoded, ensure_ascii=False, default=_jsonable)
     line = f"{_partition_label(msg)} {msg.key or '-'} {payload} {attrs}"
+    if msg.schema_id is not None:
+        line += f" [schema {msg.schema_id} v{msg.schema_version}]"
     return f"{line} (redelivered x{msg.redelivery_count})" if msg.redelivery_count else line
 
 
-def format_json(msg: Message) -> str:
+def format_json(msg: Message[Any], decoded: Any = RAW) -> str:
     doc: dict[str, object] = {
         "topic": msg.topic,
         "offset": msg.offset,
@@ -313,12 +419,16 @@ def format_json(msg: Message) -> str:
         "publish_time_ms": msg.publish_time_ms,
         "producer_name": msg.producer_name,
         "redelivery_count": msg.redelivery_count,
+        "schema_id": msg.schema_id,
+        "schema_version": msg.schema_version,
     }
+    if decoded is not RAW:
+        doc["value"] = decoded
     try:
         doc["payload"] = msg.payload.decode("utf-8")
     except UnicodeDecodeError:
         doc["payload_base64"] = base64.b64encode(msg.payload).decode("ascii")
-    return json.dumps(doc, ensure_ascii=False)
+    return json.dumps(doc, ensure_ascii=False, default=_jsonable)
 
 
 async def run_consume(
@@ -346,6 +456,7 @@ async def run_consume(
             flush=True,
         )
         received = 0
+        undecodable: set[tuple[int, int | None]] = set()
         stopped = asyncio.create_task(stop.wait())
         try:
             while args.count == 0 or received < args.count:
@@ -355,7 +466,10 @@ async def run_consume(
                     receiving.cancel()
                     break
                 msg = receiving.result()
-                print(fmt(msg), file=out, flush=True)
+                decoded = RAW
+                if msg.schema_id is not None and not args.raw:
+                    decoded = await _decode(client, msg, undecodable, err)
+                print(fmt(msg, decoded), file=out, flush=True)
                 if not args.no_ack:
                     await consumer.ack(msg)
                 received += 1
@@ -364,6 +478,21 @@ async def run_consume(
         await consumer.close()
     print(f"received {received} messages", file=err, flush=True)
     return 0
+
+
+async def _decode(
+    client: DanubeClient, msg: Message[Any], undecodable: set[tuple[int, int | None]], err: TextIO
+) -> Any:
+    """The message decoded by the schema it carries, or RAW (with one warning per schema version)
+    when that schema is gone or the payload does not decode."""
+    try:
+        return await client.schemas().decode(msg)
+    except (InvalidPayload, NotFound) as exc:
+        key = (msg.schema_id or 0, msg.schema_version)
+        if key not in undecodable:
+            undecodable.add(key)
+            print(f"warning: showing raw payload: {exc.message}", file=err, flush=True)
+        return RAW
 
 
 # ---------------------------------------------------------------------- entry point
@@ -383,6 +512,19 @@ def explain(exc: BaseException, service_url: str) -> str:
             hint = "the subscription exists with another type; pass the same --sub-type or a new subscription"
         elif isinstance(exc, MessageTooLarge):
             hint = "send a smaller payload"
+        elif exc.code == "INVALID_PAYLOAD":
+            hint = (
+                "fix the message (JSON text) to match the schema; `danube-admin schemas get SUBJECT` shows it"
+            )
+        elif exc.code == "INCOMPATIBLE_SCHEMA":
+            hint = (
+                "the topic is bound to another subject (see `danube-admin topics get-schema TOPIC`), or the "
+                "registry refused the new definition (see `danube-admin schemas check ...`)"
+            )
+        elif exc.code == "INVALID_SCHEMA":
+            hint = "fix the schema definition where the message says"
+        elif isinstance(exc, NotFound):
+            hint = "list schema subjects with `danube-admin schemas list`; register one with --schema-file"
         else:
             hint = ""
         return f"error: {text}" + (f"\n  {hint}" if hint else "")
@@ -394,6 +536,7 @@ def explain(exc: BaseException, service_url: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    check_args(parser, args)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )

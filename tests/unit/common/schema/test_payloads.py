@@ -11,10 +11,10 @@ import fastavro
 import pytest
 
 from danube_common.schema import (
+    CompileCache,
     CompiledSchema,
     PayloadError,
     ProtobufSchema,
-    CompileCache,
     compile_schema,
     validate_batch,
 )
