@@ -275,11 +275,29 @@ class HistoryConflict(DataLoss):
 
 
 class Unauthenticated(DanubeError):
+    """No identity, or one that could not be verified. ``reason`` is one stable word (missing,
+    malformed, expired, bad_signature, wrong_issuer, missing_claim, ...: see
+    ``danube_common.security.tokens.AuthFailure``); the message says what to do."""
+
     code = "UNAUTHENTICATED"
     grpc_status = grpc.StatusCode.UNAUTHENTICATED
 
+    def __init__(self, message: str, *, reason: str = "", redirect: str | None = None) -> None:
+        super().__init__(message, redirect=redirect)
+        self.reason = reason
+
+
+class TokenExpired(Unauthenticated):
+    """The bearer token's ``exp`` has passed: get a new token (a client with a token supplier
+    can retry with a fresh one)."""
+
+    code = "TOKEN_EXPIRED"
+
 
 class PermissionDenied(DanubeError):
+    """The caller is known but no role bound to it grants the permission on the resource (the
+    message names the principal, the permission and the resource)."""
+
     code = "PERMISSION_DENIED"
     grpc_status = grpc.StatusCode.PERMISSION_DENIED
 

@@ -30,7 +30,8 @@ Layout (values are JSON unless noted)::
     /{cluster}/schemas/ids/{schema_id}                     schema id -> subject (ids are unique cluster-wide)
     /{cluster}/schemas/next_id                             the next schema id to allocate {next}
     /{cluster}/schemas/topics/{ns}/{topic}                 a topic's schema: {subject, validation_policy, ...}
-    /{cluster}/auth/...                                    reserved: roles and bindings (not built yet)
+    /{cluster}/auth/roles/{role}                           an RBAC role: {permissions, description}
+    /{cluster}/auth/bindings/{binding}                     a role binding: {principal, role, scope, resource}
     /{cluster}/counters/{name}                             reserved: id allocation (nothing uses it yet)
 
 Topic-scoped keys take the parsed TopicName so a malformed name can never become a key.
@@ -308,7 +309,28 @@ class Keys:
         return self.parse_topic_suffix(self.topic_schemas_prefix(), key)
 
     def auth_prefix(self) -> str:
+        """Everything of RBAC (roles and bindings): one watch sees every change."""
         return f"/{self.cluster}/auth/"
+
+    def auth_roles_prefix(self) -> str:
+        return f"/{self.cluster}/auth/roles/"
+
+    def auth_role(self, role: str) -> str:
+        return f"/{self.cluster}/auth/roles/{role}"
+
+    def auth_bindings_prefix(self) -> str:
+        return f"/{self.cluster}/auth/bindings/"
+
+    def auth_binding(self, name: str) -> str:
+        return f"/{self.cluster}/auth/bindings/{name}"
+
+    def parse_auth_key(self, key: str) -> tuple[str, str] | None:
+        """``("role", name)`` or ``("binding", name)`` for an auth key; None for anything else."""
+        for kind, prefix in (("role", self.auth_roles_prefix()), ("binding", self.auth_bindings_prefix())):
+            if key.startswith(prefix):
+                name = key[len(prefix) :]
+                return (kind, name) if name and "/" not in name else None
+        return None
 
     def counter(self, name: str) -> str:
         return f"/{self.cluster}/counters/{name}"
