@@ -16,12 +16,21 @@ Typed values with the schema registry (see danube_sdk.schemas):
     await producer.send(Order(id=1))
     consumer = await client.subscribe("/default/orders", subscription="s", schema=schema)
     order = (await consumer.receive()).value()
+
+A secured cluster (TLS, a client certificate for mTLS, a JWT on every call):
+
+    client = DanubeClient(
+        "https://localhost:6650",
+        tls=TlsOptions(ca_file="ca.pem", cert_file="client.pem", key_file="client.key"),
+        token=jwt,                # or token_supplier=fetch_jwt (called before every RPC)
+    )
 """
 
 from danube_common.errors import DanubeError
+from danube_sdk.auth import TlsOptions, TokenSupplier
 from danube_sdk.client import DanubeClient
 from danube_sdk.consumer import Consumer
-from danube_sdk.errors import ClientClosed, ClientTimeout
+from danube_sdk.errors import ClientClosed, ClientTimeout, PermissionDenied, Unauthenticated
 from danube_sdk.producer import Producer
 from danube_sdk.routing import fnv1a64
 from danube_sdk.schema_registry import (
@@ -58,6 +67,7 @@ __all__ = [
     "JsonSchema",
     "Message",
     "MessageId",
+    "PermissionDenied",
     "Producer",
     "ProtobufSchema",
     "RegisteredSchema",
@@ -69,6 +79,9 @@ __all__ = [
     "SchemaVersion",
     "SubType",
     "SubjectSummary",
+    "TlsOptions",
+    "TokenSupplier",
     "TopicSchemaConfig",
+    "Unauthenticated",
     "fnv1a64",
 ]

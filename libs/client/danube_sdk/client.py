@@ -9,6 +9,7 @@ from typing import Any, TypeVar, overload
 
 from danube_common.errors import DanubeError, InvalidArgument, TopicNotFound
 from danube_common.topic_name import TopicName
+from danube_sdk.auth import ChannelSecurity, TlsOptions, TokenSupplier
 from danube_sdk.connection import Connections
 from danube_sdk.consumer import Consumer
 from danube_sdk.errors import ClientClosed
@@ -30,6 +31,23 @@ class DanubeClient:
     ``DanubeClient("http://127.0.0.1:6650")`` makes no call until a producer or consumer is
     created. Use ``async with`` or call :meth:`close`, which closes every producer and
     consumer made by this client, then the channels.
+
+    A secured cluster::
+
+        DanubeClient(
+            "https://localhost:6650",
+            tls=TlsOptions(ca_file="ca.pem"),                      # + cert_file/key_file for mTLS
+            token=jwt,                                             # or token_supplier=get_jwt
+        )
+
+    ``tls``: every channel is TLS (whatever the URL's scheme). ``token``: sent as
+    ``authorization: Bearer <token>`` on every RPC; ``token_supplier``: a function or coroutine
+    function called before every RPC for the token to send. A token forces TLS: without ``tls``
+    the URL must be ``https://`` (checked against the default roots); an ``http://`` URL with a
+    token is refused (ConfigError), so a token never travels in clear text. Unreadable TLS
+    files raise ConfigError here, not at the first call. Refused calls raise
+    :class:`~danube_sdk.errors.Unauthenticated` (no, bad or expired token) or
+    :class:`~danube_sdk.errors.PermissionDenied` (the token's subject lacks the permission).
     """
 
     def __init__(
@@ -39,6 +57,9 @@ class DanubeClient:
         rpc_timeout_s: float = 10.0,
         operation_timeout_s: float = 30.0,
         health_check_interval_s: float = 5.0,
+        tls: TlsOptions | None = None,
+        token: str | None = None,
+        token_supplier: TokenSupplier | None = None,
     ) -> None:
         self.service_url = service_url
         self._opts = ClientOptions(
@@ -46,7 +67,10 @@ class DanubeClient:
             operation_timeout_s=operation_timeout_s,
             health_check_interval_s=health_check_interval_s,
         )
-        self._conns = Connections(service_url, rpc_timeout_s=rpc_timeout_s)
+        if not service_url:
+            raise ValueError("service_url is required, e.g. http://127.0.0.1:6650")
+        security = ChannelSecurity(service_url, tls=tls, token=token, token_supplier=token_supplier)
+        self._conns = Connections(service_url, rpc_timeout_s=rpc_timeout_s, security=security)
         self._producers: set[Producer[Any]] = set()
         self._consumers: set[Consumer[Any]] = set()
         self._registry: SchemaRegistryClient | None = None

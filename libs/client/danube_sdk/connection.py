@@ -1,7 +1,8 @@
 """Channels (one per target address, cached), stubs, and the Discovery calls.
 
 Every unary RPC carries a deadline and every gRPC failure is turned into the matching
-:class:`~danube_common.errors.DanubeError` class here, at the boundary.
+:class:`~danube_common.errors.DanubeError` class here, at the boundary. Channels are made in
+one place, :meth:`ChannelSecurity.open_channel`, so TLS and the bearer token apply to all.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import grpc
 import grpc.aio
 
 from danube_common.errors import Unavailable, error_from_rpc
-from danube_common.grpc_util import CHANNEL_OPTIONS, strip_scheme
+from danube_common.grpc_util import strip_scheme
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.pb import SchemaRegistry_pb2_grpc as spb_grpc
-from danube_sdk.errors import ClientClosed
+from danube_sdk.auth import TLS_HINT, ChannelSecurity, tls_failure
+from danube_sdk.errors import ClientClosed, with_auth_hint
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +33,7 @@ async def rpc(call: Awaitable[T]) -> T:
     try:
         return await call
     except grpc.aio.AioRpcError as exc:
-        raise error_from_rpc(exc) from exc
+        raise with_auth_hint(error_from_rpc(exc)) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +49,13 @@ class Stubs:
 class Connections:
     """The client's channels, keyed by ``host:port``; closed together by :meth:`aclose`."""
 
-    def __init__(self, service_url: str, *, rpc_timeout_s: float) -> None:
+    def __init__(
+        self, service_url: str, *, rpc_timeout_s: float, security: ChannelSecurity | None = None
+    ) -> None:
         if not service_url:
             raise ValueError("service_url is required, e.g. http://127.0.0.1:6650")
         self.service_url = service_url
+        self.security = security or ChannelSecurity(service_url)
         self.rpc_timeout_s = rpc_timeout_s
         self._stubs: dict[str, Stubs] = {}
         self._channels: list[grpc.aio.Channel] = []
@@ -69,10 +74,7 @@ class Connections:
         found = self._stubs.get(target)
         if found is not None:
             return found
-        if url.startswith("https://"):
-            channel = grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(), options=CHANNEL_OPTIONS)
-        else:
-            channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+        channel = self.security.open_channel(url)
         self._channels.append(channel)
         stubs = Stubs(
             url=url,
@@ -116,7 +118,8 @@ class Connections:
         except Unavailable as err:
             if type(err) is Unavailable:  # a transport failure, not a broker's answer
                 where = url or self.service_url
-                raise Unavailable(f"cannot reach the service at {where}: {err.message}") from err
+                hint = f" ({TLS_HINT})" if tls_failure(err.message) else ""
+                raise Unavailable(f"cannot reach the service at {where}: {err.message}{hint}") from err
             raise
 
     async def aclose(self) -> None:

@@ -23,6 +23,7 @@ from danube_common.errors import (
     NamespaceNotFound,
     NoBrokerAvailable,
     NotFound,
+    PermissionDenied,
     ProducerBusy,
     ProducerNotFound,
     ResourceExhausted,
@@ -33,6 +34,7 @@ from danube_common.errors import (
     Timeout,
     TopicNotFound,
     TopicNotOwned,
+    Unauthenticated,
     Unavailable,
 )
 
@@ -49,6 +51,32 @@ class ClientTimeout(Timeout, TimeoutError):
     It is a :class:`Timeout` (code ``TIMEOUT``) and also the builtin ``TimeoutError``, so
     either ``except`` clause catches it.
     """
+
+
+#: What to do about a refused call, added once to the server's reason (see :func:`with_auth_hint`).
+UNAUTHENTICATED_HINT = (
+    "the call needs a valid token: give the client a JWT minted for this cluster, not expired "
+    "(DanubeClient(token=...) or token_supplier=...; on the command line --token, --token-file or "
+    "DANUBE_TOKEN)"
+)
+PERMISSION_DENIED_HINT = (
+    "the token is valid but its subject may not do this here: ask an administrator to bind it a "
+    "role granting the permission on this topic, its namespace or the cluster"
+)
+
+
+def with_auth_hint(err: DanubeError) -> DanubeError:
+    """``err`` as it is, or for Unauthenticated / PermissionDenied the same class with what to
+    do appended to the server's reason (the SDK's boundary calls this once per failure)."""
+    if isinstance(err, Unauthenticated):
+        hint = UNAUTHENTICATED_HINT
+    elif isinstance(err, PermissionDenied):
+        hint = PERMISSION_DENIED_HINT
+    else:
+        return err
+    if hint in err.message:
+        return err
+    return type(err)(f"{err.message} ({hint})", redirect=err.redirect)
 
 
 __all__ = [
@@ -70,6 +98,7 @@ __all__ = [
     "NamespaceNotFound",
     "NoBrokerAvailable",
     "NotFound",
+    "PermissionDenied",
     "ProducerBusy",
     "ProducerNotFound",
     "ResourceExhausted",
@@ -80,5 +109,7 @@ __all__ = [
     "Timeout",
     "TopicNotFound",
     "TopicNotOwned",
+    "Unauthenticated",
     "Unavailable",
+    "with_auth_hint",
 ]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from danube_common.errors import InvalidArgument, InvalidPayload, InvalidSchema, NotFound
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.pb import SchemaRegistry_pb2 as spb
+from danube_sdk.auth import ChannelSecurity, TlsOptions, TokenSupplier
 from danube_sdk.connection import Connections
 from danube_sdk.schemas import Schema, SchemaReference, decode_avro
 from danube_sdk.types import Message
@@ -189,9 +190,23 @@ class SchemaRegistryClient:
         self._decoders: OrderedDict[tuple[int, int], Callable[[bytes], Any]] = OrderedDict()
 
     @classmethod
-    def connect(cls, url: str, *, rpc_timeout_s: float = 10.0) -> SchemaRegistryClient:
-        """A registry client with its own channel to ``url`` (closed by :meth:`aclose`)."""
-        return cls(Connections(url, rpc_timeout_s=rpc_timeout_s), url, owns_connections=True)
+    def connect(
+        cls,
+        url: str,
+        *,
+        rpc_timeout_s: float = 10.0,
+        tls: TlsOptions | None = None,
+        token: str | None = None,
+        token_supplier: TokenSupplier | None = None,
+    ) -> SchemaRegistryClient:
+        """A registry client with its own channel to ``url`` (closed by :meth:`aclose`);
+        ``tls``, ``token`` and ``token_supplier`` as for :class:`~danube_sdk.DanubeClient`."""
+        if not url:
+            raise ValueError("url is required, e.g. http://127.0.0.1:6650")
+        security = ChannelSecurity(url, tls=tls, token=token, token_supplier=token_supplier)
+        return cls(
+            Connections(url, rpc_timeout_s=rpc_timeout_s, security=security), url, owns_connections=True
+        )
 
     async def aclose(self) -> None:
         if self._owns:

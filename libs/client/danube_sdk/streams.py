@@ -14,6 +14,7 @@ import grpc.aio
 from danube_common.errors import DanubeError, TopicNotOwned, Unavailable, error_from_status
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_sdk.connection import Stubs
+from danube_sdk.errors import with_auth_hint
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ async def call_error(call: grpc.aio.Call, what: str) -> DanubeError:
     md: dict[str, str] = {}
     for key, value in await call.trailing_metadata() or ():
         md[key] = value.decode() if isinstance(value, bytes) else value
-    return error_from_status(code, await call.details() or "", md)
+    return with_auth_hint(error_from_status(code, await call.details() or "", md))
 
 
 def map_stream_error(exc: BaseException, what: str) -> DanubeError:
@@ -34,7 +35,7 @@ def map_stream_error(exc: BaseException, what: str) -> DanubeError:
         return exc
     if isinstance(exc, grpc.aio.AioRpcError):
         md = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in exc.trailing_metadata() or ()}
-        return error_from_status(exc.code(), exc.details() or "", md)
+        return with_auth_hint(error_from_status(exc.code(), exc.details() or "", md))
     return Unavailable(f"{what}: {exc!r}")
 
 

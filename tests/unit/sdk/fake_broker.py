@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import itertools
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import TypeVar
 
 import grpc
@@ -65,8 +65,13 @@ class FakeCluster:
         *,
         max_message_size_bytes: int = 1024 * 1024,
         namespaces: tuple[str, ...] = ("default",),
+        server_credentials: grpc.ServerCredentials | None = None,
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     ) -> None:
         self.n_brokers = brokers
+        #: Serve TLS with these (URLs are then https://127.0.0.1:port); None: plaintext.
+        self.server_credentials = server_credentials
+        self.interceptors = tuple(interceptors)
         self.max_message_size_bytes = max_message_size_bytes
         self.namespaces = set(namespaces)
         self.place_on = 0
@@ -104,7 +109,7 @@ class FakeCluster:
 
     async def start(self) -> FakeCluster:
         for i in range(self.n_brokers):
-            server = new_server()
+            server = new_server(self.interceptors)
             svc = _Broker(self, i)
             pb_grpc.add_DiscoveryServicer_to_server(svc, server)
             pb_grpc.add_ProducerServiceServicer_to_server(svc, server)
@@ -112,10 +117,15 @@ class FakeCluster:
             pb_grpc.add_HealthCheckServicer_to_server(svc, server)
             if i == 0:
                 spb_grpc.add_SchemaRegistryServicer_to_server(self.registry, server)
-            port = bind(server, "127.0.0.1:0")
+            if self.server_credentials is None:
+                port = bind(server, "127.0.0.1:0")
+                url = f"http://127.0.0.1:{port}"
+            else:
+                port = server.add_secure_port("127.0.0.1:0", self.server_credentials)
+                url = f"https://127.0.0.1:{port}"
             await server.start()
             self._servers.append(server)
-            self.urls.append(f"http://127.0.0.1:{port}")
+            self.urls.append(url)
         return self
 
     async def stop(self) -> None:

@@ -17,8 +17,8 @@ from typing import Any
 
 import grpc
 
-from danube_common.errors import MD_ERROR_CODE, DanubeError, error_from_rpc
-from danube_common.grpc_util import strip_scheme
+from danube_common.errors import MD_ERROR_CODE, ConfigError, DanubeError, error_from_rpc
+from danube_sdk.auth import TLS_HINT, ChannelSecurity, tls_failure
 from danube_sdk.cli.admin_commands import (
     TOPIC_COLUMNS,
     Admin,
@@ -47,6 +47,7 @@ from danube_sdk.cli.admin_commands import (
     topics_unpin_cmd,
 )
 from danube_sdk.cli.admin_schemas import add_schema_parsers
+from danube_sdk.cli.auth_flags import SECURITY_EPILOG, add_auth_arguments, resolve_auth
 from danube_sdk.cli.output import FORMATS
 
 __all__ = ["TOPIC_COLUMNS", "Admin", "build_parser", "explain", "main", "topic_dict", "topic_rows"]
@@ -91,6 +92,7 @@ def _common(defaults: bool) -> argparse.ArgumentParser:
         default=10.0 if defaults else sup,
         help="deadline of each call in seconds (default 10)",
     )
+    add_auth_arguments(p, env=dict(os.environ) if defaults else None, suppress=not defaults)
     return p
 
 
@@ -122,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
         "schemas) through the lookup service's admin API.",
         parents=[_common(defaults=True)],
         formatter_class=_F,
+        # The top level sees every argument; abbreviating there would read a command's own
+        # option (`topics move --to`) as an ambiguous prefix of --token/--token-file.
+        allow_abbrev=False,
         epilog=_examples(
             "danube-admin brokers list",
             "danube-admin brokers drain broker-1",
@@ -136,7 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
             "danube-admin topics set-schema /default/orders --subject orders --validation-policy enforce",
             "danube-admin --output json topics list --namespace analytics",
             "DANUBE_ADMIN_URL=http://10.0.0.5:50051 danube-admin topics describe /analytics/clicks",
-        ),
+            "danube-admin --admin-url https://localhost:50051 --tls-ca ca.pem --tls-cert admin.pem \\",
+            "    --tls-key admin.key --token-file admin.jwt brokers list",
+        )
+        + "\n\n"
+        + SECURITY_EPILOG,
     )
     groups = root.add_subparsers(dest="group", metavar="COMMAND", required=True)
 
@@ -516,6 +525,9 @@ def explain(
     trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
     from_danube = any(item[0] == MD_ERROR_CODE for item in trailing or ())
     status = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else ""
+    if not from_danube and status == grpc.StatusCode.UNAVAILABLE and tls_failure(details or ""):
+        return (f"cannot connect securely to the admin API at {admin_url}: {details}", TLS_HINT)
     if not from_danube and status == grpc.StatusCode.UNAVAILABLE:
         return (
             f"cannot reach the admin API at {admin_url}",
@@ -560,14 +572,24 @@ def _hint(err: DanubeError, namespace: str) -> str:
         "with `danube-admin schemas set-compatibility SUBJECT --mode ...`",
         "INVALID_SCHEMA": "fix the definition where the message says, then register it again",
         "NOT_FOUND": "list schema subjects with `danube-admin schemas list`",
+        "UNAUTHENTICATED": "give a valid token with --token-file, --token or DANUBE_TOKEN (and TLS flags: "
+        "a token is only sent over TLS)",
+        "PERMISSION_DENIED": "the token's subject lacks the permission; ask an administrator to bind it a role",
+        "CONFIG_ERROR": "fix the flag or file the message names",
     }
     return hints.get(err.code, "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
-        with grpc.insecure_channel(strip_scheme(args.admin_url)) as channel:
+        auth = resolve_auth(args)
+    except ConfigError as err:
+        parser.error(err.message)
+    try:
+        security = ChannelSecurity(args.admin_url, tls=auth.tls, token=auth.token)
+        with security.open_sync_channel(args.admin_url) as channel:
             args.func(Admin.connect(channel, args.timeout_s), args)
     except grpc.RpcError as exc:
         namespace = getattr(args, "name", None) or getattr(args, "namespace", None) or "NS"

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from danube_sdk.cli.auth_flags import resolve_auth
 from danube_sdk.cli.output import emit, render_table
 from danube_sdk.schema_registry import (
     COMPATIBILITY_MODES,
@@ -34,7 +35,10 @@ Leaf = Callable[..., argparse.ArgumentParser]
 
 def _run(args: argparse.Namespace, work: Callable[[SchemaRegistryClient], Awaitable[T]]) -> T:
     async def go() -> T:
-        async with SchemaRegistryClient.connect(args.admin_url, rpc_timeout_s=args.timeout_s) as registry:
+        auth = resolve_auth(args)
+        async with SchemaRegistryClient.connect(
+            args.admin_url, rpc_timeout_s=args.timeout_s, tls=auth.tls, token=auth.token
+        ) as registry:
             return await work(registry)
 
     return asyncio.run(go())

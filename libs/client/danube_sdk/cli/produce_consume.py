@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from danube_common.errors import (
+    ConfigError,
     ConsumerBusy,
     DanubeError,
     InvalidPayload,
@@ -37,6 +38,8 @@ from danube_sdk import (
     SchemaReference,
     SubType,
 )
+from danube_sdk.auth import tls_failure
+from danube_sdk.cli.auth_flags import SECURITY_EPILOG, add_auth_arguments, resolve_auth
 from danube_sdk.schema_registry import encoder_for
 
 DEFAULT_SERVICE_URL = "http://127.0.0.1:6650"
@@ -53,7 +56,8 @@ PRINT_IDS_MAX = 100
 #: Schema types a --schema-file can be registered as.
 SCHEMA_FILE_TYPES = ("json_schema", "avro", "protobuf")
 
-EXAMPLES = """\
+EXAMPLES = (
+    """\
 examples:
   danube-cli produce -t /default/orders -m "hello"
   danube-cli produce -t /default/orders -m "tick" -c 1000 --rate 100 -a source:cli,env:dev
@@ -65,10 +69,15 @@ examples:
   danube-cli consume -t /default/orders -m my-sub
   danube-cli consume -t /default/orders -m audit --sub-type exclusive -c 10 --output json
   danube-cli consume -t /default/orders -m replay --initial-position earliest
+  danube-cli consume -s https://localhost:6650 --tls-ca ca.pem --token-file app.jwt \
+      -t /default/orders -m my-sub
 
 The service URL defaults to $DANUBE_SERVICE_URL, else http://127.0.0.1:6650.
 Start a local cluster with `danube-local up`.
+
 """
+    + SECURITY_EPILOG
+)
 
 
 def parse_attributes(text: str) -> dict[str, str]:
@@ -130,6 +139,7 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
             help="how long to keep trying to reach the cluster (default: 10)",
         )
         p.add_argument("-v", "--verbose", action="store_true", help="log reconnects and retries")
+        add_auth_arguments(p, env=env)
 
     prod = sub.add_parser(
         "produce",
@@ -306,7 +316,13 @@ async def run_produce(
             mid = fut.result()
             print(f"sent {mid.topic} offset {mid.offset}", file=out, flush=True)
 
-    async with DanubeClient(args.service_url, operation_timeout_s=args.connect_timeout_s or 0.001) as client:
+    auth = resolve_auth(args)
+    async with DanubeClient(
+        args.service_url,
+        operation_timeout_s=args.connect_timeout_s or 0.001,
+        tls=auth.tls,
+        token=auth.token,
+    ) as client:
         schema_ref = None
         if getattr(args, "schema_subject", None):
             payload, schema_ref = await _with_schema(client, args, payload, err)
@@ -442,7 +458,13 @@ async def run_consume(
         stop = asyncio.Event()
         install_stop_signals(stop)
     fmt = format_json if args.output == "json" else format_text
-    async with DanubeClient(args.service_url, operation_timeout_s=args.connect_timeout_s or 0.001) as client:
+    auth = resolve_auth(args)
+    async with DanubeClient(
+        args.service_url,
+        operation_timeout_s=args.connect_timeout_s or 0.001,
+        tls=auth.tls,
+        token=auth.token,
+    ) as client:
         consumer = await client.subscribe(
             args.topic,
             subscription=args.subscription,
@@ -502,7 +524,9 @@ def explain(exc: BaseException, service_url: str) -> str:
     """The one-line `error: ...` for an expected failure, with what to do about it."""
     if isinstance(exc, DanubeError):
         text = exc.message
-        if isinstance(exc, (Unavailable, Timeout, NoBrokerAvailable)):
+        if isinstance(exc, Unavailable) and tls_failure(text):
+            hint = ""  # the message says what to check
+        elif isinstance(exc, (Unavailable, Timeout, NoBrokerAvailable)):
             hint = f"is a cluster running at {service_url}? start one with `danube-local up`"
         elif isinstance(exc, ProducerBusy):
             hint = "another producer holds the topic exclusively; stop it, or produce without --exclusive"
@@ -537,6 +561,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_args(parser, args)
+    try:
+        resolve_auth(args)  # flag combinations and the token file, before anything runs
+    except ConfigError as err:
+        parser.error(err.message)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
