@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (CI runs exactly this): set up, then every check and the tests.
 #
-#   ./test.sh                         # everything
+#   ./test.sh                         # everything (the Docker compose test: scripts/compose_test.sh)
 #   ./test.sh -m unit                 # extra arguments go to pytest
 #   ./test.sh tests/contract -x
 #

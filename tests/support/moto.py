@@ -1,4 +1,4 @@
-"""Run ``moto_server`` (an in-memory S3 endpoint) as a child process on a free loopback port.
+"""Run ``moto_server`` (an in-memory S3 endpoint) on a free loopback port.
 
 Mirrors ``danube_common.etcd_server.EtcdProcess``: a sync context manager that starts the
 server, polls until it answers, and always stops it (the whole process group) on exit::
@@ -6,7 +6,10 @@ server, polls until it answers, and always stops it (the whole process group) on
     with MotoServer() as moto:
         cfg = S3Config(endpoint_url=moto.endpoint_url, bucket="b", path_style=True, ...)
 
-The binary is looked for next to ``sys.executable`` (the venv's ``bin/``), then on PATH.
+By default it is a child process (the binary is looked for next to ``sys.executable``, the venv's
+``bin/``, then on PATH). When the run uses containers (``DANUBE_TEST_CONTAINERS=1``, decided in
+``tests/support/containers.py``) it is a container of the locally built moto image on the host's
+network instead, with the same interface; ``backend=`` forces one or the other.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import urllib.request
 from pathlib import Path
 
 from danube_common.etcd_server import free_port
+from tests.support import containers
 
 #: Credentials moto accepts (it does not check them); any non-empty pair works.
 MOTO_ACCESS_KEY_ID = "testing"
@@ -49,8 +53,15 @@ def moto_binary() -> str:
 
 class MotoServer:
     def __init__(
-        self, *, host: str = "127.0.0.1", port: int | None = None, log_path: str | Path | None = None
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        log_path: str | Path | None = None,
+        backend: containers.Backend | None = None,
     ):
+        self.backend = containers.backend(backend)
+        self._container: containers.MotoContainer | None = None
         self.host = host
         self.port = port or free_port(host)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -74,6 +85,9 @@ class MotoServer:
             return False
 
     def start(self, timeout_s: float = 30.0) -> MotoServer:
+        if self.backend == "containers":
+            self._container = containers.MotoContainer(host=self.host, port=self.port).start(timeout_s)
+            return self
         exe = moto_binary()
         env = dict(os.environ)
         for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
@@ -101,12 +115,17 @@ class MotoServer:
         raise RuntimeError(f"moto_server did not answer on {self.endpoint_url} in {timeout_s}s")
 
     def log_tail(self, max_bytes: int = 4000) -> str:
+        if self._container is not None:
+            return self._container.log_tail(max_bytes)
         try:
             return self.log_path.read_bytes()[-max_bytes:].decode(errors="replace")
         except OSError:
             return ""
 
     def stop(self) -> None:
+        container, self._container = self._container, None
+        if container is not None:
+            container.stop()
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
             # Signal the whole group (the server and anything it forked), while its leader is

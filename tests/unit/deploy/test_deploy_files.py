@@ -1,30 +1,217 @@
-"""The deployment files stay consistent with the services: example configs load, compose is sane.
+"""The deployment files agree with the code, checked without Docker.
 
-The compose file cannot be run here (no Docker engine); these checks catch what can be seen
-without one: flags the services accept, unique broker ids and ports, published = listened ports.
+Every Danube service of deploy/docker-compose.yml, and of the same file with
+deploy/docker-compose.test.yml on top, is loaded the way the service loads itself: its
+command through the service's own argparse parser and ``load()``, its environment through the
+service's pydantic config (unknown fields are an error there), its ``--config`` file from
+deploy/config. So a renamed flag, a misspelt or renamed environment variable, a bad value or a
+missing config file fails here. Then the addresses are cross-checked against the loaded
+configs: published ports = listened ports, every etcd / leader / uploader / S3 address names a
+service of the file and the port it listens on, broker ids and ports are unique, health checks
+watch the ready file the service writes. The Dockerfiles: EXPOSE = the services' default
+ports, every package root is copied, the moto version matches the dev extra.
+
+The compose files are also run for real, in Docker, by tests/e2e/test_compose.py
+(scripts/compose_test.sh).
 """
 
 from __future__ import annotations
 
 import importlib
+import re
+import tomllib
+import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from danube_common.config import load_config
+from danube_common.errors import ConfigError
+from tests.support import containers
+from tests.support.compose import PORT_VARS
 
 pytestmark = pytest.mark.unit
 
-DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
+ROOT = Path(__file__).resolve().parents[3]
+DEPLOY = ROOT / "deploy"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+#: Console script -> "module:function", from pyproject.toml.
+SCRIPTS: dict[str, str] = PYPROJECT["project"]["scripts"]
+#: The image's copy of deploy/config (deploy/Dockerfile: COPY deploy/config /etc/danube).
+IMAGE_CONFIG_DIR = "/etc/danube/"
+
+#: Values for the test override's variables (the compose test picks free ports).
+TEST_ENV = {f"DANUBE_TEST_{name}_PORT": str(20000 + i) for i, name in enumerate(PORT_VARS)}
 
 
-def _model(module: str, name: str) -> Any:
+# ---- the files, as compose reads them ----------------------------------------------------------
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
+
+
+def interpolate(value: Any, env: Mapping[str, str]) -> Any:
+    """Compose's variable substitution: ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error}."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def sub(m: re.Match[str]) -> str:
+        name, op, arg = m.group(1), m.group(2), m.group(3)
+        have = env.get(name)
+        if op in (":?", "?"):
+            if have is None or (op == ":?" and have == ""):
+                raise AssertionError(f"variable {name} is required: {arg}")
+            return have
+        if op == ":-":
+            return have if have else arg
+        if op == "-":
+            return have if have is not None else arg
+        assert name in env, f"variable {name} is used but not set (compose would substitute '')"
+        return env[name]
+
+    return _VAR.sub(sub, value)
+
+
+def _merge_service(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """How compose merges an override into a service: scalars and commands are replaced,
+    environment and labels are merged by key, ports and volumes are concatenated."""
+    out = dict(base)
+    for key, value in over.items():
+        if key in ("environment", "labels") and isinstance(value, dict):
+            out[key] = {**base.get(key, {}), **value}
+        elif key in ("ports", "volumes"):
+            out[key] = [*base.get(key, []), *value]
+        elif key == "healthcheck":
+            out[key] = {**base.get(key, {}), **value}
+        else:
+            out[key] = value
+    return out
+
+
+def raw(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((DEPLOY / name).read_text())
+    return data
+
+
+def user_file() -> dict[str, Any]:
+    """docker-compose.yml as a user runs it (no variables set)."""
+    data: dict[str, Any] = interpolate(raw("docker-compose.yml"), {})
+    return data
+
+
+def override_file() -> dict[str, Any]:
+    """docker-compose.yml + docker-compose.test.yml, as the compose test runs them."""
+    base = interpolate(raw("docker-compose.yml"), TEST_ENV)
+    over = interpolate(raw("docker-compose.test.yml"), TEST_ENV)
+    services = dict(base["services"])
+    for name, svc in over["services"].items():
+        assert name in services, f"docker-compose.test.yml overrides {name}, which docker-compose.yml lacks"
+        services[name] = _merge_service(services[name], svc)
+    return {**base, "services": services}
+
+
+FILES: dict[str, Callable[[], dict[str, Any]]] = {"user": user_file, "test": override_file}
+
+
+# ---- the services, as they load themselves -----------------------------------------------------
+
+
+def main_module(script: str) -> ModuleType:
+    module = SCRIPTS[script].split(":", 1)[0]
+    return importlib.import_module(module)
+
+
+def danube_services(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The services whose command is one of this project's console scripts."""
+    return {n: s for n, s in config["services"].items() if s.get("command") and s["command"][0] in SCRIPTS}
+
+
+def host_path(path: str) -> str:
+    assert path.startswith(IMAGE_CONFIG_DIR), f"{path}: configs live in {IMAGE_CONFIG_DIR} in the image"
+    local = DEPLOY / "config" / path.removeprefix(IMAGE_CONFIG_DIR)
+    assert local.is_file(), f"{path}: no such file in deploy/config (the image has only those)"
+    return str(local)
+
+
+def option_strings(module: ModuleType) -> set[str]:
+    return {opt for action in module.build_parser()._actions for opt in action.option_strings}
+
+
+def model_of(module: ModuleType) -> type[BaseModel]:
+    """The service's config model: what its ``load`` returns (danube-planner: the first item)."""
+    ret = typing.get_type_hints(module.load)["return"]
+    model = typing.get_args(ret)[0] if typing.get_origin(ret) is tuple else ret
+    assert issubclass(model, BaseModel), ret
+    return model
+
+
+def local_argv(argv: list[str]) -> list[str]:
+    """``argv`` with ``--config=/etc/danube/X`` pointing at deploy/config/X."""
+    return [f"--config={host_path(a.split('=', 1)[1])}" if a.startswith("--config=") else a for a in argv]
+
+
+def load_service(module: ModuleType, argv: list[str], env: Mapping[str, str]) -> Any:
+    """The service's own ``load(argv, env=...)``: argparse, then every config layer."""
+    argv = local_argv(argv)
     try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        pytest.skip(f"{module}.{name} is not importable yet: {exc}")
+        result = module.load(argv, env=dict(env))
+    except SystemExit as exc:  # argparse refused a flag or a value
+        raise AssertionError(f"{module.__name__}: argparse refused {argv} (exit {exc.code})") from exc
+    return result[0] if isinstance(result, tuple) else result  # danube-planner: (cfg, once)
+
+
+def env_field(model: type[BaseModel], prefix: str, name: str) -> list[str]:
+    """The field path an environment variable sets; fails naming what is allowed."""
+    assert name.startswith(prefix + "_"), (
+        f"{name}: the service reads only {prefix}_* variables (the rest are ignored silently)"
+    )
+    path = [p.lower() for p in name[len(prefix) + 1 :].split("__")]
+    cur: Any = model
+    for i, part in enumerate(path):
+        fields = getattr(cur, "model_fields", None) or {}
+        assert part in fields, (
+            f"{name}: {'.'.join(path[: i + 1])} is not a field of {getattr(cur, '__name__', cur)} "
+            f"(fields: {', '.join(sorted(fields))})"
+        )
+        cur = _model_in(fields[part].annotation)
+    return path
+
+
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model in ``X | None`` (or the annotation itself)."""
+    for arg in typing.get_args(annotation):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return annotation
+
+
+def loaded(config: dict[str, Any]) -> dict[str, Any]:
+    """Every Danube service of ``config`` -> its loaded config object."""
+    out = {}
+    for name, svc in danube_services(config).items():
+        env = {k: str(v) for k, v in (svc.get("environment") or {}).items()}
+        out[name] = load_service(main_module(svc["command"][0]), [str(a) for a in svc["command"][1:]], env)
+    return out
+
+
+def port_of(addr: str) -> int:
+    return int(addr.rsplit(":", 1)[1])
+
+
+def host_of(addr: str) -> str:
+    return addr.rsplit(":", 1)[0]
+
+
+# ---- example configs --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -41,7 +228,7 @@ def _model(module: str, name: str) -> Any:
 def test_example_configs_load_and_document_every_field(
     file: str, module: str, model: str, prefix: str
 ) -> None:
-    cls = _model(module, model)
+    cls = getattr(importlib.import_module(module), model)
     path = DEPLOY / "config" / file
     cfg = load_config(cls, yaml_path=path, env_prefix=prefix, env={})
     defaults = cls()
@@ -56,88 +243,228 @@ def test_example_configs_load_and_document_every_field(
     assert not undocumented, f"{file} does not mention {undocumented}: document them (commented out is fine)"
 
 
-def compose() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
-    return data
+# ---- every service loads as the code loads it ---------------------------------------------------
 
 
-def flags(command: list[str]) -> dict[str, str]:
-    return dict(arg.removeprefix("--").split("=", 1) for arg in command[1:])
+@pytest.mark.parametrize("which", FILES)
+def test_every_service_flag_env_name_and_config_file_is_the_codes(which: str) -> None:
+    config = FILES[which]()
+    services = danube_services(config)
+    assert services, "no Danube service found"
+    for name, svc in services.items():
+        module = main_module(svc["command"][0])
+        known = option_strings(module)
+        for arg in svc["command"][1:]:
+            flag = str(arg).split("=", 1)[0]
+            assert flag in known, (
+                f"{which} {name}: {flag} is not a flag of {svc['command'][0]} ({sorted(known)})"
+            )
+        model = model_of(module)
+        for env_name in svc.get("environment") or {}:
+            env_field(model, module.ENV_PREFIX, env_name)
+        try:
+            load_service(module, [str(a) for a in svc["command"][1:]], svc.get("environment") or {})
+        except ConfigError as exc:
+            raise AssertionError(
+                f"{which} {name}: {svc['command'][0]} refuses its configuration: {exc}"
+            ) from exc
 
 
-def test_compose_has_every_component() -> None:
-    services = compose()["services"]
-    for name in ("etcd", "minio", "otel-collector", "jaeger", "lookup", "broker1", "broker2", "broker3"):
-        assert name in services
-    for name in ("lookup", "broker1", "broker2", "broker3"):
-        svc = services[name]
-        assert svc["build"]["dockerfile"] == "deploy/Dockerfile"
-        assert svc["depends_on"]["etcd"]["condition"] == "service_healthy"
-        assert "/run/danube/ready.json" in svc["healthcheck"]["test"]
+def test_env_names_are_checked_against_the_model() -> None:
+    # The check above has teeth: a misspelt field or a wrong prefix is caught.
+    from danube_broker import __main__ as broker_main
+
+    model = model_of(broker_main)
+    assert env_field(model, "DANUBE_BROKER", "DANUBE_BROKER_OBJECT_STORE__S3__BUCKET") == [
+        "object_store",
+        "s3",
+        "bucket",
+    ]
+    with pytest.raises(AssertionError, match="not a field"):
+        env_field(model, "DANUBE_BROKER", "DANUBE_BROKER_OBJECT_STORE__S3__BUKET")
+    with pytest.raises(AssertionError, match="reads only DANUBE_BROKER_"):
+        env_field(model, "DANUBE_BROKER", "DANUBE_BROKR_DATA_DIR")
 
 
-def test_compose_commands_follow_the_service_contract() -> None:
-    services = compose()["services"]
-    lookup = flags(services["lookup"]["command"])
-    assert services["lookup"]["command"][0] == "danube-lookup"
-    assert {"listen", "admin-listen", "etcd-endpoints", "cluster", "ready-file"} <= set(lookup)
-    brokers = {n: s for n, s in services.items() if n.startswith("broker")}
-    ids, ports = set(), set()
-    for name, svc in brokers.items():
-        assert svc["command"][0] == "danube-broker"
-        f = flags(svc["command"])
-        assert {"broker-id", "listen", "advertised-host", "etcd-endpoints", "cluster", "ready-file"} <= set(f)
-        assert f["cluster"] == lookup["cluster"] and f["etcd-endpoints"] == lookup["etcd-endpoints"]
-        port = f["listen"].rsplit(":", 1)[1]
-        assert svc["ports"] == [f"{port}:{port}"], f"{name}: publish the port it listens on, 1:1"
-        ids.add(f["broker-id"])
-        ports.add(port)
-        cfg = f["config"].removeprefix("/etc/danube/")
-        assert (DEPLOY / "config" / cfg).exists()
-    assert len(ids) == len(ports) == len(brokers) == 3
-
-
-def test_compose_runs_the_control_plane() -> None:
-    services = compose()["services"]
-    leaders = {n: s for n, s in services.items() if s.get("command", [""])[0] == "danube-leader"}
-    managers = {n: s for n, s in services.items() if s.get("command", [""])[0] == "danube-load-manager"}
-    assert len(leaders) == 2 and len(managers) == 2
-    leader_addrs = {f"{n}:{flags(s['command'])['listen'].rsplit(':', 1)[1]}" for n, s in leaders.items()}
-    ids = set()
-    for svc in managers.values():
-        f = flags(svc["command"])
-        assert set(f["leader-endpoints"].split(",")) == leader_addrs
-        assert f["cluster"] == "danube" and f["etcd-endpoints"] == "etcd:2379"
-        assert (DEPLOY / "config" / f["config"].removeprefix("/etc/danube/")).exists()
-        ids.add(f["candidate-id"])
-    assert len(ids) == 2, "each load manager campaigns under its own name"
-
-
-def test_dockerfile_base_and_install() -> None:
-    text = (DEPLOY / "Dockerfile").read_text()
-    assert "FROM python:3.11-slim" in text
-    assert "pip install ." in text
-    assert "COPY deploy/config /etc/danube" in text
-
-
-def test_compose_gives_each_broker_a_wal_uploader_on_its_volume() -> None:
-    services = compose()["services"]
-    for i in ("1", "2", "3"):
-        broker, uploader = services[f"broker{i}"], services[f"wal-uploader{i}"]
-        f = flags(uploader["command"])
-        assert uploader["command"][0] == "danube-wal-uploader" and f["broker-id"] == i
-        assert uploader["volumes"] == broker["volumes"], "the uploader reads its broker's data directory"
-        assert f["data-dir"] == broker["environment"]["DANUBE_BROKER_DATA_DIR"]
-        assert (
-            broker["environment"]["DANUBE_BROKER_UPLOADER_ADDR"]
-            == f"wal-uploader{i}:{f['listen'].rsplit(':', 1)[1]}"
+@pytest.mark.parametrize("which", FILES)
+def test_health_checks_watch_the_ready_file(which: str) -> None:
+    config = FILES[which]()
+    for name, cfg in loaded(config).items():
+        test = config["services"][name]["healthcheck"]["test"]
+        assert cfg.ready_file and cfg.ready_file in test, (
+            f"{which} {name}: {test} vs --ready-file {cfg.ready_file}"
         )
-        b_store = {
-            k.split("OBJECT_STORE__")[1]: v for k, v in broker["environment"].items() if "OBJECT_STORE__" in k
-        }
-        u_store = {
-            k.split("OBJECT_STORE__")[1]: v
-            for k, v in uploader["environment"].items()
-            if "OBJECT_STORE__" in k
-        }
-        assert b_store == u_store and b_store["BACKEND"] == "s3", "both sides use the same bucket"
+
+
+@pytest.mark.parametrize("which", FILES)
+def test_every_address_names_a_service_and_the_port_it_listens_on(which: str) -> None:
+    config = FILES[which]()
+    services = config["services"]
+    cfgs = loaded(config)
+    test = which == "test"
+
+    def addr(service: str, port: int) -> str:
+        # On the host network every service is 127.0.0.1; on compose's network, its name.
+        return f"{'127.0.0.1' if test else service}:{port}"
+
+    etcd_url = next(a for a in services["etcd"]["command"] if str(a).startswith("--listen-client-urls="))
+    etcd = addr("etcd", urlsplit(etcd_url.split("=", 1)[1]).port or 0)
+    s3_port = 9000 if not test else int(services["minio"]["command"][-1])
+    by_kind: dict[str, dict[str, Any]] = {}
+    for name, cfg in cfgs.items():
+        by_kind.setdefault(services[name]["command"][0], {})[name] = cfg
+        assert cfg.etcd.endpoints == [etcd], f"{which} {name}: etcd at {cfg.etcd.endpoints}, etcd is {etcd}"
+        assert cfg.etcd.cluster == "danube", f"{which} {name}: cluster {cfg.etcd.cluster}"
+        for dep in services[name].get("depends_on", {}):
+            assert dep in services, f"{which} {name} depends on {dep}, which is not a service"
+        assert "etcd" in services[name].get("depends_on", {}) or test, f"{name} starts before etcd is healthy"
+
+    leaders = sorted(addr(n, port_of(c.listen_addr)) for n, c in by_kind["danube-leader"].items())
+    assert len(leaders) == 2
+    for kind in ("danube-load-manager", "danube-planner"):
+        for name, cfg in by_kind[kind].items():
+            assert sorted(cfg.leader_endpoints) == leaders, f"{which} {name}: {cfg.leader_endpoints}"
+
+    brokers, uploaders = by_kind["danube-broker"], by_kind["danube-wal-uploader"]
+    assert len(brokers) == len(uploaders) == 3
+    assert len({c.broker_id for c in brokers.values()}) == 3, "broker ids are unique"
+    uploader_of = {c.broker_id: (n, c) for n, c in uploaders.items()}
+    for name, cfg in brokers.items():
+        up_name, up = uploader_of[cfg.broker_id]
+        assert cfg.uploader_addr == addr(up_name, port_of(up.listen_addr)), (
+            f"{which} {name}: uploader address"
+        )
+        assert cfg.data_dir == up.data_dir, f"{which} {name}: the uploader serves the broker's data directory"
+        if not test:
+            assert services[name]["volumes"] == services[up_name]["volumes"], (
+                f"{name}: same volume as {up_name}"
+            )
+        assert cfg.object_store == up.object_store, f"{which} {name}: broker and uploader use one bucket"
+    for name, cfg in {**brokers, **uploaders, **by_kind["danube-planner"]}.items():
+        store = cfg.object_store
+        assert store.backend == "s3" and store.s3.endpoint_url == f"http://{addr('minio', s3_port)}", (
+            f"{which} {name}: object store {store}"
+        )
+        assert store.s3.bucket == "danube-wal" and store.s3.path_style and store.s3.create_bucket
+
+
+def test_user_file_publishes_the_ports_the_services_listen_on() -> None:
+    config = user_file()
+    services = config["services"]
+    published: list[str] = []
+    for name, cfg in loaded(config).items():
+        listens = [cfg.listen_addr] if hasattr(cfg, "listen_addr") else []
+        listens += [cfg.admin_listen_addr] if hasattr(cfg, "admin_listen_addr") else []
+        ports = services[name].get("ports", [])
+        if name.startswith("broker") or name == "lookup":
+            assert sorted(ports) == sorted(f"{port_of(a)}:{port_of(a)}" for a in listens), (
+                f"{name}: publish the ports it listens on, 1:1 (clients are sent to host:port)"
+            )
+        else:
+            assert not ports, f"{name} is internal: publish nothing"
+        for a in listens:
+            assert host_of(a) == "0.0.0.0", f"{name}: listen on every interface of the container"
+        published += [p.split(":")[-1] for p in ports]
+    assert len(published) == len(set(published)), "a host port is published twice"
+    brokers = {n: c for n, c in loaded(config).items() if services[n]["command"][0] == "danube-broker"}
+    for name, cfg in brokers.items():
+        assert cfg.advertised_host == name, f"{name} advertises {cfg.advertised_host}"
+
+
+def test_user_file_uses_the_default_ports_where_it_can() -> None:
+    # One replica per container: each listens on its service's default port, except the
+    # brokers, whose ports must differ (each is published 1:1 on the host).
+    config = user_file()
+    for name, cfg in loaded(config).items():
+        if not hasattr(cfg, "listen_addr") or name.startswith("broker"):
+            continue
+        default = type(cfg).model_fields["listen_addr"].default
+        assert port_of(cfg.listen_addr) == port_of(default), (
+            f"{name}: listens on {cfg.listen_addr}, default {default}"
+        )
+
+
+def test_test_override_runs_everything_on_loopback_from_local_images() -> None:
+    override = raw("docker-compose.test.yml")["services"]
+    assert set(override) == set(raw("docker-compose.yml")["services"]), "the override covers every service"
+    config = override_file()
+    for name, svc in config["services"].items():
+        assert svc.get("network_mode") == "host", f"{name}: host network (traffic stays on loopback)"
+        assert svc.get("image") in (containers.PROJECT_IMAGE, *containers.SERVER_IMAGES), (
+            f"{name}: {svc.get('image')} is not one of the locally built images"
+        )
+    listens: list[int] = []
+    for name, cfg in loaded(config).items():
+        for field in ("listen_addr", "admin_listen_addr"):
+            if hasattr(cfg, field):
+                assert host_of(getattr(cfg, field)) == "127.0.0.1", f"{name}: {field} on loopback only"
+                listens.append(port_of(getattr(cfg, field)))
+        if hasattr(cfg, "advertised_host"):
+            assert cfg.advertised_host == "127.0.0.1", name
+    assert len(listens) == len(set(listens)), "two services listen on one port of the host network"
+    used = set(re.findall(r"DANUBE_TEST_([A-Z0-9_]+)_PORT", (DEPLOY / "docker-compose.test.yml").read_text()))
+    assert used == set(PORT_VARS), f"ports used {sorted(used)} vs picked by the test {sorted(PORT_VARS)}"
+
+
+def test_planner_one_shot_command_loads() -> None:
+    # The compose test runs the planner service's command with --once in a one-off container.
+    from danube_planner import __main__ as planner_main
+
+    for config in (user_file(), override_file()):
+        svc = config["services"]["planner"]
+        argv = [str(a) for a in svc["command"][1:] if not str(a).startswith("--ready-file")]
+        cfg, once = planner_main.load([*local_argv(argv), "--once"], env=svc.get("environment") or {})
+        assert once and cfg.engine == "spark" and cfg.leader_endpoints
+
+
+# ---- images -------------------------------------------------------------------------------------
+
+
+def dockerfile_arg(text: str, name: str) -> str:
+    m = re.search(rf"^ARG {name}=(\S+)$", text, re.M)
+    assert m, f"no ARG {name}=... default"
+    return m.group(1).strip('"')
+
+
+def test_dockerfile_exposes_the_default_ports_and_copies_every_package() -> None:
+    text = (DEPLOY / "Dockerfile").read_text()
+    assert dockerfile_arg(text, "BASE_IMAGE") == "python:3.11-slim-bookworm", (
+        "users build FROM the public image"
+    )
+    assert "COPY deploy/config /etc/danube" in text
+    assert "pip install --no-deps ." in text
+    # Without it the planner's Spark JVM launch fails at random (see the Dockerfile's comment).
+    assert "ENV GRPC_ENABLE_FORK_SUPPORT=false" in text
+    exposed = {int(p) for line in re.findall(r"^EXPOSE (.+)$", text, re.M) for p in line.split()}
+    defaults = set()
+    for script in (
+        "danube-lookup",
+        "danube-broker",
+        "danube-leader",
+        "danube-load-manager",
+        "danube-wal-uploader",
+    ):
+        model = model_of(main_module(script))
+        for field in ("listen_addr", "admin_listen_addr"):
+            if field in model.model_fields:
+                defaults.add(port_of(model.model_fields[field].default))
+    assert exposed == defaults, f"EXPOSE {sorted(exposed)} vs the services' default ports {sorted(defaults)}"
+    roots = {Path(w).parts[0] for w in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["where"]}
+    ignore = (ROOT / ".dockerignore").read_text().split()
+    for root in roots:
+        assert f"COPY {root} ./{root}" in text, f"deploy/Dockerfile does not copy {root}/"
+        assert f"!{root}/" in ignore, f".dockerignore keeps {root}/ out of the build context"
+
+
+def test_test_images_match_the_project() -> None:
+    moto = (DEPLOY / "test" / "moto.Dockerfile").read_text()
+    dev = PYPROJECT["project"]["optional-dependencies"]["dev"]
+    assert dockerfile_arg(moto, "MOTO_REQUIREMENT") in dev, "moto image and dev extra ask for the same moto"
+    planner = PYPROJECT["project"]["optional-dependencies"]["planner"]
+    assert set(planner) <= set(dev), "the planner extra (installed in the image) is in the dev extra too"
+    script = (ROOT / "scripts" / "compose_test.sh").read_text()
+    for image in (containers.BASE_IMAGE, containers.PROJECT_IMAGE, *containers.SERVER_IMAGES):
+        assert image in script, f"scripts/compose_test.sh does not build {image}"
+    for dockerfile in ("etcd.Dockerfile", "moto.Dockerfile"):
+        text = (DEPLOY / "test" / dockerfile).read_text()
+        assert dockerfile_arg(text, "BASE_IMAGE") == containers.BASE_IMAGE

@@ -478,3 +478,32 @@ async def test_a_stale_directory_writes_no_final_state(h: Harness) -> None:
     assert await h.store.get_json(h.keys.storage_state(T)) == state.to_json()
     assert await descriptors(h.store, h.keys, T) == [*descs, later]
     assert await h.checkpoint() == 900 and not h.progress().final
+
+
+async def test_a_takeover_during_the_dead_brokers_upload_does_not_strand_its_history(h: Harness) -> None:
+    """The next owner opens its stint (at the recorded end) while the uploader's first upload of
+    the dead broker's log is in flight: that commit fails on the changed log record, and the
+    uploader must upload the same offsets again, not leave them to nobody."""
+    log = await write_topic(h.data_dir, T, 300)
+    try:
+        end = log.durable_offset
+        lease = (await h.store.get(h.keys.broker(BROKER))).lease  # type: ignore[union-attr]
+        original_put = h.objects.put
+        took_over = asyncio.Event()
+
+        async def put_then_take_over(key: str, data: bytes, *, if_absent: bool = False) -> ObjectInfo:
+            info = await original_put(key, data, if_absent=if_absent)
+            state = await h.store.get_json(h.keys.storage_state(T))
+            if not took_over.is_set() and state and not state.get("open", True):
+                await record_stint(h.store, h.keys, T, "b2", start=end, epoch=2)
+                took_over.set()
+            return info
+
+        h.objects.put = put_then_take_over  # type: ignore[method-assign]
+        await h.store.revoke_lease(lease)  # the broker is dead before the uploader starts
+        h.start()
+        await wait_until(took_over.is_set, what="the next owner's stint opened mid-upload")
+        await h.wait_checkpoint(end)
+        await check_uploaded(h.store, h.keys, h.objects, T, end=end)
+    finally:
+        await log.aclose()

@@ -1,0 +1,259 @@
+"""The compose deployment, run for real: deploy/docker-compose.yml + deploy/docker-compose.test.yml.
+
+Every service of the compose file (etcd, the S3 endpoint, two leader replicas, the lookup, three
+brokers with their WAL uploaders, two load managers and the Spark planner) runs in containers of
+locally built images, on the host's network and free loopback ports. Through the SDK
+(``danube_sdk``) and ``danube-admin`` on the host:
+
+- every service is healthy and registered (brokers, load manager and planner roles);
+- a reliable topic is produced and consumed; the container of the broker that owns it is killed
+  (``docker kill``); every topic that broker owned is re-placed on another broker, and the
+  consumer gets every acknowledged message (the dead broker's WAL uploader, still running,
+  ships the rest of its log to S3 and records where it ends);
+- the running planner (Spark local mode in its container) answers a rebalance request;
+- the planner's one-shot mode: the planner service is stopped (it resigns) and
+  ``compose run planner ... --once`` runs one fenced cycle in a one-off container of the same
+  service, which writes a new cluster load report.
+
+The stack is taken down with its volumes at the end (``down -v``), whatever happened.
+
+Needs a Docker engine and the images: run ``scripts/compose_test.sh``, which installs Docker,
+starts the engine, builds the images, runs this and cleans up. Without an engine the tests are
+skipped with the reason and a warning; they fail instead under ``DANUBE_COMPOSE_REQUIRE=1``
+(the script sets it once the engine answers and the images are built).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from danube_common.etcd_server import free_port
+from danube_sdk import DanubeClient, DispatchStrategy, InitialPosition, SubType
+from tests.e2e.conftest import cli, subprocess_env
+from tests.support import containers, unique, wait_until, wait_until_sync
+from tests.support.compose import PORT_VARS, ComposeStack, compose_command, project_name
+
+pytestmark = [pytest.mark.compose, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def free_ports(n: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < n:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[ComposeStack]:
+    containers.skip_without_engine(
+        "compose test", images=[containers.PROJECT_IMAGE, *containers.SERVER_IMAGES]
+    )
+    command = compose_command()
+    if command is None:
+        containers.not_run("compose test", "neither `docker compose` nor `docker-compose` is installed")
+    env = {
+        f"DANUBE_TEST_{name}_PORT": str(p)
+        for name, p in zip(PORT_VARS, free_ports(len(PORT_VARS)), strict=True)
+    }
+    env["DANUBE_TEST_IMAGE"] = containers.PROJECT_IMAGE
+    workdir = tmp_path_factory.mktemp("compose")
+    project = project_name()
+    s = ComposeStack(project=project, env=env, workdir=workdir, command=command)
+    print(f"\ncompose: {' '.join(command)} -p {project} (rendered: {s.rendered})")
+    failed_before = request.session.testsfailed
+    started = time.monotonic()
+    try:
+        s.up()
+        s.wait_healthy(timeout_s=300)
+        print(f"compose: {len(s.services())} services healthy {time.monotonic() - started:.1f}s after `up`")
+        # Healthy = serving; the control plane is ready once the roles are held (a load manager
+        # places admin-created topics, the planner answers rebalance requests).
+        wait_until_sync(lambda: roles_held(s) >= ROLES, timeout_s=120, what=f"roles {sorted(ROLES)} held")
+        print(f"compose: roles held {time.monotonic() - started:.1f}s after `up`")
+        yield s
+    except Exception:  # the stack did not come up: keep its logs
+        (workdir / "compose.log").write_text(s.logs(tail=400))
+        print(f"compose logs: {workdir / 'compose.log'}")
+        raise
+    finally:
+        if request.session.testsfailed > failed_before:
+            (workdir / "compose.log").write_text(s.logs(tail=400))
+            print(f"\ncompose logs (the test failed): {workdir / 'compose.log'}\n{s.logs(tail=40)}")
+        s.down()
+
+
+def url(stack: ComposeStack, var: str) -> str:
+    return f"http://127.0.0.1:{stack.env[f'DANUBE_TEST_{var}_PORT']}"
+
+
+def admin(stack: ComposeStack, *args: str, timeout_s: float = 60) -> Any:
+    """``danube-admin -o json ARGS`` on the host against the stack's admin API; parsed JSON."""
+    res = subprocess.run(
+        [cli("danube-admin"), "--admin-url", url(stack, "ADMIN"), "--output", "json", *args],
+        capture_output=True, text=True, timeout=timeout_s, env=subprocess_env(),
+    )  # fmt: skip
+    assert res.returncode == 0, f"danube-admin {' '.join(args)}: {res.stderr}"
+    return json.loads(res.stdout) if res.stdout.strip() else None
+
+
+ROLES = {"load-manager", "spark-planner"}
+
+
+def roles_held(stack: ComposeStack) -> set[str]:
+    """The roles someone leads now, per the admin API; empty while it does not answer."""
+    res = subprocess.run(
+        [cli("danube-admin"), "--admin-url", url(stack, "ADMIN"), "-o", "json", "leaders", "list"],
+        capture_output=True, text=True, timeout=60, env=subprocess_env(),
+    )  # fmt: skip
+    if res.returncode != 0 or not res.stdout.strip():
+        return set()
+    return {entry["role"] for entry in json.loads(res.stdout)}
+
+
+def owner(stack: ComposeStack, topic: str) -> str | None:
+    res = subprocess.run(
+        [cli("danube-admin"), "--admin-url", url(stack, "ADMIN"), "-o", "json", "topics", "describe", topic],
+        capture_output=True, text=True, timeout=60, env=subprocess_env(),
+    )  # fmt: skip
+    if res.returncode != 0:
+        return None
+    broker = json.loads(res.stdout).get("broker_id")
+    return str(broker) if broker else None
+
+
+def test_every_service_is_up_and_registered(stack: ComposeStack) -> None:
+    brokers = admin(stack, "brokers", "list")
+    ids = sorted(str(b["broker_id"]) for b in brokers)
+    assert ids == ["1", "2", "3"], brokers
+    leaders = admin(stack, "leaders", "list")
+    assert {entry["role"] for entry in leaders} >= ROLES, leaders
+
+
+async def test_topics_survive_killing_their_broker_container(stack: ComposeStack) -> None:
+    topic = f"/default/{unique('compose')}"
+    admin(stack, "topics", "create", topic, "--dispatch-strategy", "reliable")
+    # A few more topics, so the killed broker most likely owns more than the one we follow.
+    others = [f"/default/{unique('compose-other')}" for _ in range(5)]
+    for name in others:
+        admin(stack, "topics", "create", name)
+    acked: set[bytes] = set()
+    received: set[bytes] = set()
+    async with DanubeClient(url(stack, "LOOKUP"), operation_timeout_s=60) as client:
+        consumer = await client.subscribe(
+            topic, subscription="audit", sub_type=SubType.EXCLUSIVE, initial_position=InitialPosition.EARLIEST
+        )
+        producer = await client.create_producer(
+            topic, producer_name=unique("p"), dispatch_strategy=DispatchStrategy.RELIABLE, send_timeout_s=90
+        )
+
+        async def publish(prefix: str, n: int) -> None:
+            futures = [await producer.send_async(f"{prefix}-{i}".encode()) for i in range(n)]
+            for payload, result in zip(
+                (f"{prefix}-{i}".encode() for i in range(n)),
+                await asyncio.gather(*futures, return_exceptions=True),
+                strict=True,
+            ):
+                if not isinstance(result, BaseException):
+                    acked.add(payload)
+
+        async def consume(want: set[bytes], timeout_s: float) -> None:
+            deadline = time.monotonic() + timeout_s
+            while not want <= received:
+                assert time.monotonic() < deadline, (
+                    f"{len(want - received)} acknowledged messages never arrived"
+                )
+                try:
+                    batch = await consumer.receive_many(500, timeout_s=5)
+                except TimeoutError:  # nothing for 5 s (the consumer may be reconnecting): poll on
+                    continue
+                for msg in batch:
+                    received.add(msg.payload)
+                    await consumer.ack(msg)
+
+        await publish("before", 300)
+        assert len(acked) == 300
+        # Read half of them, so the subscription's cursor is mid-log when the broker dies.
+        half = {f"before-{i}".encode() for i in range(150)}
+        await consume(half, timeout_s=60)
+
+        victim = owner(stack, topic)
+        assert victim in ("1", "2", "3"), victim
+        orphans = [name for name in [topic, *others] if owner(stack, name) == victim]
+        stack.kill(f"broker{victim}")
+        killed_at = time.monotonic()
+
+        def moved() -> bool:
+            now = [owner(stack, name) for name in orphans]
+            return all(b is not None and b != victim for b in now)
+
+        await wait_until(
+            moved, timeout_s=90, interval_s=0.5, what=f"{len(orphans)} topic(s) re-placed off broker {victim}"
+        )
+        moved_after = time.monotonic() - killed_at
+        await publish("after", 300)
+        await consume(set(acked), timeout_s=120)
+        await producer.close()
+        await consumer.close()
+    assert len(acked) == 600, "every send after the failover was acknowledged (the producer reconnected)"
+    assert acked <= received, "every acknowledged message was delivered"
+    assert stack.state(f"broker{victim}")["Status"] == "exited"
+    print(
+        f"\nbroker{victim} killed: its {len(orphans)} topic(s) re-placed {moved_after:.1f}s later "
+        f"({topic} on broker {owner(stack, topic)}); {len(acked)} acked, all delivered"
+    )
+
+
+def report_generated_at_ms(stack: ComposeStack) -> int:
+    """generated_at_ms of the planner's latest cluster load report; 0 when there is none."""
+    res = subprocess.run(
+        [cli("danube-admin"), "--admin-url", url(stack, "ADMIN"), "-o", "json", "cluster", "load"],
+        capture_output=True, text=True, timeout=60, env=subprocess_env(),
+    )  # fmt: skip
+    if res.returncode != 0 or not res.stdout.strip():
+        return 0
+    return int(json.loads(res.stdout).get("generated_at_ms") or 0)
+
+
+def test_planner_service_runs_a_cycle_on_request(stack: ComposeStack) -> None:
+    # The planner container (Spark local mode) leads the spark-planner role; a rebalance
+    # request is answered by one cycle: a proposed plan, written with the cluster load report
+    # in one fenced transaction.
+    plan = admin(stack, "rebalance", "--dry-run", "--wait-s", "240", timeout_s=300)
+    assert plan["status"] == "proposed", plan
+    assert plan["plan_id"], plan
+    report = admin(stack, "cluster", "load")
+    reported = {str(b["broker_id"]) for b in report["brokers"]}
+    assert reported, report
+    print(
+        f"\nplanner: plan {plan['plan_id']} ({len(plan.get('moves', []))} moves), report on brokers {sorted(reported)}"
+    )
+
+
+def test_planner_one_shot_mode(stack: ComposeStack) -> None:
+    # `danube-planner --once` in a one-off container of the planner service (its image,
+    # environment and network): the running planner is stopped first (SIGTERM: it resigns the
+    # role), so the one-shot planner is elected at once and runs one fenced cycle, then exits.
+    before_ms = report_generated_at_ms(stack)
+    stack.stop("planner")
+    command = [
+        arg for arg in stack.command_of("planner") if not arg.startswith(("--ready-file", "--candidate-id"))
+    ]
+    command += ["--once", "--candidate-id=planner-once"]
+    started = time.monotonic()
+    res = stack.run("planner", command, timeout_s=300)
+    took = time.monotonic() - started
+    output = res.stdout + res.stderr
+    assert res.returncode == 0, f"{' '.join(command)} exited {res.returncode}:\n{output[-4000:]}"
+    assert "fenced by term" in output, output[-4000:]
+    after_ms = report_generated_at_ms(stack)
+    assert after_ms > before_ms, "the one-shot cycle wrote a new cluster load report"
+    print(f"\nplanner --once: one fenced cycle in a one-off container, {took:.1f}s including Spark start-up")
