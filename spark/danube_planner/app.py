@@ -34,6 +34,7 @@ from danube_common.objstore import open_object_store
 from danube_common.service import (
     ServiceFailure,
     ServiceReady,
+    internal_credentials,
     remove_ready_file,
     wait_for_stop,
     write_ready_file,
@@ -194,6 +195,7 @@ async def run(
             cfg.leader_endpoints,
             rpc_timeout_s=cfg.leader_rpc_timeout_s,
             heartbeat_deadline_s=cfg.leader_heartbeat_deadline_s,
+            credentials=internal_credentials(cfg),
         )
         candidacy = elector.campaign(PLANNER_ROLE, candidate_id=cfg.candidate_id, ttl_s=cfg.leadership_ttl_s)
         log.info(

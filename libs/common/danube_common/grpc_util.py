@@ -1,4 +1,10 @@
-"""gRPC helpers: server construction and address handling."""
+"""gRPC helpers: server and channel construction, address handling.
+
+Every server is built by :func:`new_server` (a service with ``auth`` enabled passes its
+AuthInterceptor, which goes outermost, before the ErrorInterceptor) and every channel a service
+opens to another by :func:`open_channel` (TLS when given the service's channel credentials).
+Binding with TLS is ``danube_common.security.tls.bind_server``.
+"""
 
 from __future__ import annotations
 
@@ -30,8 +36,28 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
 ]
 
 
-def new_server(extra_interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> grpc.aio.Server:
-    return grpc.aio.server(interceptors=[*extra_interceptors, ErrorInterceptor()], options=SERVER_OPTIONS)
+def new_server(
+    extra_interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    *,
+    options: Sequence[tuple[str, int]] = SERVER_OPTIONS,
+) -> grpc.aio.Server:
+    """A server whose ``extra_interceptors`` run outside the ErrorInterceptor (the first is
+    outermost): an AuthInterceptor there refuses a call before any servicer code runs, with
+    the same status and ``x-danube-error-code`` trailing metadata the ErrorInterceptor sends."""
+    return grpc.aio.server(interceptors=[*extra_interceptors, ErrorInterceptor()], options=list(options))
+
+
+def open_channel(
+    addr: str,
+    credentials: grpc.ChannelCredentials | None = None,
+    *,
+    options: Sequence[tuple[str, int]] = CHANNEL_OPTIONS,
+) -> grpc.aio.Channel:
+    """A channel to another service: TLS with ``credentials`` (a service's
+    ``channel_credentials(cfg.tls)``: its CA and, for mTLS, its own certificate), else plaintext."""
+    if credentials is None:
+        return grpc.aio.insecure_channel(addr, options=list(options))
+    return grpc.aio.secure_channel(addr, credentials, options=list(options))
 
 
 def strip_scheme(url: str) -> str:

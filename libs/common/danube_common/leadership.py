@@ -45,7 +45,7 @@ from danube_common.errors import (
     Unavailable,
     error_from_rpc,
 )
-from danube_common.grpc_util import CHANNEL_OPTIONS, strip_scheme
+from danube_common.grpc_util import open_channel, strip_scheme
 from danube_common.keys import Keys
 from danube_common.metadata.store import Compare, KeyValue, MetadataStore
 from danube_common.pb import DanubeLeader_pb2 as lpb
@@ -379,7 +379,8 @@ class Elector:
     Every unary call carries ``rpc_timeout_s`` and fails over to the next address on a
     transport failure. Campaign streams are judged dead when no event (heartbeats included)
     arrives for ``heartbeat_deadline_s``; keep it above the replicas' heartbeat interval and
-    below the campaign TTL.
+    below the campaign TTL. ``credentials`` (a service's ``channel_credentials(cfg.tls)``) make
+    the channels TLS, with the service's own certificate as its mTLS identity.
     """
 
     def __init__(
@@ -390,6 +391,7 @@ class Elector:
         heartbeat_deadline_s: float = 3.0,
         backoff_base_s: float = 0.1,
         backoff_cap_s: float = 2.0,
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         targets = [strip_scheme(a) for a in addresses if a.strip()]
         if not targets:
@@ -401,6 +403,8 @@ class Elector:
         self.heartbeat_deadline_s = heartbeat_deadline_s
         self.backoff_base_s = backoff_base_s
         self.backoff_cap_s = backoff_cap_s
+        #: TLS towards the leader service (the candidate's own certificate: mTLS); None: plaintext.
+        self._credentials = credentials
         self._stubs: dict[str, lpb_grpc.LeaderElectionStub] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._candidacies: set[Candidacy] = set()
@@ -412,7 +416,7 @@ class Elector:
             raise Unavailable("the elector is closed")
         stub = self._stubs.get(addr)
         if stub is None:
-            channel = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+            channel = open_channel(addr, self._credentials)
             self._channels.append(channel)
             stub = self._stubs[addr] = lpb_grpc.LeaderElectionStub(channel)
         return stub

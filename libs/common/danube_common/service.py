@@ -25,11 +25,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import grpc
+import grpc.aio
 from pydantic import Field, field_validator
 
 from danube_common.config import EtcdConfig, Frozen, split_list
 from danube_common.errors import ConfigError, DanubeError, InvalidNamespaceName, MetadataUnavailable, Timeout
+from danube_common.grpc_util import SERVER_OPTIONS, new_server
+from danube_common.keys import Keys
 from danube_common.logs import setup_logging
+from danube_common.metadata.store import MetadataStore
+from danube_common.security.config import AuthConfig
+from danube_common.security.interceptor import AuthInterceptor
+from danube_common.security.rules import HandleResolver
+from danube_common.security.security_view import SecurityView
+from danube_common.security.tls import TlsConfig, bind_server, channel_credentials, load_material
 from danube_common.topic_name import validate_namespace
 
 log = logging.getLogger(__name__)
@@ -82,6 +92,11 @@ class ServiceConfig(Frozen):
     #: Once serving, a JSON file with the bound addresses is written here (atomically).
     ready_file: str | None = None
     log_level: str = "INFO"
+    #: TLS of this service's servers and of the channels it opens to other services (its own
+    #: certificate is its mTLS identity). Default: plaintext.
+    tls: TlsConfig = Field(default_factory=TlsConfig)
+    #: Authentication and RBAC of every RPC this service serves. Default: off (anyone may call).
+    auth: AuthConfig = Field(default_factory=AuthConfig)
 
     @field_validator("bootstrap_namespaces")
     @classmethod
@@ -220,6 +235,72 @@ async def wait_for_stop(
     return Ended("an unknown wait")  # unreachable: one of the waits finished
 
 
+def check_security_files(cfg: ServiceConfig) -> None:
+    """Read and check every TLS file and the JWT key of ``cfg`` (ConfigError naming the file
+    and what to do): a service that cannot use them refuses to start (exit 2)."""
+    if cfg.tls.enabled or cfg.tls.ca_file:
+        load_material(cfg.tls)
+    if cfg.auth.enabled and cfg.auth.jwt is not None:
+        cfg.auth.jwt.verifier()
+
+
+def internal_credentials(cfg: ServiceConfig) -> grpc.ChannelCredentials | None:
+    """The credentials of the channels this service opens to other services (None: plaintext):
+    with TLS enabled, trust ``tls.ca_file`` and present the service's own certificate (mTLS)."""
+    return channel_credentials(cfg.tls) if cfg.tls.enabled else None
+
+
+@dataclass(slots=True)
+class ServiceSecurity:
+    """A service's server-side security: how its servers are built and bound, and the RBAC
+    cache its AuthInterceptor reads (None with auth off). Build it with :func:`start_security`."""
+
+    tls: TlsConfig
+    #: None with auth disabled (servers get no auth interceptor: behaviour unchanged).
+    interceptor: AuthInterceptor | None = None
+    view: SecurityView | None = None
+
+    def new_server(self, *, options: list[tuple[str, int]] | None = None) -> grpc.aio.Server:
+        extra = [self.interceptor] if self.interceptor is not None else []
+        return new_server(extra, options=SERVER_OPTIONS if options is None else options)
+
+    def bind(self, server: grpc.aio.Server, addr: str) -> int:
+        """Bind ``addr`` (TLS when enabled; ConfigError when its files are unusable)."""
+        return bind_server(server, addr, self.tls)
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The RBAC watch, for :func:`wait_for_stop` (None with auth off)."""
+        return self.view.task if self.view is not None else None
+
+    def loops(self) -> dict[asyncio.Task[None], str]:
+        """``{task: what}`` to add to a service's supervised loops (empty with auth off)."""
+        task = self.task
+        return {task: "the security (RBAC) watch"} if task is not None else {}
+
+    async def aclose(self) -> None:
+        if self.view is not None:
+            await self.view.aclose()
+
+
+async def start_security(
+    cfg: ServiceConfig,
+    store: MetadataStore,
+    keys: Keys,
+    *,
+    resolve_handle: HandleResolver | None = None,
+) -> ServiceSecurity:
+    """Check the TLS files; with auth enabled, load the RBAC view (and follow its watch) and
+    build the AuthInterceptor. Call :meth:`ServiceSecurity.aclose` at shutdown."""
+    check_security_files(cfg)
+    if not cfg.auth.enabled:
+        return ServiceSecurity(cfg.tls)
+    view = SecurityView(store, keys)
+    interceptor = AuthInterceptor.from_config(cfg.auth, view, resolve_handle=resolve_handle)
+    await view.start()
+    return ServiceSecurity(cfg.tls, interceptor, view)
+
+
 class ServiceRun(Protocol[R_co]):
     """A service's ``run(cfg, *, ready, stop)``: serve until ``stop``, call ``ready`` once serving."""
 
@@ -276,6 +357,7 @@ def service_main(
     logging under ``name(cfg)``, then :func:`run_main`."""
     try:
         cfg = load()
+        check_security_files(cfg)
     except ConfigError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2

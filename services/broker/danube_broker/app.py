@@ -1,6 +1,7 @@
 """Wiring of the broker: etcd, registration, assignment watch, one gRPC server, ordered shutdown.
 
-Start-up: connect to etcd (bounded wait) -> bootstrap namespaces -> bind the port (the real
+Start-up: connect to etcd (bounded wait) -> bootstrap namespaces -> check the TLS files and
+(with ``auth`` enabled) load the RBAC view -> bind the port (TLS when configured) (the real
 port is needed for the registration) -> register on a lease -> list our assignments and
 follow them -> start the cluster view (Discovery) -> serve -> announce readiness.
 
@@ -42,7 +43,7 @@ from danube_broker.tiering import Tiering
 from danube_common.cluster_view import ClusterView
 from danube_common.discovery import DiscoveryServicer
 from danube_common.errors import DanubeError
-from danube_common.grpc_util import bind, install_stop_signals, new_server
+from danube_common.grpc_util import install_stop_signals
 from danube_common.keys import Keys
 from danube_common.leadership import read_leaders
 from danube_common.load_history import LoadHistoryWriter
@@ -55,10 +56,15 @@ from danube_common.records import BrokerRecord, now_ms
 from danube_common.resources import Resources
 from danube_common.schema_store import SchemaStore
 from danube_common.schema_view import SchemaView
+from danube_common.security.rbac import Resource
+from danube_common.security.rules import Handle, HandleResolver
 from danube_common.service import (
     ServiceFailure,
     ServiceReady,
+    ServiceSecurity,
+    internal_credentials,
     remove_ready_file,
+    start_security,
     wait_for_stop,
     write_ready_file,
 )
@@ -75,6 +81,20 @@ async def _sweep_forever(registry: BrokerRegistry, interval_s: float) -> NoRetur
     while True:
         await asyncio.sleep(interval_s)
         registry.sweep()
+
+
+def handle_resolver(registry: BrokerRegistry) -> HandleResolver:
+    """Producer/consumer id -> its topic, for the RBAC of id-only calls (SendMessage, Ack,
+    ReceiveMessages, ...); None for an id not attached here (the servicer answers NOT_FOUND)."""
+
+    def resolve(handle: Handle) -> Resource | None:
+        if handle.kind == "producer":
+            producer = registry.producers.get(handle.id)
+            return Resource.topic(producer.topic.name) if producer is not None else None
+        consumer = registry.consumers.get(handle.id)
+        return Resource.topic(consumer.topic_name) if consumer is not None else None
+
+    return resolve
 
 
 async def run(
@@ -96,19 +116,34 @@ async def run(
                 log.info("created bootstrap namespace %s", ns)
         # Object storage and the WAL uploader (None: neither configured). A missing bucket or an
         # unreachable endpoint stops the start here, before anything is served.
-        tiering = await Tiering.open(cfg, resources)
+        security = await start_security(cfg, store, resources.keys)
+        tiering: Tiering | None = None
         try:
-            server = new_server()
-            port = bind(server, cfg.listen_addr)
+            tiering = await Tiering.open(cfg, resources)
+            server = security.new_server()
+            port = security.bind(server, cfg.listen_addr)
             addr = cfg.advertised_addr(port)
             url = f"http://{addr}"
             registry = BrokerRegistry(cfg, resources, broker_url=url)
+            if security.interceptor is not None:  # before serving: id-only calls resolve here
+                security.interceptor.resolve_handle = handle_resolver(registry)
             if tiering is not None:
                 registry.set_tiering(tiering)
-            await _serve(cfg, resources, server, registry, addr, ready=ready, stop=stop, tiering=tiering)
+            await _serve(
+                cfg,
+                resources,
+                server,
+                registry,
+                addr,
+                ready=ready,
+                stop=stop,
+                tiering=tiering,
+                security=security,
+            )
         finally:
             if tiering is not None:
                 await tiering.aclose()
+            await security.aclose()
     finally:
         await store.aclose()
         if cfg.ready_file:
@@ -126,6 +161,7 @@ async def _serve(
     ready: Callable[[ServiceReady], None] | None,
     stop: asyncio.Event,
     tiering: Tiering | None = None,
+    security: ServiceSecurity | None = None,
 ) -> None:
     membership = Membership(
         resources, registry, registration_ttl_s=cfg.registration_ttl_s, ack_margin_s=cfg.ack_margin_s
@@ -137,9 +173,14 @@ async def _serve(
     discovery = DiscoveryServicer(
         resources, view, self_broker_id=cfg.broker_id, auto_create_topics=cfg.auto_create_topics
     )
-    dead_letters = DeadLetterPublisher(registry, discovery.resolve, rpc_timeout_s=cfg.etcd.request_timeout_s)
+    dead_letters = DeadLetterPublisher(
+        registry,
+        discovery.resolve,
+        rpc_timeout_s=cfg.etcd.request_timeout_s,
+        credentials=internal_credentials(cfg),
+    )
     registry.set_dead_letter(dead_letters)
-    loops: dict[asyncio.Task[Any], str] = {}
+    loops: dict[asyncio.Task[Any], str] = dict(security.loops()) if security is not None else {}
     history: LoadHistoryWriter | None = None
     lease: KeptLease | None = None
     failure: BrokerFailure | None = None

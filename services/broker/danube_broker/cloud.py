@@ -27,6 +27,7 @@ import grpc
 import grpc.aio
 
 from danube_common.errors import DanubeError, Unavailable, error_from_rpc
+from danube_common.grpc_util import open_channel
 from danube_common.pb import DanubeWalUploader_pb2 as up
 from danube_common.pb import DanubeWalUploader_pb2_grpc as up_grpc
 
@@ -42,10 +43,13 @@ _WARN_EVERY_S = 10.0
 
 
 class UploaderClient:
-    def __init__(self, addr: str, *, timeout_s: float) -> None:
+    def __init__(
+        self, addr: str, *, timeout_s: float, credentials: grpc.ChannelCredentials | None = None
+    ) -> None:
         self.addr = addr
         self._timeout_s = timeout_s
-        self._channel = grpc.aio.insecure_channel(addr)
+        # TLS with ``credentials`` (the broker's own certificate: mTLS); None: plaintext.
+        self._channel = open_channel(addr, credentials)
         self._stub = up_grpc.WalUploaderStub(self._channel)
 
     async def flush(self, topic: str, up_to_offset: int = 0) -> int:

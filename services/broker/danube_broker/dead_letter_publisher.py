@@ -22,7 +22,7 @@ import grpc.aio
 from danube_broker.dispatch.base import Msg
 from danube_broker.registry import BrokerRegistry
 from danube_common.errors import DanubeError, error_from_rpc
-from danube_common.grpc_util import CHANNEL_OPTIONS, strip_scheme
+from danube_common.grpc_util import open_channel, strip_scheme
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.topic_name import TopicName
@@ -33,10 +33,19 @@ Resolve = Callable[[TopicName], Awaitable[tuple[str, str]]]
 
 
 class DeadLetterPublisher:
-    def __init__(self, registry: BrokerRegistry, resolve: Resolve, *, rpc_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        registry: BrokerRegistry,
+        resolve: Resolve,
+        *,
+        rpc_timeout_s: float = 10.0,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self._reg = registry
         self._resolve = resolve
         self._timeout_s = rpc_timeout_s
+        #: TLS towards the owning broker (this broker's own certificate: mTLS); None: plaintext.
+        self._credentials = credentials
         self.producer_name = f"dead-letter-{registry.broker_id}"
         self._channels: dict[str, grpc.aio.Channel] = {}
         #: (broker url, topic) -> producer id there
@@ -81,7 +90,7 @@ class DeadLetterPublisher:
         addr = strip_scheme(url)
         channel = self._channels.get(addr)
         if channel is None:
-            channel = self._channels[addr] = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+            channel = self._channels[addr] = open_channel(addr, self._credentials)
         return channel
 
     async def aclose(self) -> None:

@@ -22,6 +22,7 @@ from danube_broker.wal.remote import ChunkCache, Positions, RemoteHistory
 from danube_common.errors import DanubeError
 from danube_common.objstore import ObjectStore, open_object_store
 from danube_common.resources import Resources
+from danube_common.service import internal_credentials
 from danube_common.topic_name import TopicName
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,11 @@ class Tiering:
             return None
         objects = await open_object_store(cfg.object_store) if cfg.object_store is not None else None
         uploader = (
-            UploaderClient(cfg.uploader_addr, timeout_s=cfg.uploader_rpc_timeout_s)
+            UploaderClient(
+                cfg.uploader_addr,
+                timeout_s=cfg.uploader_rpc_timeout_s,
+                credentials=internal_credentials(cfg),
+            )
             if cfg.uploader_addr is not None
             else None
         )

@@ -1,6 +1,7 @@
 """Wiring of the leader service: etcd, the elections, one gRPC server, ordered shutdown.
 
-Start-up: connect to etcd (bounded wait), bind the port, start serving, then announce
+Start-up: connect to etcd (bounded wait), check the TLS files and (with ``auth`` enabled) load
+the RBAC view, bind the port (TLS when configured), start serving, then announce
 readiness (callback and/or ready file). Shutdown (stop event, SIGINT/SIGTERM from
 ``__main__``): remove the ready file; refuse new streams and end every campaign (LOST, then
 its lease is revoked so the next candidate is elected at once) and watch, within
@@ -19,12 +20,19 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc.aio
 
-from danube_common.errors import ErrorInterceptor
-from danube_common.grpc_util import SERVER_OPTIONS, bind, install_stop_signals
+from danube_common.grpc_util import SERVER_OPTIONS, install_stop_signals
 from danube_common.keys import Keys
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.pb import DanubeLeader_pb2_grpc as lpb_grpc
-from danube_common.service import ServiceReady, remove_ready_file, write_ready_file
+from danube_common.service import (
+    ServiceFailure,
+    ServiceReady,
+    ServiceSecurity,
+    remove_ready_file,
+    start_security,
+    wait_for_stop,
+    write_ready_file,
+)
 from danube_common.service import running as service_running
 from danube_leader.config import LeaderConfig
 from danube_leader.election import Elections
@@ -33,7 +41,7 @@ from danube_leader.grpc_api import LeaderElectionApi
 log = logging.getLogger(__name__)
 
 
-def _new_server(cfg: LeaderConfig) -> grpc.aio.Server:
+def _new_server(cfg: LeaderConfig, security: ServiceSecurity) -> grpc.aio.Server:
     """The common server, plus keep-alive pings towards clients: a frozen or vanished
     candidate's connection is dropped, which ends its campaigns and revokes their leases."""
     options = [
@@ -44,7 +52,7 @@ def _new_server(cfg: LeaderConfig) -> grpc.aio.Server:
         ("grpc.http2.ping_timeout_ms", int(cfg.keepalive_timeout_s * 1000)),
         ("grpc.http2.max_pings_without_data", 0),  # keep pinging idle WatchLeader streams
     ]
-    return grpc.aio.server(interceptors=[ErrorInterceptor()], options=options)
+    return security.new_server(options=options)
 
 
 async def run(
@@ -61,6 +69,8 @@ async def run(
         store = EtcdStore(cfg.etcd.endpoints, request_timeout_s=cfg.etcd.request_timeout_s)
         stack.push_async_callback(store.aclose)
         await store.wait_ready(cfg.etcd.connect_timeout_s)
+        security = await start_security(cfg, store, Keys(cfg.etcd.cluster))
+        stack.push_async_callback(security.aclose)
 
         elections = Elections(
             store,
@@ -72,9 +82,9 @@ async def run(
             max_streams=cfg.max_streams,
             max_metadata_bytes=cfg.max_metadata_bytes,
         )
-        server = _new_server(cfg)
+        server = _new_server(cfg, security)
         lpb_grpc.add_LeaderElectionServicer_to_server(LeaderElectionApi(elections), server)
-        port = bind(server, cfg.listen_addr)
+        port = security.bind(server, cfg.listen_addr)
 
         async def shutdown() -> None:
             log.info("stopping: ending %d campaigns (leases revoked)", len(elections.campaigns))
@@ -98,7 +108,9 @@ async def run(
         )
         if ready is not None:
             ready(info)
-        await stop.wait()
+        ended = await wait_for_stop(stop, security.loops())
+        if ended is not None:
+            raise ServiceFailure(str(ended)) from ended.error
     log.info("leader service stopped")
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import grpc.aio
 
 from danube_common.errors import DanubeError
-from danube_common.grpc_util import bind, install_stop_signals, new_server
+from danube_common.grpc_util import install_stop_signals
 from danube_common.keys import Keys
 from danube_common.leadership import Candidacy, Elector, Leadership
 from danube_common.metadata.etcd import EtcdStore
@@ -36,7 +36,10 @@ from danube_common.resources import Resources
 from danube_common.service import (
     ServiceFailure,
     ServiceReady,
+    ServiceSecurity,
+    internal_credentials,
     remove_ready_file,
+    start_security,
     wait_for_stop,
     write_ready_file,
 )
@@ -219,17 +222,21 @@ async def run(
         cfg.leader_endpoints,
         rpc_timeout_s=cfg.leader_rpc_timeout_s,
         heartbeat_deadline_s=cfg.leader_heartbeat_deadline_s,
+        credentials=internal_credentials(cfg),
     )
-    server = new_server()
+    server: grpc.aio.Server | None = None
+    security: ServiceSecurity | None = None
     candidacy: Candidacy | None = None
     follow: asyncio.Task[None] | None = None
     try:
         await store.wait_ready(cfg.etcd.connect_timeout_s)
         resources = Resources(store, Keys(cfg.etcd.cluster))
+        security = await start_security(cfg, store, resources.keys)
+        server = security.new_server()
         await view.start()
         manager = LoadManager(cfg, resources, view)
         lmpb_grpc.add_LoadManagerStatusServicer_to_server(StatusApi(cfg, manager, view), server)
-        port = bind(server, cfg.listen_addr)
+        port = security.bind(server, cfg.listen_addr)
         await server.start()
         addr = f"{cfg.advertised_host}:{port}"
         candidacy = elector.campaign(
@@ -251,7 +258,9 @@ async def run(
         )
         if ready is not None:
             ready(info)
-        ended = await wait_for_stop(stop, {follow: "the planning loop", view.task: "the cluster watch"})
+        ended = await wait_for_stop(
+            stop, {follow: "the planning loop", view.task: "the cluster watch", **security.loops()}
+        )
         if ended is not None:
             raise LoadManagerFailure(str(ended)) from ended.error
     finally:
@@ -261,7 +270,10 @@ async def run(
             follow.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await follow
-        await server.stop(cfg.shutdown_grace_s)
+        if server is not None:
+            await server.stop(cfg.shutdown_grace_s)
+        if security is not None:
+            await security.aclose()
         await view.aclose()
         await elector.aclose()
         await store.aclose()

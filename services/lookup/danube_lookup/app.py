@@ -1,7 +1,7 @@
 """Wiring of the lookup service: etcd, the cluster view, two gRPC servers, ordered shutdown.
 
-Start-up: connect to etcd (bounded wait), create the bootstrap namespaces, load the cluster
-view and the schema registry view and follow their watches, bind both ports (the schema
+Start-up: connect to etcd (bounded wait), create the bootstrap namespaces, check the TLS files
+and (with ``auth`` enabled) load the RBAC view, load the cluster view and the schema registry view and follow their watches, bind both ports (the schema
 registry is served on both), start serving, then announce readiness (callback
 and/or ready file). Shutdown (stop event, SIGINT/SIGTERM from ``__main__``): remove the ready
 file, stop both servers (in-flight RPCs get ``shutdown_grace_s``), stop the view, close etcd.
@@ -20,7 +20,7 @@ import grpc.aio
 
 from danube_common.cluster_view import ClusterView
 from danube_common.discovery import DiscoveryServicer
-from danube_common.grpc_util import bind, install_stop_signals, new_server
+from danube_common.grpc_util import install_stop_signals
 from danube_common.keys import Keys
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
@@ -32,7 +32,9 @@ from danube_common.schema_view import SchemaView
 from danube_common.service import (
     ServiceFailure,
     ServiceReady,
+    internal_credentials,
     remove_ready_file,
+    start_security,
     wait_for_stop,
     write_ready_file,
 )
@@ -65,6 +67,8 @@ async def run(
             if await resources.create_namespace(ns, exist_ok=True):
                 log.info("created bootstrap namespace %s", ns)
 
+        security = await start_security(cfg, store, resources.keys)
+        stack.push_async_callback(security.aclose)
         view = ClusterView(resources)
         await view.start()
         stack.push_async_callback(view.aclose)
@@ -73,21 +77,23 @@ async def run(
         stack.push_async_callback(schemas.aclose)
         registry = SchemaRegistryApi(SchemaStore(store, resources.keys), schemas)
 
-        client_server = new_server()
+        client_server = security.new_server()
         discovery = DiscoveryServicer(resources, view, auto_create_topics=cfg.auto_create_topics)
         pb_grpc.add_DiscoveryServicer_to_server(discovery, client_server)
         spb_grpc.add_SchemaRegistryServicer_to_server(registry, client_server)
-        port = bind(client_server, cfg.listen_addr)
+        port = security.bind(client_server, cfg.listen_addr)
         catalog = Catalog(resources, discovery.resolver)
-        stats = BrokerStatsClient(resources, rpc_timeout_s=cfg.broker_rpc_timeout_s)
+        stats = BrokerStatsClient(
+            resources, rpc_timeout_s=cfg.broker_rpc_timeout_s, credentials=internal_credentials(cfg)
+        )
         stack.push_async_callback(stats.aclose)  # closed after the servers stop (LIFO)
-        admin_server = new_server()
+        admin_server = security.new_server()
         apb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminApi(catalog), admin_server)
         apb_grpc.add_NamespaceAdminServicer_to_server(NamespaceAdminApi(catalog), admin_server)
         apb_grpc.add_TopicAdminServicer_to_server(TopicAdminApi(catalog, stats), admin_server)
         apb_grpc.add_ClusterAdminServicer_to_server(ClusterAdminApi(catalog), admin_server)
         spb_grpc.add_SchemaRegistryServicer_to_server(registry, admin_server)
-        admin_port = bind(admin_server, cfg.admin_listen_addr)
+        admin_port = security.bind(admin_server, cfg.admin_listen_addr)
 
         async def stop_servers(*servers: grpc.aio.Server) -> None:
             log.info("stopping (grace %.1fs)", cfg.shutdown_grace_s)
@@ -116,7 +122,12 @@ async def run(
         if ready is not None:
             ready(info)
         ended = await wait_for_stop(
-            stop, {view.task: "the cluster view's watch", schemas.task: "the schema registry's watch"}
+            stop,
+            {
+                view.task: "the cluster view's watch",
+                schemas.task: "the schema registry's watch",
+                **security.loops(),
+            },
         )
         if ended is not None:
             raise ServiceFailure(str(ended)) from ended.error

@@ -28,7 +28,7 @@ from danube_common.errors import (
     Unavailable,
     error_from_rpc,
 )
-from danube_common.grpc_util import CHANNEL_OPTIONS
+from danube_common.grpc_util import open_channel
 from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
 from danube_common.resources import Resources
@@ -45,9 +45,17 @@ _TRANSPORT_FAILURES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, gr
 class BrokerStatsClient:
     """Forwards stats requests to topic owners; owns its channels (close with :meth:`aclose`)."""
 
-    def __init__(self, resources: Resources, *, rpc_timeout_s: float) -> None:
+    def __init__(
+        self,
+        resources: Resources,
+        *,
+        rpc_timeout_s: float,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self._res = resources
         self._timeout_s = rpc_timeout_s
+        #: TLS towards the brokers (the lookup's own certificate: mTLS); None: plaintext.
+        self._credentials = credentials
         self._channels: collections.OrderedDict[str, grpc.aio.Channel] = collections.OrderedDict()
 
     async def topic_stats(self, name: str) -> apb.TopicStats:
@@ -103,7 +111,7 @@ class BrokerStatsClient:
         if channel is not None:
             self._channels.move_to_end(addr)
             return channel
-        channel = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+        channel = open_channel(addr, self._credentials)
         self._channels[addr] = channel  # before any await: concurrent callers share it
         while len(self._channels) > MAX_CACHED_CHANNELS:
             _, oldest = self._channels.popitem(last=False)

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from danube_common.errors import ConfigError, DanubeError
-from danube_common.grpc_util import bind, install_stop_signals, new_server
+from danube_common.grpc_util import install_stop_signals
 from danube_common.keys import Keys
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.metadata.lease import KeptLease
@@ -32,7 +32,9 @@ from danube_common.pb import DanubeWalUploader_pb2_grpc as upb_grpc
 from danube_common.service import (
     ServiceFailure,
     ServiceReady,
+    ServiceSecurity,
     remove_ready_file,
+    start_security,
     wait_for_stop,
     write_ready_file,
 )
@@ -119,11 +121,15 @@ async def run(
     keys = Keys(cfg.etcd.cluster)
     store = EtcdStore(cfg.etcd.endpoints, request_timeout_s=cfg.etcd.request_timeout_s)
     objects: ObjectStore | None = None
-    server = new_server()
+    server: Any = None
+    security: ServiceSecurity | None = None
     registration: Registration | None = None
     loops: dict[asyncio.Task[None], str] = {}
     try:
         await store.wait_ready(cfg.etcd.connect_timeout_s)
+        security = await start_security(cfg, store, keys)
+        loops.update(security.loops())
+        server = security.new_server()
         objects = await open_objects(cfg, stop)
         if objects is None:
             return
@@ -131,7 +137,7 @@ async def run(
         watch = BrokerWatch(store, keys.broker(cfg.broker_id), uploader.set_broker_alive)
         alive = await watch.read()
         upb_grpc.add_WalUploaderServicer_to_server(WalUploaderApi(uploader), server)
-        port = bind(server, cfg.listen_addr)
+        port = security.bind(server, cfg.listen_addr)
         await server.start()
         info = ServiceReady(
             "wal_uploader", f"{cfg.advertised_host}:{port}", os.getpid(), {"broker_id": cfg.broker_id}
@@ -166,12 +172,15 @@ async def run(
         if ended is not None:
             raise UploaderFailure(str(ended)) from ended.error
     finally:
-        await server.stop(cfg.shutdown_grace_s)
+        if server is not None:
+            await server.stop(cfg.shutdown_grace_s)
         for task in loops:
             task.cancel()
         for task in loops:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if security is not None:
+            await security.aclose()
         if registration is not None:
             await registration.aclose()
         if objects is not None:
