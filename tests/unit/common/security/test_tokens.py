@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import jwt
 import pytest
@@ -40,20 +41,20 @@ def _verifier(**kw: object) -> TokenVerifier:
 
 
 @pytest.mark.parametrize(
-    ("token", "reason"),
+    ("make", "reason"),
     [
-        ("not-a-jwt", AuthFailure.MALFORMED),
-        ("a.b.c", AuthFailure.MALFORMED),
-        (_raw(_claims(exp=int(time.time()) - 10)), AuthFailure.EXPIRED),
-        (_raw(_claims(), key=OTHER_SECRET), AuthFailure.BAD_SIGNATURE),
-        (_raw(_claims(iss="someone-else")), AuthFailure.WRONG_ISSUER),
-        (_raw(_claims(iss=None)), AuthFailure.MISSING_CLAIM),
-        (_raw(_claims(exp=None)), AuthFailure.MISSING_CLAIM),
-        (_raw(_claims(sub=None)), AuthFailure.MISSING_CLAIM),
-        (_raw(_claims(principal_type=None)), AuthFailure.MISSING_CLAIM),
-        (_raw(_claims(principal_name=None)), AuthFailure.MISSING_CLAIM),
-        (_raw(_claims(principal_type="root")), AuthFailure.INVALID_CLAIM),
-        (_raw(_claims(nbf=int(time.time()) + 600)), AuthFailure.NOT_YET_VALID),
+        (lambda: "not-a-jwt", AuthFailure.MALFORMED),
+        (lambda: "a.b.c", AuthFailure.MALFORMED),
+        (lambda: _raw(_claims(exp=int(time.time()) - 10)), AuthFailure.EXPIRED),
+        (lambda: _raw(_claims(), key=OTHER_SECRET), AuthFailure.BAD_SIGNATURE),
+        (lambda: _raw(_claims(iss="someone-else")), AuthFailure.WRONG_ISSUER),
+        (lambda: _raw(_claims(iss=None)), AuthFailure.MISSING_CLAIM),
+        (lambda: _raw(_claims(exp=None)), AuthFailure.MISSING_CLAIM),
+        (lambda: _raw(_claims(sub=None)), AuthFailure.MISSING_CLAIM),
+        (lambda: _raw(_claims(principal_type=None)), AuthFailure.MISSING_CLAIM),
+        (lambda: _raw(_claims(principal_name=None)), AuthFailure.MISSING_CLAIM),
+        (lambda: _raw(_claims(principal_type="root")), AuthFailure.INVALID_CLAIM),
+        (lambda: _raw(_claims(nbf=int(time.time()) + 600)), AuthFailure.NOT_YET_VALID),
     ],
     ids=[
         "garbage",
@@ -70,9 +71,10 @@ def _verifier(**kw: object) -> TokenVerifier:
         "not-yet-valid",
     ],
 )
-def test_refusals_say_why(token: str, reason: AuthFailure) -> None:
+def test_refusals_say_why(make: Callable[[], str], reason: AuthFailure) -> None:
+    """Tokens are made when the test runs: made at collection, a long suite would expire them."""
     with pytest.raises(Unauthenticated) as info:
-        _verifier().verify(token)
+        _verifier().verify(make())
     assert info.value.reason == reason.value
     assert reason.value in info.value.message
     assert info.value.grpc_status.name == "UNAUTHENTICATED"
