@@ -74,7 +74,9 @@ async def test_a_planner_cycle_rebalances_a_skewed_cluster(cluster: LocalCluster
 
         async def skew_reported() -> bool:
             load = await res.store.get_json(res.keys.load(hot_broker))
-            return bool(load) and load["msg_rate_in"] > 600
+            # 2 x 400 msg/s against 4 x 20 elsewhere: over 300 is a clear skew, also when a busy
+            # machine keeps the producers below their target rate.
+            return bool(load) and load["msg_rate_in"] > 300
 
         await wait_until(skew_reported, timeout_s=30, interval_s=0.2, what="the skew in the load reports")
         before = await asyncio.to_thread(planner_once, cluster, "spark")
