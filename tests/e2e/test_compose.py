@@ -30,6 +30,7 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -81,14 +82,22 @@ def stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
         print(f"compose: roles held {time.monotonic() - started:.1f}s after `up`")
         yield s
     except Exception:  # the stack did not come up: keep its logs
-        (workdir / "compose.log").write_text(s.logs(tail=400))
-        print(f"compose logs: {workdir / 'compose.log'}")
+        keep_logs(s, workdir)
+        print(f"compose logs: {workdir}/logs/")
         raise
     finally:
         if request.session.testsfailed > failed_before:
-            (workdir / "compose.log").write_text(s.logs(tail=400))
-            print(f"\ncompose logs (the test failed): {workdir / 'compose.log'}\n{s.logs(tail=40)}")
+            keep_logs(s, workdir)
+            print(f"\ncompose logs (a test failed): {workdir}/logs/\n{s.logs(tail=40)}")
         s.down()
+
+
+def keep_logs(stack: ComposeStack, workdir: Path) -> None:
+    """Every service's whole log, one file each, for the post-mortem of a failed run."""
+    out = workdir / "logs"
+    out.mkdir(exist_ok=True)
+    for service in stack.services():
+        (out / f"{service}.log").write_text(stack.logs(service, tail="all"))
 
 
 def url(stack: ComposeStack, var: str) -> str:

@@ -182,7 +182,7 @@ class ComposeStack:
             cmd, capture_output=True, text=True, timeout=timeout_s, env=self.env, check=False
         )
 
-    def logs(self, service: str | None = None, *, tail: int = 200) -> str:
+    def logs(self, service: str | None = None, *, tail: int | str = 200) -> str:
         with contextlib.suppress(ComposeError, subprocess.TimeoutExpired):
             return self._run(
                 "logs", "--no-color", f"--tail={tail}", *([service] if service else []), timeout_s=60

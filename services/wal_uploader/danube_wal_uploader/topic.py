@@ -461,6 +461,11 @@ class TopicUploader:
                     out = await self.pump(UNBOUNDED if dead else None)
                     if dead and self.closed_epoch == death_epoch and isinstance(out.step, Idle):
                         self.done_epoch = death_epoch
+                        log.info(
+                            "topic %s: the dead broker's log is in object storage up to offset %s",
+                            self.name,
+                            self._checkpoint,
+                        )
                 except StepFailed as exc:
                     self._failed(exc)
         finally:

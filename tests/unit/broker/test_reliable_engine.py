@@ -435,3 +435,20 @@ async def test_a_failing_disk_read_stalls_the_subscription_then_it_resumes(
         assert rig.engine.task is not None and not rig.engine.task.done()
     finally:
         await rig.engine.aclose()
+
+
+async def test_a_read_of_only_acked_messages_does_not_stall_the_loop() -> None:
+    """A new owner's subscription reads history whose acks the client re-sent after the move:
+    that read delivers nothing, and the loop must read on, not wait for a wake-up that may
+    never come (the producer may be done)."""
+    log = FakeLog()
+    await publish(log, 10)
+    rig = make_rig(log=log, read_batch=4)
+    c = rig.attach("c", window=100)
+    rig.engine.ack(range(6))  # acks re-sent by the client before the history could be read
+    rig.engine.start()
+    try:
+        await wait_until(lambda: len(c.queue) == 4, what="the unacked rest delivered without a notify")
+        assert offsets(take(c)) == [6, 7, 8, 9]
+    finally:
+        await rig.engine.aclose()

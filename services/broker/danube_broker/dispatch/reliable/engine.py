@@ -162,7 +162,7 @@ class SubscriptionEngine:
         while True:
             self._wake.clear()
             try:
-                await self.fill()
+                added = await self.fill()
                 read_retry_s = READ_RETRY_FIRST_S
                 self.read_error = ""
             except DanubeError as exc:
@@ -182,8 +182,12 @@ class SubscriptionEngine:
                 await asyncio.sleep(read_retry_s)
                 read_retry_s = min(read_retry_s * 2, READ_RETRY_MAX_S)
                 continue
-            if self.step() and (self._fresh or self._readable()):
-                continue  # delivered and there is more: go on without waiting
+            delivered = self.step()
+            # Go on without waiting while there is more to do. A read that delivered nothing still
+            # counts: its messages may all have been acked already (acks a client re-sent to a
+            # new owner before it read that history), and no wake-up may ever come for the rest.
+            if (delivered or added) and (self._fresh or self._readable()):
+                continue
             if self._wake.is_set():
                 continue
             delay = self.next_deadline() - self._clock()
