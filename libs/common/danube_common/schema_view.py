@@ -8,83 +8,38 @@ it never misses a change. A writer that must read its own write waits for the wr
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-
 from danube_common.keys import Keys
-from danube_common.metadata.follow import Waiters, follow
+from danube_common.metadata.follow import WatchedCache
 from danube_common.metadata.store import KeyValue, MetadataStore, WatchEvent
 from danube_common.schema_store import SubjectRecord, TopicSchemaConfig, VersionRecord
 
-log = logging.getLogger(__name__)
 
-
-class SchemaView:
+class SchemaView(WatchedCache):
     def __init__(self, store: MetadataStore, keys: Keys) -> None:
-        self._store = store
+        super().__init__(store, keys.schemas_prefix(), what="schema view")
         self._keys = keys
         self.subjects: dict[str, SubjectRecord] = {}
         #: subject -> version -> record.
         self.versions: dict[str, dict[int, VersionRecord]] = {}
         self.topics: dict[str, TopicSchemaConfig] = {}
-        self.revision = 0
-        self._waiters = Waiters()
-        self._task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        rev = await self._load()
-        self._task = asyncio.create_task(self._follow(rev + 1), name="schema-view")
-
-    @property
-    def task(self) -> asyncio.Task[None] | None:
-        """The watch loop, for supervisors: it only ends by failing."""
-        return self._task
-
-    async def _load(self) -> int:
-        kvs, rev = await self._store.get_prefix(self._keys.schemas_prefix())
+    def _reset(self) -> None:
         self.subjects, self.versions, self.topics = {}, {}, {}
-        for kv in kvs:
-            self._put(kv.key, kv)
-        self.revision = rev
-        self._waiters.wake()
-        return rev
 
-    async def _follow(self, start: int) -> None:
-        await follow(
-            self._store,
-            self._keys.schemas_prefix(),
-            start,
-            apply=self._apply,
-            reload=self._load,
-            what="schema view",
-        )
-
-    def _apply(self, ev: WatchEvent) -> None:
-        try:
-            if ev.kind == "put":
-                self._put(ev.key, ev)
-            else:
-                self._delete(ev.key)
-        except (KeyError, ValueError, TypeError) as exc:  # a malformed record: skip it, loudly
-            log.error("schema view: ignoring malformed %s (%s)", ev.key, exc)
-        self.revision = ev.revision
-        self._waiters.wake()
-
-    def _put(self, key: str, kv: KeyValue | WatchEvent) -> None:
+    def _put(self, key: str, item: KeyValue | WatchEvent, revision: int) -> None:
         parsed = self._keys.parse_schema_key(key)
         if parsed is not None:
             subject, version = parsed
             if version is None:
-                self.subjects[subject] = SubjectRecord.from_json(subject, kv.json())
+                self.subjects[subject] = SubjectRecord.from_json(subject, item.json())
             else:
                 self.versions.setdefault(subject, {})[version] = VersionRecord.from_json(
-                    subject, version, kv.json()
+                    subject, version, item.json()
                 )
             return
         topic = self._keys.parse_topic_schema(key)
         if topic is not None:
-            self.topics[str(topic)] = TopicSchemaConfig.from_json(kv.json())
+            self.topics[str(topic)] = TopicSchemaConfig.from_json(item.json())
 
     def _delete(self, key: str) -> None:
         parsed = self._keys.parse_schema_key(key)
@@ -116,14 +71,3 @@ class SchemaView:
 
     def topic(self, topic: str) -> TopicSchemaConfig | None:
         return self.topics.get(topic)
-
-    async def wait_revision(self, revision: int, timeout_s: float = 5.0) -> bool:
-        """Wait until the cache has applied every write up to ``revision``; False on timeout."""
-        return await self._waiters.wait_for(lambda: self.revision >= revision, timeout_s)
-
-    async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None

@@ -9,25 +9,20 @@ from this cache is applied with a transaction that re-checks what it relied on.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 from danube_common.keys import Keys
 from danube_common.load import LoadReport
-from danube_common.metadata.follow import Waiters, follow
+from danube_common.metadata.follow import WatchedCache
 from danube_common.metadata.store import KeyValue, MetadataStore, WatchEvent
 from danube_common.records import BrokerRecord, Ownership
 from danube_load_manager.decide import Snapshot
 
-log = logging.getLogger(__name__)
 
-
-class ControlView:
+class ControlView(WatchedCache):
     def __init__(self, store: MetadataStore, keys: Keys) -> None:
-        self._store = store
+        super().__init__(store, keys.root, what="load manager view")
         self._keys = keys
         self.brokers: dict[str, BrokerRecord] = {}
         self.admin_states: dict[str, tuple[str, int]] = {}
@@ -37,25 +32,11 @@ class ControlView:
         self.move_requests: dict[str, str] = {}
         #: plan_id -> (plan document, mod_revision)
         self.plans: dict[str, tuple[dict[str, Any], int]] = {}
-        self.revision = 0
-        self._waiters = Waiters()
-        self._task: asyncio.Task[None] | None = None
 
-    # ------------------------------------------------------------------ loading
-    async def start(self) -> None:
-        rev = await self._load()
-        self._task = asyncio.create_task(self._follow(rev + 1), name="load-manager-view")
-
-    @property
-    def task(self) -> asyncio.Task[None] | None:
-        return self._task
-
-    async def _load(self) -> int:
+    # ------------------------------------------------------------------ the cache
+    def _listed_prefixes(self) -> Sequence[str]:
         k = self._keys
-        revs = []
-        self.brokers, self.admin_states, self.reports = {}, {}, {}
-        self.owners, self.unassigned, self.move_requests, self.plans = {}, set(), {}, {}
-        for prefix in (
+        return (
             k.rebalance_plans_prefix(),
             k.brokers_prefix(),
             k.broker_states_prefix(),
@@ -63,63 +44,38 @@ class ControlView:
             k.owners_prefix(),
             k.unassigned_prefix(),
             k.move_requests_prefix(),
-        ):
-            kvs, rev = await self._store.get_prefix(prefix)
-            revs.append(rev)
-            for kv in kvs:
-                self._put(kv.key, kv, kv.mod_revision)
-        self.revision = min(revs)
-        self._wake()
-        return self.revision
-
-    async def _follow(self, start: int) -> None:
-        await follow(
-            self._store,
-            self._keys.root,
-            start,
-            apply=self._apply,
-            reload=self._load,
-            what="load manager view",
         )
 
-    # ------------------------------------------------------------------ applying changes
-    def _apply(self, ev: WatchEvent) -> None:
-        self.revision = ev.revision
-        if ev.kind == "put":
-            self._put(ev.key, ev, ev.revision)
-        else:
-            self._delete(ev.key)
-        self._wake()
+    def _reset(self) -> None:
+        self.brokers, self.admin_states, self.reports = {}, {}, {}
+        self.owners, self.unassigned, self.move_requests, self.plans = {}, set(), {}, {}
 
     def _put(self, key: str, item: KeyValue | WatchEvent, revision: int) -> None:
         k = self._keys
-        try:
-            if key.startswith(k.brokers_prefix()):
-                broker_id = key[len(k.brokers_prefix()) :]
-                if "/" not in broker_id:
-                    self.brokers[broker_id] = BrokerRecord.from_json(item.json())
-            elif key.startswith(k.broker_states_prefix()):
-                value = item.json() or {}
-                self.admin_states[key[len(k.broker_states_prefix()) :]] = (
-                    str(value.get("state", "active")),
-                    revision,
-                )
-            elif key.startswith(k.load_prefix()):
-                report = LoadReport.from_json(item.json())
-                self.reports[report.broker_id] = report
-            elif (topic := k.parse_owner(key)) is not None:
-                self.owners[str(topic)] = Ownership.of(str(topic), item.json(), revision)
-            elif (topic := k.parse_topic_suffix(k.unassigned_prefix(), key)) is not None:
-                self.unassigned.add(str(topic))
-            elif (topic := k.parse_topic_suffix(k.move_requests_prefix(), key)) is not None:
-                value = item.json() or {}
-                self.move_requests[str(topic)] = str(value.get("to") or "")
-            elif key.startswith(k.rebalance_plans_prefix()):
-                doc = item.json()
-                if isinstance(doc, dict):
-                    self.plans[key[len(k.rebalance_plans_prefix()) :]] = (doc, revision)
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("ignoring malformed value at %s: %s", key, exc)
+        if key.startswith(k.brokers_prefix()):
+            broker_id = key[len(k.brokers_prefix()) :]
+            if "/" not in broker_id:
+                self.brokers[broker_id] = BrokerRecord.from_json(item.json())
+        elif key.startswith(k.broker_states_prefix()):
+            value = item.json() or {}
+            self.admin_states[key[len(k.broker_states_prefix()) :]] = (
+                str(value.get("state", "active")),
+                revision,
+            )
+        elif key.startswith(k.load_prefix()):
+            report = LoadReport.from_json(item.json())
+            self.reports[report.broker_id] = report
+        elif (topic := k.parse_owner(key)) is not None:
+            self.owners[str(topic)] = Ownership.of(str(topic), item.json(), revision)
+        elif (topic := k.parse_topic_suffix(k.unassigned_prefix(), key)) is not None:
+            self.unassigned.add(str(topic))
+        elif (topic := k.parse_topic_suffix(k.move_requests_prefix(), key)) is not None:
+            value = item.json() or {}
+            self.move_requests[str(topic)] = str(value.get("to") or "")
+        elif key.startswith(k.rebalance_plans_prefix()):
+            doc = item.json()
+            if isinstance(doc, dict):
+                self.plans[key[len(k.rebalance_plans_prefix()) :]] = (doc, revision)
 
     def _delete(self, key: str) -> None:
         k = self._keys
@@ -151,17 +107,3 @@ class ControlView:
             plans={p: doc for p, (doc, _) in self.plans.items()},
             plan_revisions={p: rev for p, (_, rev) in self.plans.items()},
         )
-
-    def _wake(self) -> None:
-        self._waiters.wake()
-
-    async def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
-        """Wait until ``predicate()`` holds after some change; False on timeout."""
-        return await self._waiters.wait_for(predicate, timeout_s)
-
-    async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
