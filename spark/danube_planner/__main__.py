@@ -10,7 +10,7 @@ from typing import Any
 from danube_common.config import load_config, split_list
 from danube_common.errors import ConfigError
 from danube_common.logs import setup_logging
-from danube_common.service import add_common_flags, common_flags, run_main
+from danube_common.service import add_common_flags, check_security_files, common_flags, run_main
 from danube_planner.app import run
 from danube_planner.config import PlannerConfig
 from danube_planner.sparkenv import SparkUnavailable, preflight
@@ -96,6 +96,7 @@ def load(
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg, once = load(argv)
+        check_security_files(cfg)  # TLS files (etcd, object store, tls): bad ones refuse to start
     except ConfigError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2

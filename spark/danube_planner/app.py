@@ -158,7 +158,7 @@ async def run(
         stop = asyncio.Event()
         install_stop_signals(stop)
     keys = Keys(cfg.etcd.cluster)
-    store = EtcdStore(cfg.etcd.endpoints, request_timeout_s=cfg.etcd.request_timeout_s)
+    store = EtcdStore.from_config(cfg.etcd)
     objects = None
     engine: Engine | None = None
     elector: Elector | None = None

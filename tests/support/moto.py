@@ -6,6 +6,9 @@ server, polls until it answers, and always stops it (the whole process group) on
     with MotoServer() as moto:
         cfg = S3Config(endpoint_url=moto.endpoint_url, bucket="b", path_style=True, ...)
 
+With ``tls=(cert_file, key_file, ca_file)`` it serves ``https://`` with that certificate
+(``moto_server -c/-k``), and the readiness probe trusts ``ca_file`` (local processes only).
+
 By default it is a child process (the binary is looked for next to ``sys.executable``, the venv's
 ``bin/``, then on PATH). When the run uses containers (``DANUBE_TEST_CONTAINERS=1``, decided in
 ``tests/support/containers.py``) it is a container of the locally built moto image on the host's
@@ -18,6 +21,7 @@ import contextlib
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -59,8 +63,12 @@ class MotoServer:
         port: int | None = None,
         log_path: str | Path | None = None,
         backend: containers.Backend | None = None,
+        tls: tuple[str | Path, str | Path, str | Path] | None = None,
     ):
         self.backend = containers.backend(backend)
+        if tls is not None and self.backend == "containers":
+            raise ValueError("MotoServer(tls=...) runs a local moto_server only")
+        self.tls = tls
         self._container: containers.MotoContainer | None = None
         self.host = host
         self.port = port or free_port(host)
@@ -73,11 +81,15 @@ class MotoServer:
 
     @property
     def endpoint_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     def _answers(self) -> bool:
         # No proxy: this is loopback, whatever the environment says.
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+        if self.tls is not None:
+            ctx = ssl.create_default_context(cafile=str(self.tls[2]))
+            handlers.append(urllib.request.HTTPSHandler(context=ctx))
+        opener = urllib.request.build_opener(*handlers)
         try:
             with opener.open(f"{self.endpoint_url}/moto-api/data.json", timeout=0.5) as r:
                 return bool(r.status == 200)
@@ -94,7 +106,7 @@ class MotoServer:
             env.pop(var, None)
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
-            [exe, "-H", self.host, "-p", str(self.port)],
+            [exe, "-H", self.host, "-p", str(self.port), *self._tls_args()],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -113,6 +125,9 @@ class MotoServer:
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"moto_server did not answer on {self.endpoint_url} in {timeout_s}s")
+
+    def _tls_args(self) -> list[str]:
+        return [] if self.tls is None else ["-c", str(self.tls[0]), "-k", str(self.tls[1])]
 
     def log_tail(self, max_bytes: int = 4000) -> str:
         if self._container is not None:

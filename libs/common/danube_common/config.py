@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from danube_common.errors import ConfigError
 
@@ -29,13 +29,59 @@ class Frozen(BaseModel):
 
 
 class EtcdConfig(Frozen):
-    #: host:port of each etcd member.
+    """Where etcd is and how to reach it. Plaintext by default; TLS when ``ca_file`` or
+    ``cert_file`` is set or an endpoint is written ``https://host:port``. The files are read
+    and checked at start-up (a missing or bad one: the process refuses to start, exit 2)."""
+
+    #: host:port of each etcd member (``https://host:port`` also turns TLS on).
     endpoints: list[str] = Field(default_factory=lambda: ["127.0.0.1:2379"])
     #: Root of every key of this cluster: /{cluster}/...
     cluster: str = "danube"
     request_timeout_s: float = 5.0
     #: How long a process waits for etcd at start-up before giving up.
     connect_timeout_s: float = 15.0
+    #: TLS: PEM CA bundle that signed etcd's server certificate. Unset with TLS on: the
+    #: system's roots.
+    ca_file: str | None = None
+    #: TLS client certificate (PEM) presented to etcd, for etcd's ``--client-cert-auth``;
+    #: with ``key_file`` (unencrypted PEM key). Both or neither.
+    cert_file: str | None = None
+    key_file: str | None = None
+    #: TLS: the name etcd's certificates are checked against instead of the endpoint's host.
+    #: Needed with several endpoints (gRPC checks one name for all members: give a DNS name
+    #: or IP that every member's certificate carries among its subject alternative names).
+    server_name: str | None = None
+
+    @model_validator(mode="after")
+    def _tls_consistent(self) -> EtcdConfig:
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError(
+                "etcd.cert_file and etcd.key_file go together: set both (a client certificate for etcd) "
+                "or neither"
+            )
+        if self.tls_enabled:
+            plain = [e for e in self.endpoints if e.startswith("http://")]
+            if plain:
+                raise ValueError(
+                    f"etcd endpoint {plain[0]!r} is http:// but etcd TLS is configured (etcd.ca_file, "
+                    "etcd.cert_file or an https:// endpoint): write the endpoints as host:port or https://host:port"
+                )
+            if len(self.endpoints) > 1 and not self.server_name:
+                raise ValueError(
+                    "etcd TLS with several endpoints needs etcd.server_name: a DNS name (or IP) that every "
+                    "member's certificate carries among its subject alternative names (gRPC checks one "
+                    "name for all members)"
+                )
+        elif self.server_name:
+            raise ValueError(
+                "etcd.server_name is a TLS setting: set etcd.ca_file too (or https:// endpoints)"
+            )
+        return self
+
+    @property
+    def tls_enabled(self) -> bool:
+        """TLS to etcd: a CA or a client certificate is set, or an endpoint says https://."""
+        return bool(self.ca_file or self.cert_file) or any(e.startswith("https://") for e in self.endpoints)
 
 
 def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

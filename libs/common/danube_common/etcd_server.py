@@ -1,7 +1,9 @@
 """Run a local etcd (Debian's ``etcd-server``) as a child process on loopback.
 
 Used by ``danube-local`` and the test fixtures. Ports are chosen free unless given; the data
-directory is a temporary one unless given.
+directory is a temporary one unless given. With ``tls=`` (:class:`EtcdServerTls`) it serves
+clients over TLS (``https://``), optionally requiring client certificates
+(``--client-cert-auth``); peers stay on plaintext loopback.
 """
 
 from __future__ import annotations
@@ -9,10 +11,12 @@ from __future__ import annotations
 import contextlib
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -26,6 +30,32 @@ class EtcdNotInstalled(RuntimeError):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class EtcdServerTls:
+    """TLS of etcd's client port: ``--cert-file``/``--key-file`` (the server certificate must
+    name the host clients dial, e.g. 127.0.0.1), ``--trusted-ca-file``, ``--client-cert-auth``.
+
+    The health probe trusts ``ca_file`` and, with ``client_cert_auth``, presents the server's
+    own certificate as its client certificate (it needs the clientAuth usage, as etcd itself
+    requires in that mode)."""
+
+    cert_file: str | Path
+    key_file: str | Path
+    ca_file: str | Path
+    client_cert_auth: bool = False
+
+    def args(self) -> list[str]:
+        out = ["--cert-file", str(self.cert_file), "--key-file", str(self.key_file)]
+        out += ["--trusted-ca-file", str(self.ca_file)]
+        return out + (["--client-cert-auth"] if self.client_cert_auth else [])
+
+    def probe_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        if self.client_cert_auth:
+            ctx.load_cert_chain(str(self.cert_file), str(self.key_file))
+        return ctx
+
+
 class EtcdProcess:
     def __init__(
         self,
@@ -36,8 +66,10 @@ class EtcdProcess:
         host: str = "127.0.0.1",
         binary: str = "etcd",
         log_path: str | Path | None = None,
+        tls: EtcdServerTls | None = None,
     ) -> None:
         self.host = host
+        self.tls = tls
         self.client_port = client_port or free_port(host)
         self.peer_port = peer_port or free_port(host)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -53,6 +85,10 @@ class EtcdProcess:
     def endpoint(self) -> str:
         return f"{self.host}:{self.client_port}"
 
+    @property
+    def client_url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.endpoint}"
+
     def start(self, timeout_s: float = 15.0) -> EtcdProcess:
         exe = shutil.which(self.binary)
         if exe is None:
@@ -61,7 +97,7 @@ class EtcdProcess:
                 "(the quickstart script does this for you)"
             )
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        client = f"http://{self.host}:{self.client_port}"
+        client = self.client_url
         peer = f"http://{self.host}:{self.peer_port}"
         args = [
             exe,
@@ -76,6 +112,9 @@ class EtcdProcess:
             "--election-timeout", "100",
             "--log-level", "warn",
         ]  # fmt: skip
+        if self.tls is not None:
+            args += self.tls.args()
+        probe = self.tls.probe_context() if self.tls is not None else None
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
@@ -83,7 +122,10 @@ class EtcdProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"etcd exited with {self.proc.returncode}; see {self.log_path}")
-            with contextlib.suppress(OSError), urllib.request.urlopen(f"{client}/health", timeout=0.5) as r:
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"{client}/health", timeout=0.5, context=probe) as r,
+            ):
                 if b'"health":"true"' in r.read():
                     return self
             time.sleep(0.05)

@@ -66,7 +66,7 @@ async def run(
         stop = asyncio.Event()
         install_stop_signals(stop)
     async with contextlib.AsyncExitStack() as stack:
-        store = EtcdStore(cfg.etcd.endpoints, request_timeout_s=cfg.etcd.request_timeout_s)
+        store = EtcdStore.from_config(cfg.etcd)
         stack.push_async_callback(store.aclose)
         await store.wait_ready(cfg.etcd.connect_timeout_s)
         security = await start_security(cfg, store, Keys(cfg.etcd.cluster))

@@ -216,7 +216,7 @@ async def run(
     if stop is None:
         stop = asyncio.Event()
         install_stop_signals(stop)
-    store = EtcdStore(cfg.etcd.endpoints, request_timeout_s=cfg.etcd.request_timeout_s)
+    store = EtcdStore.from_config(cfg.etcd)
     view = ControlView(store, Keys(cfg.etcd.cluster))
     elector = Elector(
         cfg.leader_endpoints,

@@ -3,6 +3,11 @@
 We drive the KV, Lease and Watch stubs directly (rather than aetcd's higher-level client)
 to own three things: a deadline on every call, watches that resume after a reconnect from
 the last delivered revision, and mapping of every failure to our error classes.
+
+Services open it with :meth:`EtcdStore.from_config`, which applies the TLS of ``etcd:``
+(``ca_file``, the client certificate ``cert_file``/``key_file`` for etcd's
+``--client-cert-auth``, ``server_name``). A TLS failure is reported with what to check (the CA,
+the client certificate, the name), not only gRPC's text.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import grpc.aio
 from aetcd import rpc
 from aetcd.utils import prefix_range_end
 
+from danube_common.config import EtcdConfig
 from danube_common.errors import InvalidArgument, MetadataUnavailable, Timeout
 from danube_common.metadata.store import (
     Compare,
@@ -28,6 +34,7 @@ from danube_common.metadata.store import (
     WatchEvent,
     encode_value,
 )
+from danube_common.security.tls import TlsMaterial, load_pem_files
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +63,49 @@ def _target(endpoints: Sequence[str]) -> str:
     return "ipv4:" + ",".join(eps)
 
 
+def etcd_tls_material(cfg: EtcdConfig) -> TlsMaterial | None:
+    """The checked PEM files of the TLS to etcd (None: plaintext); ConfigError naming the
+    file and what to do. Called at start-up, so a bad file stops the process (exit 2)."""
+    if not cfg.tls_enabled:
+        return None
+    return load_pem_files(
+        "etcd",
+        cert_file=cfg.cert_file,
+        key_file=cfg.key_file,
+        ca_file=cfg.ca_file,
+        off="unset etcd.ca_file, etcd.cert_file and etcd.key_file (and use host:port endpoints) "
+        "to reach etcd in plaintext",
+    )
+
+
+def tls_hint(details: str, *, tls: bool) -> str:
+    """What to check, for gRPC's text of a failed connection to etcd ("" when it does not
+    look like a TLS problem)."""
+    if not tls:
+        if "Socket closed" in details:
+            return " (if etcd serves TLS (https), set etcd.ca_file)"
+        return ""
+    if "CERTIFICATE_VERIFY_FAILED" in details:
+        return (
+            " (TLS: etcd's server certificate is not signed by a CA in etcd.ca_file: give the CA "
+            "that signed etcd's --cert-file)"
+        )
+    if "Hostname Verification" in details:
+        return (
+            " (TLS: etcd's certificate does not name the host we dialled: set etcd.server_name to a "
+            "name among its subject alternative names, or dial a name it carries)"
+        )
+    if "TSI_DATA_CORRUPTED" in details or "BAD_CERTIFICATE" in details or "CERTIFICATE_REQUIRED" in details:
+        return (
+            " (TLS: etcd closed the connection after the handshake: it probably requires a client "
+            "certificate (--client-cert-auth) signed by its --trusted-ca-file: set etcd.cert_file and "
+            "etcd.key_file)"
+        )
+    if "WRONG_VERSION_NUMBER" in details or "handshake" in details.lower():
+        return " (TLS: the handshake with etcd failed: does etcd serve TLS (https) on this port?)"
+    return ""
+
+
 def _kv(kv: Any) -> KeyValue:
     return KeyValue(kv.key.decode(), kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease)
 
@@ -67,29 +117,61 @@ class EtcdStore(MetadataStore):
         *,
         request_timeout_s: float = 5.0,
         watch_retry_max_s: float = 2.0,
+        credentials: grpc.ChannelCredentials | None = None,
+        server_name: str | None = None,
     ) -> None:
+        """``credentials``: TLS (None: plaintext); ``server_name``: the name etcd's certificates
+        are checked against instead of the endpoint's host (needed with several endpoints)."""
         self._target = _target(endpoints)
         self._timeout = request_timeout_s
         self._watch_retry_max_s = watch_retry_max_s
-        self._channel = grpc.aio.insecure_channel(
-            self._target,
-            options=[
-                ("grpc.keepalive_time_ms", 10_000),
-                ("grpc.keepalive_timeout_ms", 5_000),
-                ("grpc.keepalive_permit_without_calls", 1),
-                ("grpc.initial_reconnect_backoff_ms", 100),
-                ("grpc.max_reconnect_backoff_ms", 1_000),
-                ("grpc.max_receive_message_length", _MAX_RECEIVE_BYTES),
-            ],
-        )
+        self._tls = credentials is not None
+        options: list[tuple[str, Any]] = [
+            ("grpc.keepalive_time_ms", 10_000),
+            ("grpc.keepalive_timeout_ms", 5_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1_000),
+            ("grpc.max_receive_message_length", _MAX_RECEIVE_BYTES),
+        ]
+        if credentials is None:
+            self._channel = grpc.aio.insecure_channel(self._target, options=options)
+        else:
+            if server_name:
+                options.append(("grpc.ssl_target_name_override", server_name))
+            self._channel = grpc.aio.secure_channel(self._target, credentials, options=options)
         self._kv_stub = rpc.KVStub(self._channel)
         self._lease_stub = rpc.LeaseStub(self._channel)
         self._watch_stub = rpc.WatchStub(self._channel)
         self._closed = False
 
+    @classmethod
+    def from_config(cls, cfg: EtcdConfig, *, watch_retry_max_s: float = 2.0) -> EtcdStore:
+        """The store a service uses: ``cfg``'s endpoints, deadline and TLS (its files are read
+        and checked here: ConfigError naming the file)."""
+        material = etcd_tls_material(cfg)
+        credentials = None
+        if material is not None:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=material.ca,
+                private_key=material.private_key,
+                certificate_chain=material.cert_chain,
+            )
+        return cls(
+            cfg.endpoints,
+            request_timeout_s=cfg.request_timeout_s,
+            watch_retry_max_s=watch_retry_max_s,
+            credentials=credentials,
+            server_name=cfg.server_name,
+        )
+
     @property
     def target(self) -> str:
         return self._target
+
+    @property
+    def tls(self) -> bool:
+        return self._tls
 
     async def _call(self, fn: Any, request: Any) -> Any:
         try:
@@ -102,7 +184,10 @@ class EtcdStore(MetadataStore):
             return Timeout(f"etcd at {self._target} did not answer within {self._timeout}s")
         if exc.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE):
             return InvalidArgument(f"etcd refused the request: {exc.details()}")
-        return MetadataUnavailable(f"etcd at {self._target} failed: {exc.code().name}: {exc.details()}")
+        details = exc.details() or ""
+        return MetadataUnavailable(
+            f"etcd at {self._target} failed: {exc.code().name}: {details}{tls_hint(details, tls=self._tls)}"
+        )
 
     async def wait_ready(self, timeout_s: float) -> None:
         """Wait until etcd answers a read, or raise MetadataUnavailable."""

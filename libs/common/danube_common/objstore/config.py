@@ -21,6 +21,19 @@ Example for MinIO (or moto in tests)::
         path_style: true
         create_bucket: true
 
+Example for an endpoint whose certificate a private CA signed (``ca_file``: only that CA is
+trusted, not the system's roots; the file is checked at start-up)::
+
+    object_store:
+      backend: s3
+      s3:
+        endpoint_url: https://minio.internal:9000
+        bucket: danube
+        path_style: true
+        ca_file: /etc/danube/tls/ca.pem
+
+TLS certificates are always verified: there is no setting that turns verification off.
+
 Example for AWS S3 (credentials from the environment or the instance role)::
 
     object_store:
@@ -38,6 +51,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from danube_common.config import Frozen
 from danube_common.objstore.base import validate_key
 from danube_common.objstore.errors import InvalidObjectKey
+from danube_common.security.tls import load_pem_files
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -65,6 +79,10 @@ class S3Config(Frozen):
     secret_access_key: SecretStr | None = None
     #: Only for temporary (STS) credentials.
     session_token: SecretStr | None = None
+    #: PEM CA bundle that verifies an ``https://`` endpoint's certificate (a private CA), instead of
+    #: the default bundle (botocore's, or ``AWS_CA_BUNDLE``). Needs an https endpoint (or AWS).
+    #: Verification cannot be turned off.
+    ca_file: str | None = None
     #: Address buckets as http://host/bucket/key (MinIO and moto need this) instead of
     #: http://bucket.host/key (AWS's default).
     path_style: bool = False
@@ -146,6 +164,21 @@ class S3Config(Frozen):
         if v > S3_MAX_LIST_PAGE:
             raise ValueError(f"list_page_size must be between 1 and {S3_MAX_LIST_PAGE}, got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _ca_needs_https(self) -> S3Config:
+        if self.ca_file and self.endpoint_url and self.endpoint_url.startswith("http://"):
+            raise ValueError(
+                f"s3.ca_file is set but s3.endpoint_url {self.endpoint_url!r} is plaintext http://: "
+                "use https:// (the CA verifies the endpoint's certificate), or unset s3.ca_file"
+            )
+        return self
+
+    def check_files(self, section: str = "object_store.s3") -> None:
+        """Read and check ``ca_file`` (ConfigError naming it): called at start-up, so a service
+        that could not verify the endpoint refuses to start."""
+        if self.ca_file:
+            load_pem_files(section, ca_file=self.ca_file, off="unset it to trust the default CA bundle")
 
     @model_validator(mode="after")
     def _credentials_pair(self) -> S3Config:

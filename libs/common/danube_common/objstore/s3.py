@@ -201,6 +201,7 @@ class S3ObjectStore(ObjectStore):
             raise InvalidObjectKey(f"invalid prefix {prefix!r}: it must be empty or end with '/'")
         if prefix:
             validate_key(prefix[:-1])
+        cfg.check_files()
         boto_cfg = AioConfig(
             connect_timeout=cfg.connect_timeout_s,
             read_timeout=cfg.read_timeout_s,
@@ -221,6 +222,9 @@ class S3ObjectStore(ObjectStore):
                 if cfg.secret_access_key
                 else None,
                 aws_session_token=cfg.session_token.get_secret_value() if cfg.session_token else None,
+                # A private CA's bundle; None: botocore's default (its bundle, or AWS_CA_BUNDLE).
+                # Never False: certificates are always verified.
+                verify=cfg.ca_file,
                 config=boto_cfg,
             )
         )
@@ -386,6 +390,16 @@ class S3ObjectStore(ObjectStore):
             return ObjectStoreUnavailable(
                 f"S3 {op} of {where} got no answer from {self.endpoint} within s3.request_timeout_s="
                 f"{self._cfg.request_timeout_s}s"
+            )
+        if isinstance(exc, bex.SSLError):
+            if self._cfg.ca_file:
+                trust = f"s3.ca_file {self._cfg.ca_file!r}"
+                fix = "give the CA that signed the endpoint's certificate"
+            else:
+                trust, fix = "the default CA bundle", "for a private CA, set s3.ca_file"
+            return ObjectStoreUnavailable(
+                f"S3 {op} of {where}: TLS with {self.endpoint} failed ({exc}): its certificate must be "
+                f"signed by a CA in {trust} and name the endpoint's host; {fix}"
             )
         if isinstance(exc, bex.ConnectTimeoutError | bex.ReadTimeoutError):
             return ObjectStoreUnavailable(

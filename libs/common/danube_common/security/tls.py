@@ -69,67 +69,90 @@ class TlsMaterial:
     ca: bytes | None
 
 
-def _read(field: str, path: str) -> bytes:
+def _read(name: str, path: str, off: str) -> bytes:
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
-        raise ConfigError(
-            f"tls.{field} {path!r} does not exist: fix the path, or unset tls to serve plaintext"
-        ) from None
+        raise ConfigError(f"{name} {path!r} does not exist: fix the path, or {off}") from None
     except OSError as exc:
         raise ConfigError(
-            f"tls.{field} {path!r} cannot be read ({exc.strerror or exc}): check its permissions for this user"
+            f"{name} {path!r} cannot be read ({exc.strerror or exc}): check its permissions for this user"
         ) from exc
     if not data.strip():
-        raise ConfigError(f"tls.{field} {path!r} is empty: it must hold PEM data")
+        raise ConfigError(f"{name} {path!r} is empty: it must hold PEM data")
     return data
 
 
-def _certs(field: str, path: str, data: bytes) -> list[x509.Certificate]:
+def _certs(name: str, path: str, data: bytes) -> list[x509.Certificate]:
     try:
         certs = x509.load_pem_x509_certificates(data)
     except ValueError as exc:
         raise ConfigError(
-            f"tls.{field} {path!r} is not a PEM certificate (expected '-----BEGIN CERTIFICATE-----'): {exc}"
+            f"{name} {path!r} is not a PEM certificate (expected '-----BEGIN CERTIFICATE-----'): {exc}"
         ) from exc
     if not certs:
-        raise ConfigError(f"tls.{field} {path!r} holds no certificate")
+        raise ConfigError(f"{name} {path!r} holds no certificate")
     return certs
 
 
-def load_material(cfg: TlsConfig, *, now: dt.datetime | None = None) -> TlsMaterial:
-    """Read and check every file of ``cfg`` (ConfigError naming the file and what to do)."""
+def load_pem_files(
+    section: str,
+    *,
+    cert_file: str | None = None,
+    key_file: str | None = None,
+    ca_file: str | None = None,
+    off: str,
+    now: dt.datetime | None = None,
+) -> TlsMaterial:
+    """Read and check a certificate + key pair and a CA bundle, any of them unset (ConfigError
+    naming ``{section}.{field}``, the file and what to do; ``off`` says how to do without it,
+    e.g. "unset tls to serve plaintext"). The pair must match and the certificate must not
+    have expired. Used for the ``tls`` section and for the TLS of etcd and S3 clients."""
     cert_pem = key_pem = ca_pem = None
-    if cfg.cert_file and cfg.key_file:
-        cert_pem = _read("cert_file", cfg.cert_file)
-        leaf = _certs("cert_file", cfg.cert_file, cert_pem)[0]
-        key_pem = _read("key_file", cfg.key_file)
+    if cert_file and key_file:
+        cert_name, key_name = f"{section}.cert_file", f"{section}.key_file"
+        cert_pem = _read(cert_name, cert_file, off)
+        leaf = _certs(cert_name, cert_file, cert_pem)[0]
+        key_pem = _read(key_name, key_file, off)
         try:
             key = serialization.load_pem_private_key(key_pem, password=None)
         except TypeError as exc:  # encrypted
             raise ConfigError(
-                f"tls.key_file {cfg.key_file!r} is encrypted: give an unencrypted key "
+                f"{key_name} {key_file!r} is encrypted: give an unencrypted key "
                 "(`openssl pkey -in key.pem -out key-plain.pem`)"
             ) from exc
         except ValueError as exc:
             raise ConfigError(
-                f"tls.key_file {cfg.key_file!r} is not a PEM private key (expected '-----BEGIN ... PRIVATE KEY-----'): {exc}"
+                f"{key_name} {key_file!r} is not a PEM private key (expected '-----BEGIN ... PRIVATE KEY-----'): {exc}"
             ) from exc
         if key.public_key().public_bytes(*_PUBLIC_DER) != leaf.public_key().public_bytes(*_PUBLIC_DER):
             raise ConfigError(
-                f"tls.key_file {cfg.key_file!r} is not the key of tls.cert_file {cfg.cert_file!r}: "
+                f"{key_name} {key_file!r} is not the key of {cert_name} {cert_file!r}: "
                 "give the key the certificate was issued for"
             )
         moment = now or dt.datetime.now(dt.UTC)
         if leaf.not_valid_after_utc <= moment:
             raise ConfigError(
-                f"tls.cert_file {cfg.cert_file!r} expired on {leaf.not_valid_after_utc:%Y-%m-%d %H:%M} UTC: "
+                f"{cert_name} {cert_file!r} expired on {leaf.not_valid_after_utc:%Y-%m-%d %H:%M} UTC: "
                 "renew the certificate"
             )
-    if cfg.ca_file:
-        ca_pem = _read("ca_file", cfg.ca_file)
-        _certs("ca_file", cfg.ca_file, ca_pem)
+    if ca_file:
+        ca_name = f"{section}.ca_file"
+        ca_pem = _read(ca_name, ca_file, off)
+        _certs(ca_name, ca_file, ca_pem)
     return TlsMaterial(cert_pem, key_pem, ca_pem)
+
+
+def load_material(cfg: TlsConfig, *, now: dt.datetime | None = None) -> TlsMaterial:
+    """Read and check every file of ``cfg`` (ConfigError naming the file and what to do)."""
+    return load_pem_files(
+        "tls",
+        cert_file=cfg.cert_file,
+        key_file=cfg.key_file,
+        ca_file=cfg.ca_file,
+        off="unset tls to serve plaintext",
+        now=now,
+    )
 
 
 def server_credentials(cfg: TlsConfig) -> grpc.ServerCredentials:
