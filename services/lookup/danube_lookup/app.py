@@ -29,6 +29,7 @@ from danube_common.pb import SchemaRegistry_pb2_grpc as spb_grpc
 from danube_common.resources import Resources
 from danube_common.schema_store import SchemaStore
 from danube_common.schema_view import SchemaView
+from danube_common.security import SecurityStore
 from danube_common.service import (
     ServiceFailure,
     ServiceReady,
@@ -44,6 +45,7 @@ from danube_lookup.broker_stats import BrokerStatsClient
 from danube_lookup.catalog import Catalog
 from danube_lookup.config import LookupConfig
 from danube_lookup.schema_api import SchemaRegistryApi
+from danube_lookup.security_api import SecurityAdminApi
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +61,7 @@ async def run(
         stop = asyncio.Event()
         install_stop_signals(stop)
     async with contextlib.AsyncExitStack() as stack:
-        store = EtcdStore(cfg.etcd.endpoints, request_timeout_s=cfg.etcd.request_timeout_s)
+        store = EtcdStore.from_config(cfg.etcd)
         stack.push_async_callback(store.aclose)
         await store.wait_ready(cfg.etcd.connect_timeout_s)
         resources = Resources(store, Keys(cfg.etcd.cluster))
@@ -93,6 +95,9 @@ async def run(
         apb_grpc.add_TopicAdminServicer_to_server(TopicAdminApi(catalog, stats), admin_server)
         apb_grpc.add_ClusterAdminServicer_to_server(ClusterAdminApi(catalog), admin_server)
         spb_grpc.add_SchemaRegistryServicer_to_server(registry, admin_server)
+        apb_grpc.add_SecurityAdminServicer_to_server(
+            SecurityAdminApi(SecurityStore(store, resources.keys), security.view), admin_server
+        )
         admin_port = security.bind(admin_server, cfg.admin_listen_addr)
 
         async def stop_servers(*servers: grpc.aio.Server) -> None:

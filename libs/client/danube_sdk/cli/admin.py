@@ -1,10 +1,15 @@
-"""``danube-admin``: manage brokers, namespaces, topics, subscription policies and schemas
-through the lookup's admin API.
+"""``danube-admin``: manage brokers, namespaces, topics, subscription policies, schemas and
+security (RBAC roles and bindings, JWT tokens) through the lookup's admin API.
 
 Talks gRPC (package ``danube.admin.v1``) to the lookup service's admin port. Listings print
 as tables, or as JSON with ``--output json``. Expected failures print ``error: ...`` and a
 hint and exit 1; usage errors exit 2. The commands themselves are in ``admin_commands`` (and
-``admin_schemas`` for the schema registry, which the admin port serves too).
+``admin_schemas`` for the schema registry, which the admin port serves too, and
+``admin_security`` for ``security ...``).
+
+A command gets what its parser's ``connect`` default makes of the channel (``Admin.connect``
+unless it says otherwise); ``connect=None`` marks an offline command (``security tokens``):
+no channel is opened and the security flags are not read.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from danube_sdk.cli.admin_commands import (
     topics_unpin_cmd,
 )
 from danube_sdk.cli.admin_schemas import add_schema_parsers
+from danube_sdk.cli.admin_security import add_security_parsers
 from danube_sdk.cli.auth_flags import SECURITY_EPILOG, add_auth_arguments, resolve_auth
 from danube_sdk.cli.output import FORMATS
 
@@ -121,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(
         prog="danube-admin",
         description="Manage a Danube cluster (brokers, namespaces, topics, subscription policies, "
-        "schemas) through the lookup service's admin API.",
+        "schemas, security) through the lookup service's admin API.",
         parents=[_common(defaults=True)],
         formatter_class=_F,
         # The top level sees every argument; abbreviating there would read a command's own
@@ -140,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
             "danube-admin schemas register orders --schema-type json_schema --file orders.schema.json",
             "danube-admin topics set-schema /default/orders --subject orders --validation-policy enforce",
             "danube-admin --output json topics list --namespace analytics",
+            "danube-admin security bindings create alice-orders --principal user:alice --role producer \\",
+            "    --scope namespace --resource orders",
             "DANUBE_ADMIN_URL=http://10.0.0.5:50051 danube-admin topics describe /analytics/clicks",
             "danube-admin --admin-url https://localhost:50051 --tls-ca ca.pem --tls-cert admin.pem \\",
             "    --tls-key admin.key --token-file admin.jwt brokers list",
@@ -512,6 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("topic", help="topic name, /namespace/topic")
     p.add_argument("-s", "--subscription", required=True, help="subscription name")
     add_schema_parsers(group, leaf, t)
+    add_security_parsers(group, leaf)
     return root
 
 
@@ -519,7 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def explain(
-    exc: grpc.RpcError, admin_url: str, timeout_s: float, *, namespace: str = "NS"
+    exc: grpc.RpcError, admin_url: str, timeout_s: float, *, namespace: str = "NS", group: str = ""
 ) -> tuple[str, str]:
     """A failed call -> (error message, hint) for a person at a terminal."""
     trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
@@ -545,7 +554,7 @@ def explain(
             "use the lookup service's admin port (default 50051), not the client port (6650)",
         )
     err = error_from_rpc(exc)
-    return err.message, _hint(err, namespace)
+    return err.message, _hint(err, namespace, group)
 
 
 def explain_error(err: DanubeError, admin_url: str, timeout_s: float) -> tuple[str, str]:
@@ -558,7 +567,17 @@ def explain_error(err: DanubeError, admin_url: str, timeout_s: float) -> tuple[s
     return err.message, _hint(err, "NS")
 
 
-def _hint(err: DanubeError, namespace: str) -> str:
+_SECURITY_HINTS = {
+    "NOT_FOUND": "list roles with `danube-admin security roles list`, bindings with "
+    "`danube-admin security bindings list`",
+    "PERMISSION_DENIED": "the security commands need manage_cluster on the cluster (the built-in "
+    "admin role bound at cluster scope, or a super admin's token)",
+}
+
+
+def _hint(err: DanubeError, namespace: str, group: str = "") -> str:
+    if group == "security" and err.code in _SECURITY_HINTS:
+        return _SECURITY_HINTS[err.code]
     hints = {
         "NAMESPACE_NOT_FOUND": "list namespaces with `danube-admin namespaces list`",
         "NAMESPACE_NOT_EMPTY": f"list its topics with `danube-admin topics list --namespace {namespace}`",
@@ -583,6 +602,9 @@ def _hint(err: DanubeError, namespace: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    connect = getattr(args, "connect", Admin.connect)
+    if connect is None:
+        return _run_offline(args)
     try:
         auth = resolve_auth(args)
     except ConfigError as err:
@@ -590,10 +612,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         security = ChannelSecurity(args.admin_url, tls=auth.tls, token=auth.token)
         with security.open_sync_channel(args.admin_url) as channel:
-            args.func(Admin.connect(channel, args.timeout_s), args)
+            args.func(connect(channel, args.timeout_s), args)
     except grpc.RpcError as exc:
         namespace = getattr(args, "name", None) or getattr(args, "namespace", None) or "NS"
-        message, hint = explain(exc, args.admin_url, args.timeout_s, namespace=namespace)
+        message, hint = explain(
+            exc, args.admin_url, args.timeout_s, namespace=namespace, group=getattr(args, "group", "")
+        )
         print(f"error: {message}", file=sys.stderr)
         if hint:
             print(f"hint: {hint}", file=sys.stderr)
@@ -607,6 +631,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # e.g. `danube-admin topics list | head -1`
+        return 0
+    return 0
+
+
+def _run_offline(args: argparse.Namespace) -> int:
+    """A command that calls no server (``security tokens ...``)."""
+    try:
+        args.func(None, args)
+    except DanubeError as err:
+        print(f"error: {err.message}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
         return 0
     return 0
 

@@ -456,3 +456,101 @@ class SubscriptionPolicyResponse(_message.Message):
     subscription: str
     policy: SubscriptionPolicy
     def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., policy: _Optional[_Union[SubscriptionPolicy, _Mapping]] = ...) -> None: ...
+
+class RoleInfo(_message.Message):
+    __slots__ = ("name", "permissions", "description", "builtin")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    BUILTIN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    permissions: _containers.RepeatedScalarFieldContainer[str]
+    description: str
+    builtin: bool
+    def __init__(self, name: _Optional[str] = ..., permissions: _Optional[_Iterable[str]] = ..., description: _Optional[str] = ..., builtin: _Optional[bool] = ...) -> None: ...
+
+class ListRolesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListRolesResponse(_message.Message):
+    __slots__ = ("roles",)
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    roles: _containers.RepeatedCompositeFieldContainer[RoleInfo]
+    def __init__(self, roles: _Optional[_Iterable[_Union[RoleInfo, _Mapping]]] = ...) -> None: ...
+
+class RoleRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class CreateRoleRequest(_message.Message):
+    __slots__ = ("name", "permissions", "description")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    permissions: _containers.RepeatedScalarFieldContainer[str]
+    description: str
+    def __init__(self, name: _Optional[str] = ..., permissions: _Optional[_Iterable[str]] = ..., description: _Optional[str] = ...) -> None: ...
+
+class UpdateRoleRequest(_message.Message):
+    __slots__ = ("name", "permissions", "description")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    permissions: _containers.RepeatedScalarFieldContainer[str]
+    description: str
+    def __init__(self, name: _Optional[str] = ..., permissions: _Optional[_Iterable[str]] = ..., description: _Optional[str] = ...) -> None: ...
+
+class DeleteRoleResponse(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class BindingInfo(_message.Message):
+    __slots__ = ("name", "principal", "role", "scope", "resource")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    principal: str
+    role: str
+    scope: str
+    resource: str
+    def __init__(self, name: _Optional[str] = ..., principal: _Optional[str] = ..., role: _Optional[str] = ..., scope: _Optional[str] = ..., resource: _Optional[str] = ...) -> None: ...
+
+class ListBindingsRequest(_message.Message):
+    __slots__ = ("principal",)
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    def __init__(self, principal: _Optional[str] = ...) -> None: ...
+
+class ListBindingsResponse(_message.Message):
+    __slots__ = ("bindings",)
+    BINDINGS_FIELD_NUMBER: _ClassVar[int]
+    bindings: _containers.RepeatedCompositeFieldContainer[BindingInfo]
+    def __init__(self, bindings: _Optional[_Iterable[_Union[BindingInfo, _Mapping]]] = ...) -> None: ...
+
+class BindingRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class CreateBindingRequest(_message.Message):
+    __slots__ = ("binding",)
+    BINDING_FIELD_NUMBER: _ClassVar[int]
+    binding: BindingInfo
+    def __init__(self, binding: _Optional[_Union[BindingInfo, _Mapping]] = ...) -> None: ...
+
+class DeleteBindingResponse(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...

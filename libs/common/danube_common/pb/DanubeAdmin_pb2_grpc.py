@@ -1028,6 +1028,445 @@ class TopicAdmin:
             _registered_method=True)
 
 
+class SecurityAdminStub:
+    """RBAC roles and role bindings (stored in etcd; every service enforces them once auth is
+    enabled). Every RPC needs manage_cluster on the cluster: who may grant what is itself the
+    most sensitive setting. Built-in roles (admin, cluster-service, producer, consumer) are listed
+    and may be bound, but cannot be created, changed or deleted. Writes return once this lookup's
+    own RBAC cache has seen them (other services see them within their watch latency).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ListRoles = channel.unary_unary(
+                '/danube.admin.v1.SecurityAdmin/ListRoles',
+                request_serializer=DanubeAdmin__pb2.ListRolesRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.ListRolesResponse.FromString,
+                _registered_method=True)
+        self.GetRole = channel.unary_unary(
+                '/danube.admin.v1.SecurityAdmin/GetRole',
+                request_serializer=DanubeAdmin__pb2.RoleRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.RoleInfo.FromString,
+                _registered_method=True)
+        self.CreateRole = channel.unary_unary(
+                '/danube.admin.v1.SecurityAdmin/CreateRole',
+                request_serializer=DanubeAdmin__pb2.CreateRoleRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.RoleInfo.FromString,
+                _registered_method=True)
+        self.UpdateRole = channel.unary_unary(
+                '/danube.admin.v1.SecurityAdmin/UpdateRole',
+                request_serializer=DanubeAdmin__pb2.UpdateRoleRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.RoleInfo.FromString,
+                _registered_method=True)
+        self.DeleteRole = channel.unary_unary(
+                '/danube.admin.v1.SecurityAdmin/DeleteRole',
+                request_serializer=DanubeAdmin__pb2.RoleRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.DeleteRoleResponse.FromString,
+                _registered_method=True)
+        self.ListBindings = channel.unary_unary(
+                '/danube.admin.v1.SecurityAdmin/ListBindings',
+                request_serializer=DanubeAdmin__pb2.ListBindingsRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.ListBindingsResponse.FromString,
+                _registered_method=True)
+        self.GetBinding = channel.unary_unary(
+                '/danube.admin.v1.SecurityAdmin/GetBinding',
+                request_serializer=DanubeAdmin__pb2.BindingRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.BindingInfo.FromString,
+                _registered_method=True)
+        self.CreateBinding = channel.unary_unary(
+                '/danube.admin.v1.SecurityAdmin/CreateBinding',
+                request_serializer=DanubeAdmin__pb2.CreateBindingRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.BindingInfo.FromString,
+                _registered_method=True)
+        self.DeleteBinding = channel.unary_unary(
+                '/danube.admin.v1.SecurityAdmin/DeleteBinding',
+                request_serializer=DanubeAdmin__pb2.BindingRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.DeleteBindingResponse.FromString,
+                _registered_method=True)
+
+
+class SecurityAdminServicer:
+    """RBAC roles and role bindings (stored in etcd; every service enforces them once auth is
+    enabled). Every RPC needs manage_cluster on the cluster: who may grant what is itself the
+    most sensitive setting. Built-in roles (admin, cluster-service, producer, consumer) are listed
+    and may be bound, but cannot be created, changed or deleted. Writes return once this lookup's
+    own RBAC cache has seen them (other services see them within their watch latency).
+    """
+
+    def ListRoles(self, request, context):
+        """Built-in roles first, then stored ones, each by name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRole(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateRole(self, request, context):
+        """ALREADY_EXISTS if the role exists; INVALID_ARGUMENT for an unknown permission (naming the
+        valid ones), no permission, or a built-in role's name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateRole(self, request, context):
+        """Replace a stored role's permissions (and its description when given). NOT_FOUND if absent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteRole(self, request, context):
+        """FAILED_PRECONDITION for a built-in role, or while a binding names the role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListBindings(self, request, context):
+        """Every binding by name (only one principal's when `principal` is given).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetBinding(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateBinding(self, request, context):
+        """NOT_FOUND when the role does not exist; ALREADY_EXISTS when the binding name is taken.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteBinding(self, request, context):
+        """Revokes the binding at once (NOT_FOUND if absent).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_SecurityAdminServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ListRoles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRoles,
+                    request_deserializer=DanubeAdmin__pb2.ListRolesRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.ListRolesResponse.SerializeToString,
+            ),
+            'GetRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRole,
+                    request_deserializer=DanubeAdmin__pb2.RoleRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.RoleInfo.SerializeToString,
+            ),
+            'CreateRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateRole,
+                    request_deserializer=DanubeAdmin__pb2.CreateRoleRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.RoleInfo.SerializeToString,
+            ),
+            'UpdateRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateRole,
+                    request_deserializer=DanubeAdmin__pb2.UpdateRoleRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.RoleInfo.SerializeToString,
+            ),
+            'DeleteRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRole,
+                    request_deserializer=DanubeAdmin__pb2.RoleRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.DeleteRoleResponse.SerializeToString,
+            ),
+            'ListBindings': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBindings,
+                    request_deserializer=DanubeAdmin__pb2.ListBindingsRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.ListBindingsResponse.SerializeToString,
+            ),
+            'GetBinding': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBinding,
+                    request_deserializer=DanubeAdmin__pb2.BindingRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.BindingInfo.SerializeToString,
+            ),
+            'CreateBinding': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateBinding,
+                    request_deserializer=DanubeAdmin__pb2.CreateBindingRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.BindingInfo.SerializeToString,
+            ),
+            'DeleteBinding': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteBinding,
+                    request_deserializer=DanubeAdmin__pb2.BindingRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.DeleteBindingResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'danube.admin.v1.SecurityAdmin', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('danube.admin.v1.SecurityAdmin', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class SecurityAdmin:
+    """RBAC roles and role bindings (stored in etcd; every service enforces them once auth is
+    enabled). Every RPC needs manage_cluster on the cluster: who may grant what is itself the
+    most sensitive setting. Built-in roles (admin, cluster-service, producer, consumer) are listed
+    and may be bound, but cannot be created, changed or deleted. Writes return once this lookup's
+    own RBAC cache has seen them (other services see them within their watch latency).
+    """
+
+    @staticmethod
+    def ListRoles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.SecurityAdmin/ListRoles',
+            DanubeAdmin__pb2.ListRolesRequest.SerializeToString,
+            DanubeAdmin__pb2.ListRolesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.SecurityAdmin/GetRole',
+            DanubeAdmin__pb2.RoleRequest.SerializeToString,
+            DanubeAdmin__pb2.RoleInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.SecurityAdmin/CreateRole',
+            DanubeAdmin__pb2.CreateRoleRequest.SerializeToString,
+            DanubeAdmin__pb2.RoleInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.SecurityAdmin/UpdateRole',
+            DanubeAdmin__pb2.UpdateRoleRequest.SerializeToString,
+            DanubeAdmin__pb2.RoleInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.SecurityAdmin/DeleteRole',
+            DanubeAdmin__pb2.RoleRequest.SerializeToString,
+            DanubeAdmin__pb2.DeleteRoleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBindings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.SecurityAdmin/ListBindings',
+            DanubeAdmin__pb2.ListBindingsRequest.SerializeToString,
+            DanubeAdmin__pb2.ListBindingsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBinding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.SecurityAdmin/GetBinding',
+            DanubeAdmin__pb2.BindingRequest.SerializeToString,
+            DanubeAdmin__pb2.BindingInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateBinding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.SecurityAdmin/CreateBinding',
+            DanubeAdmin__pb2.CreateBindingRequest.SerializeToString,
+            DanubeAdmin__pb2.BindingInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteBinding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.SecurityAdmin/DeleteBinding',
+            DanubeAdmin__pb2.BindingRequest.SerializeToString,
+            DanubeAdmin__pb2.DeleteBindingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
 class BrokerStatsServiceStub:
     """Served by every broker on its client port: the figures only the owner has.
     """
