@@ -5,12 +5,15 @@ Checks the wiring, not the rules (the rules have their own table tests): a plain
 refused, a TLS client without a token gets UNAUTHENTICATED, a token without a binding
 PERMISSION_DENIED, a super admin passes, a binding written to etcd takes effect and its
 deletion stops the next call within a second, a broker resolves producer ids to their topics,
-and a config whose certificate is missing refuses to start (exit 2 from ``service_main``).
+a config whose certificate is missing refuses to start (exit 2 from ``service_main``), and a
+broker dead-letters to a topic on another broker through that broker's internal listener
+(mTLS) while both client ports take clients without certificates.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +34,10 @@ from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.records import BrokerRecord
+from danube_common.resources import Resources
 from danube_common.security import Binding, Scope, SecurityStore, issue_token
 from danube_common.service import ServiceReady, service_main
+from danube_common.topic_name import TopicName
 from danube_local.secure import SecureFiles, write_secure_files
 from danube_lookup.app import run as lookup_run
 from danube_lookup.app import running as lookup_running
@@ -47,7 +52,7 @@ ADMIN_SUBJECT = "root"
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> SecureFiles:
-    return write_secure_files(tmp_path_factory.mktemp("secure"), ["lookup", "broker-1", "admin"])
+    return write_secure_files(tmp_path_factory.mktemp("secure"), ["lookup", "broker-1", "broker-2", "admin"])
 
 
 @dataclass
@@ -279,3 +284,100 @@ async def test_broker_admits_a_permitted_producer_only(
         await refused(
             producers.SendMessage(msg, timeout=10, metadata=mallory), grpc.StatusCode.PERMISSION_DENIED
         )
+
+
+async def test_dead_letter_to_another_broker_over_its_internal_listener(
+    secured: Secured,
+    etcd_server: EtcdProcess,
+    cluster_name: str,
+    tmp_path: Path,
+    etcd_store: EtcdStore,
+    keys: Keys,
+) -> None:
+    """Auth on; each broker's client port serves TLS without client certificates (clients send
+    a token) and its internal listener requires them. A poison message on broker 1 is copied to
+    the dead-letter topic owned by broker 2: broker 1 dials broker 2's registered internal
+    address, where its certificate makes it a cluster member; the copy's producer there is
+    recorded as created by that member."""
+
+    def broker_cfg(identity: str) -> BrokerConfig:
+        return BrokerConfig.model_validate(
+            {
+                "broker_id": identity,
+                "data_dir": str(tmp_path / identity),
+                "listen_addr": "127.0.0.1:0",
+                "internal_listen_addr": "127.0.0.1:0",
+                "etcd": {"endpoints": [etcd_server.endpoint], "cluster": cluster_name},
+                "lame_duck_timeout_s": 0,
+                "shutdown_grace_s": 1.0,
+                **secured.fields(identity),
+            }
+        )
+
+    root = bearer(secured.token(ADMIN_SUBJECT))
+    dlq, topic = f"/default/{unique('dlq')}", f"/default/{unique('src')}"
+    async with (
+        broker_running(broker_cfg("broker-1")) as one,
+        broker_running(broker_cfg("broker-2")) as two,
+        secured.channel(port_of(one.addr)) as ch1,
+        secured.channel(port_of(two.addr)) as ch2,
+    ):
+        assert not broker_cfg("broker-1").tls.require_client_cert  # clients need no certificate
+        records = {r.broker_id: r for r in await Resources(etcd_store, keys).list_brokers()}
+        assert records["broker-2"].internal_addr == two.extra["internal_addr"] != two.addr
+
+        async def attach(channel: grpc.aio.Channel, topic_name: str, sub: str) -> tuple[int, Any]:
+            producers, consumers = pb_grpc.ProducerServiceStub(channel), pb_grpc.ConsumerServiceStub(channel)
+            p = await producers.CreateProducer(
+                pb.ProducerRequest(producer_name="p", topic_name=topic_name, dispatch_strategy=pb.Reliable),
+                timeout=10,
+                metadata=root,
+            )
+            c = await consumers.Subscribe(
+                pb.ConsumerRequest(
+                    topic_name=topic_name,
+                    consumer_name="c",
+                    subscription=sub,
+                    subscription_type=pb.ConsumerRequest.Shared,
+                ),
+                timeout=10,
+                metadata=root,
+            )
+            stream = consumers.ReceiveMessages(pb.ReceiveRequest(consumer_id=c.consumer_id), metadata=root)
+            return int(p.producer_id), stream
+
+        _, dead_letters = await attach(ch2, dlq, "ops")  # the dead-letter topic lives on broker 2
+        pid, stream = await attach(ch1, topic, "s")
+        policy = {
+            "max_redeliveries": 1,
+            "redelivery_backoff_base_ms": 0,
+            "poison_policy": "dead_letter",
+            "dead_letter_topic": dlq,
+        }
+        await etcd_store.put(keys.subscription_policy(TopicName.parse(topic), "s"), json.dumps(policy))
+        engine = one.live.topics[topic].subscriptions["s"].engine
+        await wait_until(lambda: engine.policy.max_redeliveries == 1, what="policy applied")
+        await wait_until(
+            lambda: all(c.connected for c in one.live.consumers.values()), what="consumer stream open"
+        )
+        producers, consumers = pb_grpc.ProducerServiceStub(ch1), pb_grpc.ConsumerServiceStub(ch1)
+        await producers.SendMessage(
+            pb.StreamMessage(
+                msg_id=pb.MsgID(producer_id=pid, topic_name=topic), payload=b"bad", producer_name="p"
+            ),
+            timeout=10,
+            metadata=root,
+        )
+        for _ in range(2):
+            m = await asyncio.wait_for(stream.read(), 10)
+            await consumers.Nack(
+                pb.NackRequest(msg_id=m.msg_id, subscription_name="s", delay_ms=0), timeout=10, metadata=root
+            )
+        copy = await asyncio.wait_for(dead_letters.read(), 10)
+        assert copy.payload == b"bad" and copy.msg_id.topic_name == dlq
+        assert copy.attributes["x-original-topic"] == topic and dlq not in one.live.topics
+        await wait_until(lambda: engine.cursor == 0, what="original acked after the remote copy")
+        [member] = [p for p in two.live.producers.values() if p.name == "dead-letter-broker-1"]
+        assert member.creator == "broker_internal:broker-1 (certificate)"
+        stream.cancel()
+        dead_letters.cancel()

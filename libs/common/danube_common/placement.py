@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from danube_common.cluster_view import ClusterView
 from danube_common.errors import NoBrokerAvailable, TopicNotFound
 from danube_common.fallback_placement import place_new_topic, take_over_dead_owner
-from danube_common.records import Ownership, now_ms
+from danube_common.records import BrokerRecord, Ownership, now_ms
 from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 
@@ -58,12 +58,18 @@ class Resolver:
 
     async def resolve(self, topic: TopicName) -> tuple[str, str]:
         """(broker_id, advertised_url) of the topic's live owner."""
+        broker = await self.resolve_broker(topic)
+        return broker.broker_id, broker.advertised_url
+
+    async def resolve_broker(self, topic: TopicName) -> BrokerRecord:
+        """The registration of the topic's live owner (for services that call it:
+        :attr:`BrokerRecord.service_addr`)."""
         name = str(topic)
         cached = self._view.owners.get(name)
         if cached is not None and not cached.moving_to:
             broker = self._view.brokers.get(cached.broker_id)
             if broker is not None:
-                return cached.broker_id, broker.advertised_url
+                return broker
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._wait_s
         attempts = 0
@@ -100,7 +106,7 @@ class Resolver:
                 own = await take_over_dead_owner(self._res, topic, own)
                 broker = await self._res.get_broker(own.broker_id)
             if broker is not None:
-                return own.broker_id, broker.advertised_url
+                return broker
             attempts += 1
             if attempts >= self._max_attempts:
                 raise NoBrokerAvailable(

@@ -31,13 +31,24 @@ class BrokerRecord:
     advertised_url: str
     state: str = "active"
     registered_at_ms: int = 0
+    #: host:port of the broker's internal listener (mTLS), which the cluster's own services
+    #: dial; "" when it has none (records written before it existed have none either).
+    internal_addr: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not self.internal_addr:
+            del d["internal_addr"]  # the record's shape without an internal listener is unchanged
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> BrokerRecord:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+    @property
+    def service_addr(self) -> str:
+        """host:port the cluster's own services dial: the internal listener, else the client port."""
+        return self.internal_addr or self.broker_addr
 
 
 @dataclass(frozen=True, slots=True)

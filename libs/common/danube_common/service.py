@@ -34,7 +34,9 @@ from danube_common.errors import ConfigError, DanubeError, InvalidNamespaceName,
 from danube_common.grpc_util import SERVER_OPTIONS, new_server
 from danube_common.keys import Keys
 from danube_common.logs import setup_logging
+from danube_common.metadata.etcd import etcd_tls_material
 from danube_common.metadata.store import MetadataStore
+from danube_common.objstore.config import ObjectStoreConfig
 from danube_common.security.config import AuthConfig
 from danube_common.security.interceptor import AuthInterceptor
 from danube_common.security.rules import HandleResolver
@@ -237,9 +239,15 @@ async def wait_for_stop(
 
 def check_security_files(cfg: ServiceConfig) -> None:
     """Read and check every TLS file and the JWT key of ``cfg`` (ConfigError naming the file
-    and what to do): a service that cannot use them refuses to start (exit 2)."""
+    and what to do): a service that cannot use them refuses to start (exit 2). That is the
+    ``tls`` section, etcd's TLS (``etcd.ca_file``, ``etcd.cert_file``/``key_file``) and, for the
+    services with object storage (a field named ``object_store``), ``object_store.s3.ca_file``."""
     if cfg.tls.enabled or cfg.tls.ca_file:
         load_material(cfg.tls)
+    etcd_tls_material(cfg.etcd)
+    objects = getattr(cfg, "object_store", None)
+    if isinstance(objects, ObjectStoreConfig) and objects.backend == "s3":
+        objects.s3.check_files()
     if cfg.auth.enabled and cfg.auth.jwt is not None:
         cfg.auth.jwt.verifier()
 
@@ -264,9 +272,11 @@ class ServiceSecurity:
         extra = [self.interceptor] if self.interceptor is not None else []
         return new_server(extra, options=SERVER_OPTIONS if options is None else options)
 
-    def bind(self, server: grpc.aio.Server, addr: str) -> int:
-        """Bind ``addr`` (TLS when enabled; ConfigError when its files are unusable)."""
-        return bind_server(server, addr, self.tls)
+    def bind(self, server: grpc.aio.Server, addr: str, *, tls: TlsConfig | None = None) -> int:
+        """Bind ``addr`` (TLS when enabled; ConfigError when its files are unusable). ``tls``:
+        other settings than the service's (the broker's internal listener requires client
+        certificates)."""
+        return bind_server(server, addr, self.tls if tls is None else tls)
 
     @property
     def task(self) -> asyncio.Task[None] | None:

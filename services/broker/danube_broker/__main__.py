@@ -29,6 +29,7 @@ configuration layers: defaults < --config YAML < environment < flags.
 examples:
   danube-broker
   danube-broker --broker-id b1 --listen 0.0.0.0:6651 --advertised-host broker-1.internal
+  danube-broker --listen 0.0.0.0:6651 --internal-listen 0.0.0.0:6661 --config secure-broker.yaml
   danube-broker --listen 127.0.0.1:0 --ready-file /tmp/broker.json --etcd-endpoints 127.0.0.1:2379
   danube-broker --data-dir /var/lib/danube/broker-1
   danube-broker --config deploy/config/broker.yaml --log-level DEBUG
@@ -39,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="danube-broker",
         description="Danube broker: owns the topics etcd assigns to it and serves their producers and "
-        "consumers (danube.ProducerService, ConsumerService, HealthCheck and Discovery on one port).",
+        "consumers (danube.ProducerService, ConsumerService, HealthCheck and Discovery on one port; "
+        "with --internal-listen, also on a port for the cluster's own services, mTLS when TLS is on).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -57,11 +59,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="host clients are sent to; default: the listen host, or 127.0.0.1 for 0.0.0.0/127.0.0.1",
     )
     p.add_argument(
+        "--internal-listen",
+        metavar="HOST:PORT",
+        help="also serve the cluster's own services here (mTLS when TLS is on; they dial it instead "
+        "of --listen); default: none; port 0 = a free port",
+    )
+    p.add_argument(
+        "--internal-advertised-host",
+        metavar="HOST",
+        help="host the services are sent to for --internal-listen; default: as --advertised-host",
+    )
+    p.add_argument(
         "--data-dir",
         metavar="DIR",
         help="where reliable topics keep their write-ahead logs; default ./data/broker-<broker id>",
     )
-    add_common_flags(p, ready_fields="service, broker_id, addr, url, pid")
+    add_common_flags(p, ready_fields="service, broker_id, [internal_addr,] addr, url, pid")
     return p
 
 
@@ -71,6 +84,8 @@ def flags_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "broker_id": args.broker_id,
         "listen_addr": args.listen,
         "advertised_host": args.advertised_host,
+        "internal_listen_addr": args.internal_listen,
+        "internal_advertised_host": args.internal_advertised_host,
         "data_dir": args.data_dir,
     }
 

@@ -1,12 +1,17 @@
-"""Wiring of the broker: etcd, registration, assignment watch, one gRPC server, ordered shutdown.
+"""Wiring of the broker: etcd, registration, assignment watch, its gRPC servers, ordered shutdown.
 
 Start-up: connect to etcd (bounded wait) -> bootstrap namespaces -> check the TLS files and
-(with ``auth`` enabled) load the RBAC view -> bind the port (TLS when configured) (the real
-port is needed for the registration) -> register on a lease -> list our assignments and
+(with ``auth`` enabled) load the RBAC view -> bind the client port (TLS when configured) and,
+with ``internal_listen_addr``, the internal listener (mTLS when TLS is configured) (the real
+ports are needed for the registration) -> register on a lease -> list our assignments and
 follow them -> start the cluster view (Discovery) -> serve -> announce readiness.
 
+The two servers serve one API with one AuthInterceptor; the cluster's own services dial the
+internal listener (registered as ``internal_addr``), where their client certificates are seen.
+With an internal listener, ``BrokerStatsService`` (cluster_internal) is served there only.
+
 Shutdown (stop event; SIGINT/SIGTERM from the CLI): refuse new producers/consumers -> the
-server stops accepting -> the registration says ``draining`` (no new placements) -> every topic is unloaded, so client streams end with UNAVAILABLE
+servers stop accepting -> the registration says ``draining`` (no new placements) -> every topic is unloaded, so client streams end with UNAVAILABLE
 (TopicNotOwned: clients look the topic up again) and health checks answer CLOSE -> reliable
 topics write their cursors (fenced) and close their logs (pending commits finish) -> the
 internal loops are cancelled -> with a WAL uploader, every reliable topic is flushed to object
@@ -27,6 +32,7 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from danube_broker.config import BrokerConfig
@@ -56,8 +62,7 @@ from danube_common.records import BrokerRecord, now_ms
 from danube_common.resources import Resources
 from danube_common.schema_store import SchemaStore
 from danube_common.schema_view import SchemaView
-from danube_common.security.rbac import Resource
-from danube_common.security.rules import Handle, HandleResolver
+from danube_common.security.rules import HandleResolver
 from danube_common.service import (
     ServiceFailure,
     ServiceReady,
@@ -83,18 +88,58 @@ async def _sweep_forever(registry: BrokerRegistry, interval_s: float) -> NoRetur
         registry.sweep()
 
 
+@dataclass(slots=True)
+class Listeners:
+    """The broker's gRPC servers: the client port, and the optional internal listener."""
+
+    client: Any
+    #: Advertised host:port of the client port.
+    addr: str
+    internal: Any | None = None
+    #: Advertised host:port of the internal listener; "" without one.
+    internal_addr: str = ""
+
+    @property
+    def servers(self) -> list[Any]:
+        return [s for s in (self.client, self.internal) if s is not None]
+
+    def add_servicers(self, add: Callable[[Any], None], *, internal_only: bool = False) -> None:
+        """Register on every server (``internal_only``: on the internal listener when there is
+        one, else on the client port)."""
+        if internal_only and self.internal is not None:
+            add(self.internal)
+            return
+        for server in self.servers:
+            add(server)
+
+    async def start(self) -> None:
+        for server in self.servers:
+            await server.start()
+
+    async def stop(self, grace_s: float) -> None:
+        await asyncio.gather(*(server.stop(grace_s) for server in self.servers))
+
+
+def bind_listeners(cfg: BrokerConfig, security: ServiceSecurity) -> Listeners:
+    """Build and bind the servers (ConfigError for unusable TLS files, OSError for a port in
+    use); log a WARNING when the cluster's services will not be able to call this broker."""
+    server = security.new_server()
+    listeners = Listeners(server, cfg.advertised_addr(security.bind(server, cfg.listen_addr)))
+    if cfg.internal_listen_addr is not None:
+        internal = security.new_server()
+        port = security.bind(internal, cfg.internal_listen_addr, tls=cfg.internal_tls)
+        listeners.internal, listeners.internal_addr = internal, cfg.internal_advertised_addr(port)
+    warning = cfg.internal_calls_warning()
+    if warning is not None:
+        log.warning("%s", warning)
+    return listeners
+
+
 def handle_resolver(registry: BrokerRegistry) -> HandleResolver:
-    """Producer/consumer id -> its topic, for the RBAC of id-only calls (SendMessage, Ack,
-    ReceiveMessages, ...); None for an id not attached here (the servicer answers NOT_FOUND)."""
-
-    def resolve(handle: Handle) -> Resource | None:
-        if handle.kind == "producer":
-            producer = registry.producers.get(handle.id)
-            return Resource.topic(producer.topic.name) if producer is not None else None
-        consumer = registry.consumers.get(handle.id)
-        return Resource.topic(consumer.topic_name) if consumer is not None else None
-
-    return resolve
+    """Producer/consumer id -> its topic and creator, for the RBAC of id-only calls
+    (SendMessage, ReceiveMessages, Seek, ...); None for an id not attached here (the servicer
+    answers NOT_FOUND)."""
+    return registry.handle_info
 
 
 async def run(
@@ -107,7 +152,7 @@ async def run(
     if stop is None:
         stop = asyncio.Event()
         install_stop_signals(stop)
-    store = EtcdStore(cfg.etcd.endpoints, request_timeout_s=cfg.etcd.request_timeout_s)
+    store = EtcdStore.from_config(cfg.etcd)
     try:
         await store.wait_ready(cfg.etcd.connect_timeout_s)
         resources = Resources(store, Keys(cfg.etcd.cluster))
@@ -120,21 +165,18 @@ async def run(
         tiering: Tiering | None = None
         try:
             tiering = await Tiering.open(cfg, resources)
-            server = security.new_server()
-            port = security.bind(server, cfg.listen_addr)
-            addr = cfg.advertised_addr(port)
-            url = f"http://{addr}"
-            registry = BrokerRegistry(cfg, resources, broker_url=url)
+            listeners = bind_listeners(cfg, security)
+            registry = BrokerRegistry(cfg, resources, broker_url=f"http://{listeners.addr}")
             if security.interceptor is not None:  # before serving: id-only calls resolve here
                 security.interceptor.resolve_handle = handle_resolver(registry)
+                registry.takeover_check = security.interceptor.check_takeover
             if tiering is not None:
                 registry.set_tiering(tiering)
             await _serve(
                 cfg,
                 resources,
-                server,
+                listeners,
                 registry,
-                addr,
                 ready=ready,
                 stop=stop,
                 tiering=tiering,
@@ -154,9 +196,8 @@ async def run(
 async def _serve(
     cfg: BrokerConfig,
     resources: Resources,
-    server: Any,
+    listeners: Listeners,
     registry: BrokerRegistry,
-    addr: str,
     *,
     ready: Callable[[ServiceReady], None] | None,
     stop: asyncio.Event,
@@ -175,7 +216,7 @@ async def _serve(
     )
     dead_letters = DeadLetterPublisher(
         registry,
-        discovery.resolve,
+        discovery.resolver.resolve_broker,
         rpc_timeout_s=cfg.etcd.request_timeout_s,
         credentials=internal_credentials(cfg),
     )
@@ -186,7 +227,15 @@ async def _serve(
     failure: BrokerFailure | None = None
     served = False
     try:
-        record = BrokerRecord(cfg.broker_id, addr, registry.broker_url, "active", now_ms())
+        addr = listeners.addr
+        record = BrokerRecord(
+            cfg.broker_id,
+            addr,
+            registry.broker_url,
+            "active",
+            now_ms(),
+            internal_addr=listeners.internal_addr,
+        )
         lease = await membership.register(record)
         # From here on, nothing is acknowledged unless this lease is surely alive.
         registry.reliable.lease = lease
@@ -228,21 +277,30 @@ async def _serve(
             if task is not None:
                 loops[task] = what
 
-        pb_grpc.add_ProducerServiceServicer_to_server(ProducerApi(registry, cfg), server)
-        pb_grpc.add_ConsumerServiceServicer_to_server(ConsumerApi(registry, cfg), server)
-        pb_grpc.add_HealthCheckServicer_to_server(HealthApi(registry), server)
-        pb_grpc.add_DiscoveryServicer_to_server(discovery, server)
-        admin_grpc.add_BrokerStatsServiceServicer_to_server(BrokerStatsApi(registry, resources, cfg), server)
-        await server.start()
+        producers, consumers = ProducerApi(registry, cfg), ConsumerApi(registry, cfg)
+        health, stats = HealthApi(registry), BrokerStatsApi(registry, resources, cfg)
+        listeners.add_servicers(lambda s: pb_grpc.add_ProducerServiceServicer_to_server(producers, s))
+        listeners.add_servicers(lambda s: pb_grpc.add_ConsumerServiceServicer_to_server(consumers, s))
+        listeners.add_servicers(lambda s: pb_grpc.add_HealthCheckServicer_to_server(health, s))
+        listeners.add_servicers(lambda s: pb_grpc.add_DiscoveryServicer_to_server(discovery, s))
+        # cluster_internal: where its callers' certificates are seen.
+        listeners.add_servicers(
+            lambda s: admin_grpc.add_BrokerStatsServiceServicer_to_server(stats, s), internal_only=True
+        )
+        await listeners.start()
         served = True
-        info = ServiceReady("broker", addr, os.getpid(), {"broker_id": cfg.broker_id}, live=registry)
+        extra: dict[str, Any] = {"broker_id": cfg.broker_id}
+        if listeners.internal_addr:
+            extra["internal_addr"] = listeners.internal_addr
+        info = ServiceReady("broker", addr, os.getpid(), extra, live=registry)
         if cfg.ready_file:
             write_ready_file(cfg.ready_file, info.to_json())
         log.info(
-            "broker %s serving on %s (listen %s, cluster %s, etcd %s)",
+            "broker %s serving on %s (listen %s%s, cluster %s, etcd %s)",
             cfg.broker_id,
             info.url,
             cfg.listen_addr,
+            f"; internal listener {listeners.internal_addr}" if listeners.internal_addr else "",
             cfg.etcd.cluster,
             ",".join(cfg.etcd.endpoints),
         )
@@ -254,7 +312,16 @@ async def _serve(
         if history is not None:
             await history.aclose()  # a last flush of the buffered reports
         await _shutdown(
-            cfg, resources, server, registry, membership, view, lease, loops, served=served, tiering=tiering
+            cfg,
+            resources,
+            listeners,
+            registry,
+            membership,
+            view,
+            lease,
+            loops,
+            served=served,
+            tiering=tiering,
         )
         await dead_letters.aclose()
         await schemas.aclose()
@@ -288,7 +355,7 @@ async def _wait_for_stop(
 async def _shutdown(
     cfg: BrokerConfig,
     resources: Resources,
-    server: Any,
+    listeners: Listeners,
     registry: BrokerRegistry,
     membership: Membership,
     view: ClusterView,
@@ -305,7 +372,7 @@ async def _shutdown(
     if served and lease is not None and not lease.lost.is_set():
         await _lame_duck(cfg, resources, registry)
     registry.begin_shutdown()
-    server_stop = asyncio.create_task(server.stop(cfg.shutdown_grace_s), name="server-stop")
+    server_stop = asyncio.create_task(listeners.stop(cfg.shutdown_grace_s), name="server-stop")
     # Taken before closing: a closed topic lets go of its reliable part.
     reliables = {name: t.reliable for name, t in registry.topics.items() if t.reliable is not None}
     held = registry.close_all("the broker is shutting down")

@@ -10,12 +10,13 @@ import secrets
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from danube_broker.dispatch.reliable.policy import PoisonPolicy, SubscriptionPolicy
 from danube_broker.wal import Durability, WalConfig
 from danube_common.grpc_util import MAX_GRPC_MESSAGE_BYTES
 from danube_common.objstore import ObjectStoreConfig
+from danube_common.security.tls import TlsConfig
 from danube_common.service import ServiceConfig, check_id, split_host_port
 
 #: Room left in a gRPC frame for everything that is not payload.
@@ -41,6 +42,17 @@ class BrokerConfig(ServiceConfig):
     #: Host clients are told to connect to (lookups, msg_id.broker_addr, the ready file).
     #: Unset: the listen host, or 127.0.0.1 when listening on a wildcard or loopback address.
     advertised_host: str | None = None
+    #: The internal listener: a second gRPC server, for the cluster's own services (the lookup's
+    #: topic stats, dead letters published by other brokers). It serves the same API, with the
+    #: same auth, but with TLS on it always requires client certificates (mTLS: the caller's
+    #: certificate is its identity), whatever ``tls.require_client_cert`` says for the client
+    #: port. Its address is registered (BrokerRecord ``internal_addr``) and the services dial it
+    #: instead of the client address. Port 0 picks a free port. Unset: no internal listener;
+    #: services call the client port (with auth on, that needs ``tls.require_client_cert``).
+    internal_listen_addr: str | None = None
+    #: Host the services are told to dial for the internal listener. Unset: as for
+    #: ``advertised_host`` (which it falls back to), from ``internal_listen_addr``'s host.
+    internal_advertised_host: str | None = None
 
     # ---- cluster membership
     #: TTL of the lease holding /{cluster}/brokers/{id}; a dead broker's topics move after this.
@@ -188,12 +200,29 @@ class BrokerConfig(ServiceConfig):
         split_host_port(v)
         return v
 
-    @field_validator("uploader_addr")
+    @field_validator("uploader_addr", "internal_listen_addr")
     @classmethod
-    def _uploader_addr(cls, v: str | None) -> str | None:
+    def _optional_addr(cls, v: str | None) -> str | None:
         if v is not None:
             split_host_port(v)
         return v
+
+    @model_validator(mode="after")
+    def _internal_listener(self) -> BrokerConfig:
+        if self.internal_listen_addr is None:
+            return self
+        if self.tls.enabled and not self.tls.ca_file:
+            raise ValueError(
+                "internal_listen_addr with TLS requires client certificates, so it needs tls.ca_file "
+                "(the CA that signs the cluster's service certificates)"
+            )
+        port = split_host_port(self.internal_listen_addr)[1]
+        if port != 0 and port == split_host_port(self.listen_addr)[1]:
+            raise ValueError(
+                f"internal_listen_addr {self.internal_listen_addr} uses the port of listen_addr "
+                f"{self.listen_addr}: give the internal listener a port of its own (or 0 for a free one)"
+            )
+        return self
 
     @field_validator("registration_ttl_s")
     @classmethod
@@ -220,14 +249,41 @@ class BrokerConfig(ServiceConfig):
 
     def advertised_addr(self, port: int) -> str:
         """``host:port`` clients connect to, once the real port is known."""
-        host, _ = split_host_port(self.listen_addr)
-        if self.advertised_host:
-            host = self.advertised_host
-        elif host in _LOCAL_HOSTS:
-            host = "127.0.0.1"
-        if ":" in host:  # IPv6 literal
-            host = f"[{host}]"
-        return f"{host}:{port}"
+        return _advertise(split_host_port(self.listen_addr)[0], self.advertised_host, port)
+
+    def internal_advertised_addr(self, port: int) -> str:
+        """``host:port`` the services dial for the internal listener, once its port is known."""
+        assert self.internal_listen_addr is not None
+        host = split_host_port(self.internal_listen_addr)[0]
+        return _advertise(host, self.internal_advertised_host or self.advertised_host, port)
+
+    @property
+    def internal_tls(self) -> TlsConfig:
+        """The internal listener's TLS: the client port's, requiring client certificates."""
+        if not self.tls.enabled:
+            return self.tls
+        return self.tls.model_copy(update={"require_client_cert": True})
+
+    def internal_calls_warning(self) -> str | None:
+        """Why the cluster's own services cannot prove who they are when they call this broker
+        (their calls are then refused as UNAUTHENTICATED), or None when they can."""
+        if not self.auth.enabled:
+            return None
+        if not self.tls.enabled:
+            return (
+                "auth is enabled but TLS is not: the cluster's services prove who they are only with "
+                "client certificates, so their calls to this broker (the lookup's topic stats, dead "
+                "letters from other brokers) will be refused; configure tls and internal_listen_addr"
+            )
+        if self.internal_listen_addr is None and not self.tls.require_client_cert:
+            return (
+                "auth is enabled, the client port does not require client certificates "
+                "(tls.require_client_cert is false) and no internal_listen_addr is set: calls from the "
+                "cluster's services to this broker (the lookup's topic stats, dead letters published by "
+                "other brokers) carry no identity and will be refused as UNAUTHENTICATED; set "
+                "internal_listen_addr (an mTLS listener for them)"
+            )
+        return None
 
     @property
     def slow_consumer_block_timeout_s(self) -> float:
@@ -254,3 +310,10 @@ class BrokerConfig(ServiceConfig):
             redelivery_backoff_max_ms=self.redelivery_backoff_max_ms,
             poison_policy=self.poison_policy,
         )
+
+
+def _advertise(listen_host: str, advertised_host: str | None, port: int) -> str:
+    host = advertised_host or ("127.0.0.1" if listen_host in _LOCAL_HOSTS else listen_host)
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    return f"{host}:{port}"

@@ -66,6 +66,9 @@ class Consumer:
     ) -> None:
         self.id = consumer_id
         self.name = name
+        #: The principal that subscribed it (``danube_common.security.handles.creator_of``);
+        #: None with auth off. With auth on, id-only calls are its creator's (see the README).
+        self.creator: str | None = None
         self.subscription = subscription
         self.key_filters = key_filters
         self._key_filter_re = key_filter_re

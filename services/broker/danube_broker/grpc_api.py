@@ -25,6 +25,7 @@ from danube_common.errors import DanubeError, InvalidArgument, InvalidPayload, M
 from danube_common.grpc_util import MAX_GRPC_MESSAGE_BYTES
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
+from danube_common.security.interceptor import current_principal
 
 _SUB_TYPES = {
     pb.ConsumerRequest.Exclusive: SubType.EXCLUSIVE,
@@ -72,6 +73,7 @@ class ProducerApi(pb_grpc.ProducerServiceServicer):
             exclusive=_enum(_ACCESS_MODES, request.producer_access_mode, "producer access mode"),
             dispatch_strategy=_enum(_DISPATCH, request.dispatch_strategy, "dispatch strategy"),
             schema_ref=request.schema_ref if request.HasField("schema_ref") else None,
+            principal=current_principal(),
         )
         return pb.ProducerResponse(
             request_id=request.request_id,
@@ -218,6 +220,7 @@ class ConsumerApi(pb_grpc.ConsumerServiceServicer):
             key_filters=tuple(request.key_filters),
             initial_position=_enum(_POSITIONS, request.initial_position, "initial position"),
             max_unacked=request.max_unacked_messages,
+            principal=current_principal(),
         )
         return pb.ConsumerResponse(
             request_id=request.request_id, consumer_id=consumer.id, consumer_name=consumer.name

@@ -21,6 +21,9 @@ class Producer:
     def __init__(self, *, producer_id: int, name: str, topic: Topic, exclusive: bool, now: float) -> None:
         self.id = producer_id
         self.name = name
+        #: The principal that created it (``danube_common.security.handles.creator_of``); None
+        #: with auth off, or for the broker's own dead-letter producer.
+        self.creator: str | None = None
         self.topic = topic
         self.exclusive = exclusive
         self.last_activity = now

@@ -6,7 +6,11 @@ not loaded yet checks etcd (the watch may lag): owned here -> load; unowned -> c
 (``auto_create_topics``); owned elsewhere -> ``TopicNotOwned`` with the owner's URL.
 
 Ids: producer and consumer ids come from one counter seeded from the clock, so an id is never
-reused by this process nor, in practice, by the next one.
+reused by this process nor, in practice, by the next one. Ids are guessable, so they prove
+nothing: with auth on, each producer and consumer records the principal that created it
+(``creator``), the app's handle resolver hands it to the AuthInterceptor for id-only calls, and
+a CreateProducer or Subscribe that would take over another principal's producer or consumer by
+name is checked here (``takeover_check``; :mod:`danube_common.security.handles`).
 
 Reliable topics open their log and restore their subscriptions when their metadata is adopted:
 at once when the assignment watch loads them (a background task per topic), or on the first
@@ -53,6 +57,10 @@ from danube_common.errors import (
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.records import Ownership, TopicRecord, check_dispatch
 from danube_common.resources import Resources
+from danube_common.security.handles import creator_of
+from danube_common.security.principal import Principal
+from danube_common.security.rbac import Resource
+from danube_common.security.rules import Handle, HandleInfo
 from danube_common.topic_name import TopicName
 
 log = logging.getLogger(__name__)
@@ -64,6 +72,9 @@ _GONE_IDS_KEPT = 100_000
 _UNASSIGNED_KEPT = 100_000
 
 ClientKind = Literal["producer", "consumer"]
+#: (caller, the attached handle, its topic and creator, the name asked for) -> None, or
+#: PermissionDenied: may the caller take the handle over by its name?
+TakeoverCheck = Callable[[Principal, Handle, HandleInfo, str], None]
 
 
 K = TypeVar("K")
@@ -109,6 +120,9 @@ class BrokerRegistry:
         self.reliable = ReliableContext(resources, clock, self.tasks.report_failure, open_log=open_log)
         #: Schema references and publish checks (set by the app; None: no registry view).
         self.schemas: SchemaGate | None = None
+        #: Auth on: may a caller take over another principal's producer or consumer by name
+        #: (set by the app; None: auth off, names are taken over freely as in Danube).
+        self.takeover_check: TakeoverCheck | None = None
 
     def new_id(self) -> int:
         self._next_id += 1
@@ -271,6 +285,23 @@ class BrokerRegistry:
         if self.shutting_down:
             raise ServiceShuttingDown(f"broker {self.broker_id} is shutting down; look the topic up again")
 
+    def _check_takeover(
+        self, principal: Principal | None, handle: Handle, creator: str | None, topic: str, name: str
+    ) -> None:
+        """A CreateProducer / Subscribe naming an attached producer or consumer: allowed to its
+        creator (a reconnect), else as :attr:`takeover_check` decides (PermissionDenied)."""
+        if self.takeover_check is None or principal is None or creator == creator_of(principal):
+            return
+        self.takeover_check(principal, handle, HandleInfo(Resource.topic(topic), creator), name)
+
+    def handle_info(self, handle: Handle) -> HandleInfo | None:
+        """The topic and creator of an attached producer or consumer; None if not attached here."""
+        if handle.kind == "producer":
+            producer = self.producers.get(handle.id)
+            return HandleInfo(Resource.topic(producer.topic.name), producer.creator) if producer else None
+        consumer = self.consumers.get(handle.id)
+        return HandleInfo(Resource.topic(consumer.topic_name), consumer.creator) if consumer else None
+
     # ------------------------------------------------------------------ producers
     async def create_producer(
         self,
@@ -280,7 +311,11 @@ class BrokerRegistry:
         exclusive: bool,
         dispatch_strategy: str,
         schema_ref: pb.SchemaReference | None = None,
+        principal: Principal | None = None,
     ) -> Producer:
+        """Attach ``producer_name`` (or take it over when attached: a reconnect). ``principal``:
+        the authenticated caller, recorded as the creator of a new producer (None: auth off, or
+        the broker itself)."""
         topic_id = TopicName.parse(topic_name)
         if not producer_name:
             raise InvalidArgument("producer_name is required (a name unique among the topic's producers)")
@@ -300,11 +335,17 @@ class BrokerRegistry:
                     raise self._topic_not_found(topic_id)
         await self._adopt(topic, record, dispatch_strategy, client=True)
         schema = await self._producer_schema(topic.name, schema_ref)
+        attached = topic.producers.get(producer_name)
+        if attached is not None:  # no await from here to the attach: the check stays true
+            self._check_takeover(
+                principal, Handle("producer", attached.id), attached.creator, topic.name, producer_name
+            )
         producer, created = topic.attach_producer(
             producer_name, exclusive=exclusive, new_id=self.new_id(), now=self._clock()
         )
         producer.schema = schema
         if created:
+            producer.creator = creator_of(principal) if principal is not None else None
             self.producers[producer.id] = producer
             log.info("producer %d (%s) attached to %s", producer.id, producer_name, topic.name)
         return producer
@@ -390,10 +431,13 @@ class BrokerRegistry:
         key_filters: tuple[str, ...] = (),
         initial_position: str = "latest",
         max_unacked: int = 0,
+        principal: Principal | None = None,
     ) -> Consumer:
-        """Attach a consumer. Reliable topics: a new subscription starts at ``initial_position``
-        (``latest`` or ``earliest``) and the consumer holds at most ``max_unacked`` unacked
-        messages (0: the broker default); other topics ignore both."""
+        """Attach a consumer (or take it over when attached: a reconnect). Reliable topics: a
+        new subscription starts at ``initial_position`` (``latest`` or ``earliest``) and the
+        consumer holds at most ``max_unacked`` unacked messages (0: the broker default); other
+        topics ignore both. ``principal``: the authenticated caller, recorded as the creator of
+        a new consumer."""
         topic_id = TopicName.parse(topic_name)
         if not subscription:
             raise InvalidArgument("subscription is required (the name of the subscription to join)")
@@ -406,6 +450,12 @@ class BrokerRegistry:
             if record is None:
                 raise self._topic_not_found(topic_id)
         await self._adopt(topic, record, client=True)
+        sub = topic.subscriptions.get(subscription)
+        attached = sub.consumers.get(consumer_name) if sub is not None else None
+        if attached is not None:
+            self._check_takeover(
+                principal, Handle("consumer", attached.id), attached.creator, topic.name, consumer_name
+            )
         consumer = await topic.subscribe_any(
             subscription=subscription,
             consumer_name=consumer_name,
@@ -416,7 +466,13 @@ class BrokerRegistry:
             initial_position=initial_position,
             max_unacked=max_unacked,
         )
-        if consumer.id not in self.consumers:
+        if consumer.id in self.consumers:
+            if attached is None:  # attached meanwhile, by a Subscribe running at the same time
+                self._check_takeover(
+                    principal, Handle("consumer", consumer.id), consumer.creator, topic.name, consumer_name
+                )
+        else:
+            consumer.creator = creator_of(principal) if principal is not None else None
             self.consumers[consumer.id] = consumer
             log.info(
                 "consumer %d (%s) attached to %s subscription %s (%s)",

@@ -1,13 +1,19 @@
 """Live topic figures, asked of the broker that owns the topic (``BrokerStatsService``).
 
 Only the owner has them (WAL size, cursors, rates), so the lookup finds the owner in etcd
-(owner key -> broker registration -> ``broker_addr``) and forwards the call on a cached
-channel, with the deadline ``broker_rpc_timeout_s``. What can go wrong is said plainly:
+(owner key -> broker registration -> its internal listener ``internal_addr``, else its client
+address ``broker_addr``) and forwards the call on a cached channel, with the deadline
+``broker_rpc_timeout_s``. With auth on, the broker recognises the lookup by its client
+certificate, which only an mTLS listener sees (the broker's internal listener). What can go
+wrong is said plainly:
 
 - the topic does not exist -> ``TOPIC_NOT_FOUND``; it exists but no broker owns it yet, or it
   is a partitioned parent (stats are per partition) -> ``NOT_FOUND`` with what to do;
 - the owner is not registered (dead, lease expired) or does not answer -> ``UNAVAILABLE``
   naming the broker; no answer in time -> ``TIMEOUT`` naming the broker;
+- the broker does not recognise the lookup (UNAUTHENTICATED: it has auth on but no internal
+  listener, nor client certificates required on its client port) -> ``FAILED_PRECONDITION``
+  saying how to configure it (the admin's own credentials are not the problem);
 - errors the broker itself sends (e.g. ``TOPIC_NOT_OWNED`` while the topic moves) pass through.
 """
 
@@ -80,15 +86,22 @@ class BrokerStatsClient:
                 f"topic {topic} is owned by broker {own.broker_id}, which is not registered (down?); "
                 "the topic moves to a live broker at its next lookup"
             )
-        addr = broker.broker_addr
+        addr = broker.service_addr
         stub = apb_grpc.BrokerStatsServiceStub(await self._channel(addr))
         try:
             return await stub.GetTopicStats(apb.TopicStatsRequest(name=str(topic)), timeout=self._timeout_s)
         except grpc.aio.AioRpcError as exc:
+            code = exc.code()
+            if code == grpc.StatusCode.UNAUTHENTICATED:
+                raise FailedPrecondition(
+                    f"broker {own.broker_id} (owner of {topic}) at {addr} did not recognise the lookup "
+                    f"service ({exc.details()}): with auth on, give the broker an internal listener "
+                    "(internal_listen_addr, mTLS) and the lookup a certificate named in the broker's "
+                    "auth.internal_identities"
+                ) from exc
             from_broker = any(item[0] == MD_ERROR_CODE for item in exc.trailing_metadata() or ())
             if from_broker:
                 raise error_from_rpc(exc) from exc
-            code = exc.code()
             if code in _TRANSPORT_FAILURES:
                 await self._drop(addr)  # a restarted broker gets a fresh connection next time
                 raise Unavailable(

@@ -2,13 +2,17 @@
 
 Runs ONLY under the separate venv ``.venv-danube-client`` (its top-level package is also
 named ``danube`` and its generated protobufs clash with ours), started as a subprocess by
-tests/e2e/test_interop_danube_client.py. Prints one JSON object per line on stdout:
+tests/e2e/test_interop_danube_client.py (plaintext) and tests/e2e/test_interop_secure.py (TLS,
+tokens, mTLS). Prints one JSON object per line on stdout:
 
     {"event": "ready"}                       consumer stream open (after the warm-up)
     {"event": "sent", "i": N, "request_id": R}
     {"event": "received", "payload": "...", "offset": O, "topic": T, "attributes": {...}}
     {"event": "done", ...summary...}
-    {"event": "error", "type": "...", "message": "..."}   (exit code 1)
+    {"event": "error", "type": "...", "message": "...",      (exit code 1)
+     "code": "UNAUTHENTICATED", "details": "...", "error_code": "..."}   (the last three when
+                                             a gRPC call failed: its status, details and the
+                                             x-danube-error-code trailer, else null)
 
 Modes:
   roundtrip  create a producer, subscribe, warm up until a probe arrives (new subscriptions
@@ -22,6 +26,17 @@ Modes:
              with_schema_subject (the topic takes the subject), have the topic's validation
              set to enforce with payload validation, send --count valid messages, then one
              invalid payload, which must be refused ({"event": "refused", ...}).
+  topics     subscribe only: the first call is Discovery.TopicPartitions on the service URL
+             (which the client does not swallow, unlike TopicLookup); prints the partitions.
+
+Security, mapped onto the client's builder (a token forces TLS in the client):
+  --ca FILE                        with_tls(FILE): verify the servers with this CA
+  --client-cert F --client-key K   with_mtls(--ca, F, K): present a client certificate
+  --token T                        with_token(T): `authorization: Bearer T` on every RPC
+  --token-file F                   with_token_supplier(...): F is read again on every RPC
+The service URL's scheme does not choose TLS (the client strips http:// and https://); the
+options do. The server certificate must name the URL's host (the brokers' URLs come from the
+lookup: 127.0.0.1 here).
 Every await is bounded by a timeout: the client sets no deadlines of its own.
 """
 
@@ -31,7 +46,9 @@ import argparse
 import asyncio
 import json
 import sys
+from pathlib import Path
 
+import grpc
 from danube import DanubeClientBuilder, DispatchStrategy, SubType
 from danube.schema import SchemaType
 
@@ -102,8 +119,51 @@ async def receive_real(queue, consumer, count: int, timeout_s: float, nack_first
     return got
 
 
+def builder(args: argparse.Namespace) -> DanubeClientBuilder:
+    b = DanubeClientBuilder().service_url(args.service_url)
+    if args.client_cert or args.client_key:
+        if not (args.ca and args.client_cert and args.client_key):
+            raise SystemExit("--client-cert and --client-key go together, with --ca")
+        b = b.with_mtls(args.ca, args.client_cert, args.client_key)
+    elif args.ca:
+        b = b.with_tls(args.ca)
+    if args.token is not None:
+        b = b.with_token(args.token)
+    elif args.token_file:
+        token_file = Path(args.token_file)
+        b = b.with_token_supplier(lambda: token_file.read_text().strip())
+    return b
+
+
+def grpc_failure(exc: BaseException) -> dict[str, object]:
+    """The gRPC status behind ``exc`` (the client wraps some, e.g. UnrecoverableError)."""
+    seen: BaseException | None = exc
+    while seen is not None and not isinstance(seen, grpc.aio.AioRpcError):
+        seen = seen.__cause__ or seen.__context__
+    if seen is None:
+        return {"code": None, "details": None, "error_code": None}
+    error_code = None
+    for key, value in seen.trailing_metadata() or ():
+        if key == "x-danube-error-code":
+            error_code = value.decode() if isinstance(value, bytes) else str(value)
+    return {"code": seen.code().name, "details": seen.details(), "error_code": error_code}
+
+
 async def run(args: argparse.Namespace) -> None:
-    client = await DanubeClientBuilder().service_url(args.service_url).build()
+    client = await builder(args).build()
+    if args.mode == "topics":
+        consumer = (
+            client.new_consumer()
+            .with_topic(args.topic)
+            .with_consumer_name(args.consumer_name)
+            .with_subscription(args.subscription)
+            .build()
+        )
+        await asyncio.wait_for(consumer.subscribe(), args.timeout_s)
+        emit(event="subscribed", partitions=sorted(consumer._consumers))
+        await consumer.close()
+        emit(event="done")
+        return
     if args.mode == "produce":
         producer = await make_producer(client, args)
         for i in range(args.count):
@@ -227,7 +287,7 @@ async def run_schema(client, args: argparse.Namespace) -> None:  # type: ignore[
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["roundtrip", "produce", "consume", "schema"])
+    p.add_argument("mode", choices=["roundtrip", "produce", "consume", "schema", "topics"])
     p.add_argument("--subject", default="interop-people", help="schema mode: the schema subject")
     p.add_argument("--service-url", required=True)
     p.add_argument("--topic", required=True)
@@ -241,11 +301,17 @@ def main() -> int:
     p.add_argument("--reliable", action="store_true")
     p.add_argument("--nack-first", action="store_true", help="nack each message once before acking it")
     p.add_argument("--timeout-s", type=float, default=20.0)
+    p.add_argument("--ca", metavar="FILE", help="TLS: the CA that signed the servers' certificates")
+    p.add_argument("--client-cert", metavar="FILE", help="mTLS: this client's certificate (with --ca)")
+    p.add_argument("--client-key", metavar="FILE", help="mTLS: the key of --client-cert")
+    token = p.add_mutually_exclusive_group()
+    token.add_argument("--token", metavar="JWT", help="bearer token sent on every RPC (forces TLS)")
+    token.add_argument("--token-file", metavar="FILE", help="bearer token read from FILE on every RPC")
     args = p.parse_args()
     try:
         asyncio.run(run(args))
     except Exception as exc:  # report every failure as data for the test
-        emit(event="error", type=type(exc).__name__, message=str(exc))
+        emit(event="error", type=type(exc).__name__, message=str(exc), **grpc_failure(exc))
         return 1
     return 0
 

@@ -51,6 +51,8 @@ def test_flags_override_env_override_yaml(tmp_path) -> None:  # type: ignore[no-
         ("default_durability", "sometimes", "default_durability"),
         ("max_unacked_messages_per_consumer", 0, "max_unacked_messages_per_consumer"),
         ("cursor_flush_interval_ms", 0, "cursor_flush_interval_ms"),
+        ("internal_listen_addr", "nowhere", "HOST:PORT"),
+        ("internal_listen_addr", "127.0.0.1:6651", "a port of its own"),
     ],
 )
 def test_bad_values_name_the_field(field: str, value: object, message: str) -> None:
@@ -65,13 +67,66 @@ def test_advertised_address() -> None:
     assert BrokerConfig(advertised_host="broker-1.internal").advertised_addr(6651) == "broker-1.internal:6651"
 
 
+TLS = {"cert_file": "b.pem", "key_file": "b.key", "ca_file": "ca.pem"}
+AUTH = {"enabled": True}
+
+
+def test_internal_listener_flags_env_and_addresses() -> None:
+    assert BrokerConfig().internal_listen_addr is None
+    cfg = load(["--internal-listen", "0.0.0.0:6661", "--internal-advertised-host", "b1.svc"], env={})
+    assert cfg.internal_listen_addr == "0.0.0.0:6661" and cfg.internal_advertised_addr(6661) == "b1.svc:6661"
+    env = {"DANUBE_BROKER_INTERNAL_LISTEN_ADDR": "127.0.0.1:0"}
+    assert load([], env=env).internal_listen_addr == "127.0.0.1:0"
+    # Without an internal host of its own: the advertised host, else the listen host rule.
+    assert load([], env=env).internal_advertised_addr(7100) == "127.0.0.1:7100"
+    cfg = BrokerConfig(internal_listen_addr="0.0.0.0:0", advertised_host="b1.example")
+    assert cfg.internal_advertised_addr(7100) == "b1.example:7100"
+    assert BrokerConfig(internal_listen_addr="10.0.0.5:0").internal_advertised_addr(1) == "10.0.0.5:1"
+
+
+def test_internal_listener_requires_client_certificates_with_tls() -> None:
+    cfg = BrokerConfig.model_validate({"internal_listen_addr": "127.0.0.1:0", "tls": TLS})
+    assert not cfg.tls.require_client_cert and cfg.internal_tls.require_client_cert
+    assert cfg.internal_tls.cert_file == "b.pem" and cfg.internal_tls.ca_file == "ca.pem"
+    assert not BrokerConfig(internal_listen_addr="127.0.0.1:0").internal_tls.enabled  # plaintext stays
+    with pytest.raises(ValueError, match=r"needs tls\.ca_file"):
+        BrokerConfig.model_validate(
+            {"internal_listen_addr": "127.0.0.1:0", "tls": {"cert_file": "b.pem", "key_file": "b.key"}}
+        )
+
+
+@pytest.mark.parametrize(
+    ("fields", "warned"),
+    [
+        ({}, None),  # auth off: nothing to prove
+        ({"auth": AUTH}, "TLS is not"),
+        ({"auth": AUTH, "tls": TLS}, "internal_listen_addr"),  # the client port does not ask for certificates
+        (
+            {"auth": AUTH, "tls": {**TLS, "require_client_cert": True}},
+            None,
+        ),  # it does: every client needs one
+        ({"auth": AUTH, "tls": TLS, "internal_listen_addr": "127.0.0.1:0"}, None),
+        ({"auth": AUTH, "internal_listen_addr": "127.0.0.1:0"}, "TLS is not"),
+    ],
+)
+def test_warning_when_services_cannot_prove_who_they_are(
+    fields: dict[str, object], warned: str | None
+) -> None:
+    warning = BrokerConfig.model_validate(fields).internal_calls_warning()
+    if warned is None:
+        assert warning is None
+    else:
+        assert warning is not None and warned in warning and "refused" in warning
+
+
 def test_help_lists_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args(["--help"])
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     for flag in ("--config", "--broker-id", "--listen", "--advertised-host", "--etcd-endpoints", "--cluster",
-                 "--ready-file", "--log-level", "--data-dir", "DANUBE_BROKER_"):  # fmt: skip
+                 "--ready-file", "--log-level", "--data-dir", "--internal-listen", "--internal-advertised-host",
+                 "DANUBE_BROKER_"):  # fmt: skip
         assert flag in out
 
 

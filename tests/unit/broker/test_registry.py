@@ -14,6 +14,7 @@ from danube_common.errors import (
     InvalidTopicName,
     MessageTooLarge,
     NamespaceNotFound,
+    PermissionDenied,
     ProducerNotFound,
     ServiceShuttingDown,
     SubscriptionNotFound,
@@ -25,6 +26,10 @@ from danube_common.keys import Keys
 from danube_common.metadata.memory import MemoryStore
 from danube_common.records import BrokerRecord
 from danube_common.resources import Resources
+from danube_common.security.handles import check_handle_use
+from danube_common.security.principal import AuthSource, Principal, PrincipalType
+from danube_common.security.rbac import Authorizer, Binding, Resource, Scope, StaticPolicy
+from danube_common.security.rules import Handle, HandleInfo
 from danube_common.topic_name import TopicName
 from tests.unit.broker.fake_log import FakeLogs
 from tests.unit.broker.helpers import BROKER_URL, Clock, config, msgs
@@ -96,6 +101,61 @@ async def test_subscribe_needs_an_existing_topic(resources: Resources) -> None:
     await reg.create_producer(TOPIC, "p", exclusive=False, dispatch_strategy="non_reliable")
     c = await reg.subscribe(TOPIC, subscription="s", consumer_name="c", sub_type=SubType.SHARED)
     assert reg.consumer(c.id) is c
+
+
+ALICE = Principal(PrincipalType.USER, "alice", AuthSource.JWT, subject="alice")
+BOB = Principal(PrincipalType.USER, "bob", AuthSource.JWT, subject="bob")
+ROOT = Principal(PrincipalType.USER, "root", AuthSource.JWT, subject="root")
+
+
+@pytest.mark.parametrize("dispatch", ["non_reliable", "reliable"])
+async def test_handles_record_their_creator_and_are_not_taken_over_by_name(
+    resources: Resources, dispatch: str
+) -> None:
+    """With auth on, a producer or consumer remembers who created it (the interceptor lets only
+    that principal use its id), and a CreateProducer / Subscribe naming another principal's
+    producer or consumer is refused: the id it would hand back is not the caller's."""
+    authorizer = Authorizer(
+        StaticPolicy(bindings=[Binding("b", "user:bob", "producer", Scope.TOPIC, TOPIC)]),
+        super_admins=["root"],
+    )
+    reg = registry(resources)
+    reg.takeover_check = lambda who, handle, info, name: check_handle_use(
+        authorizer, who, handle, info, by_name=name
+    )
+    p = await reg.create_producer(TOPIC, "p1", exclusive=False, dispatch_strategy=dispatch, principal=ALICE)
+    c = await reg.subscribe(
+        TOPIC, subscription="s", consumer_name="c1", sub_type=SubType.SHARED, principal=ALICE
+    )
+    assert reg.handle_info(Handle("producer", p.id)) == HandleInfo(Resource.topic(TOPIC), "user:alice")
+    assert reg.handle_info(Handle("consumer", c.id)) == HandleInfo(Resource.topic(TOPIC), "user:alice")
+    assert reg.handle_info(Handle("consumer", 1)) is None
+
+    # The creator reconnects: the same handles.
+    again = await reg.create_producer(
+        TOPIC, "p1", exclusive=False, dispatch_strategy=dispatch, principal=ALICE
+    )
+    assert again is p
+    back = await reg.subscribe(
+        TOPIC, subscription="s", consumer_name="c1", sub_type=SubType.SHARED, principal=ALICE
+    )
+    assert back is c
+    # Another principal naming them is refused; under other names it gets its own.
+    with pytest.raises(PermissionDenied, match=r"user:bob may not take over producer \d+ \('p1'\)"):
+        await reg.create_producer(TOPIC, "p1", exclusive=False, dispatch_strategy=dispatch, principal=BOB)
+    with pytest.raises(PermissionDenied, match="choose another consumer name"):
+        await reg.subscribe(
+            TOPIC, subscription="s", consumer_name="c1", sub_type=SubType.SHARED, principal=BOB
+        )
+    mine = await reg.create_producer(TOPIC, "p2", exclusive=False, dispatch_strategy=dispatch, principal=BOB)
+    assert mine.creator == "user:bob" and p.creator == "user:alice"
+    # A super admin may take one over (it keeps its creator); without auth names are free.
+    assert (
+        await reg.create_producer(TOPIC, "p1", exclusive=False, dispatch_strategy=dispatch, principal=ROOT)
+        is p
+    )
+    assert p.creator == "user:alice"
+    assert await reg.create_producer(TOPIC, "p1", exclusive=False, dispatch_strategy=dispatch) is p
 
 
 async def test_bad_names_and_missing_namespaces(resources: Resources) -> None:

@@ -205,6 +205,19 @@ async def test_list_brokers_skips_nested_keys(res: Resources) -> None:
     assert await res.get_broker("b9") is None
 
 
+def test_broker_record_internal_address_is_optional_both_ways() -> None:
+    """A record written before internal listeners existed reads as having none (services dial
+    its client address); a record without one is written in the old shape, so older readers
+    and the new field coexist."""
+    old = {"broker_id": "b1", "broker_addr": "h:1", "advertised_url": "http://h:1", "state": "active"}
+    rec = BrokerRecord.from_json(old)
+    assert rec.internal_addr == "" and rec.service_addr == "h:1"
+    assert "internal_addr" not in rec.to_json()
+    new = BrokerRecord("b1", "h:1", "http://h:1", internal_addr="h:2")
+    assert new.to_json()["internal_addr"] == "h:2" and new.service_addr == "h:2"
+    assert BrokerRecord.from_json(new.to_json()) == new
+
+
 async def test_place_new_topic_picks_least_loaded_active_broker(res: Resources) -> None:
     for b in ("b1", "b2", "b3"):
         await register(res, b)

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import grpc.aio
 
-from danube_common.errors import TopicNotOwned
+from danube_common.errors import DanubeError, TopicNotOwned
 from danube_common.grpc_util import bind, new_server
 from danube_common.keys import Keys
 from danube_common.metadata.store import MetadataStore
@@ -31,10 +31,14 @@ class FakeStatsBroker(apb_grpc.BrokerStatsServiceServicer):
         #: Cleared: answers wait until it is set again.
         self.hold = asyncio.Event()
         self.hold.set()
+        #: Set: every call is refused with it (e.g. the broker does not recognise the caller).
+        self.refuse: DanubeError | None = None
 
     async def GetTopicStats(self, request: apb.TopicStatsRequest, context: object) -> apb.TopicStats:
         self.requests.append(request)
         await self.hold.wait()
+        if self.refuse is not None:
+            raise self.refuse
         found = self.stats.get(request.name)
         if found is None:
             raise TopicNotOwned(f"topic {request.name} is not served by {self.broker_id}")
@@ -96,9 +100,12 @@ async def stats_broker(broker_id: str) -> AsyncIterator[FakeStatsBroker]:
         await server.stop(grace=None)
 
 
-async def register(store: MetadataStore, keys: Keys, broker_id: str, addr: str) -> int:
-    """Act as a broker's registration (under a lease; revoking it = the broker is gone)."""
+async def register(
+    store: MetadataStore, keys: Keys, broker_id: str, addr: str, *, internal_addr: str = ""
+) -> int:
+    """Act as a broker's registration (under a lease; revoking it = the broker is gone);
+    ``internal_addr``: its internal listener, which the lookup dials instead of ``addr``."""
     lease = await store.grant_lease(30)
-    rec = BrokerRecord(broker_id, addr, f"http://{addr}", "active", 1)
+    rec = BrokerRecord(broker_id, addr, f"http://{addr}", "active", 1, internal_addr=internal_addr)
     await store.put(keys.broker(broker_id), rec.to_json(), lease=lease)
     return lease

@@ -18,6 +18,7 @@ from danube_common.errors import (
     Timeout,
     TopicNotFound,
     TopicNotOwned,
+    Unauthenticated,
     Unavailable,
 )
 from danube_common.etcd_server import free_port
@@ -374,3 +375,20 @@ async def test_a_broker_without_stats_service(admin: Admin, res: Resources) -> N
             await admin.topics.GetTopicStats(apb.TopicStatsRequest(name="/default/t"), CTX)
     finally:
         await server.stop(grace=None)
+
+
+async def test_stats_go_to_the_internal_listener_when_registered(admin: Admin, res: Resources) -> None:
+    """A broker registered with an internal listener is asked there (where its mTLS sees the
+    lookup's certificate), not at its client address (nothing listens there in this test). A
+    broker that does not recognise the lookup is reported as its misconfiguration, not as the
+    admin's missing credentials."""
+    async with stats_broker("b1") as b1:
+        await register(res.store, res.keys, "b1", f"127.0.0.1:{free_port()}", internal_addr=b1.addr)
+        await create(admin, "/default/t", dispatch_strategy="reliable")
+        expected = b1.sample("/default/t")
+        assert await admin.topics.GetTopicStats(apb.TopicStatsRequest(name="/default/t"), CTX) == expected
+
+        b1.refuse = Unauthenticated("Authentication credentials are missing (missing)")
+        with pytest.raises(FailedPrecondition, match=r"did not recognise the lookup service") as info:
+            await admin.topics.GetTopicStats(apb.TopicStatsRequest(name="/default/t"), CTX)
+        assert "internal_listen_addr" in info.value.message and b1.addr in info.value.message

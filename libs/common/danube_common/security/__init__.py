@@ -6,6 +6,7 @@ interceptor that applies them to every RPC.
 - :mod:`.principal`: ``Principal`` (``type:name``) and how it was established;
 - :mod:`.rbac`: permissions, roles, bindings, resources, the decision (pure);
 - :mod:`.rules`: ``RULES``, the permission and resource of every RPC;
+- :mod:`.handles`: who may use a producer or consumer by its id (its creator);
 - :mod:`.security_store` / :mod:`.security_view`: roles and bindings in etcd, and their cache;
 - :mod:`.config`: the ``auth:`` config section;
 - :mod:`.interceptor`: ``AuthInterceptor``.
@@ -24,7 +25,7 @@ from danube_common.security.rbac import (
     Scope,
     StaticPolicy,
 )
-from danube_common.security.rules import RULES, Handle, Rule
+from danube_common.security.rules import RULES, Handle, HandleInfo, Rule
 from danube_common.security.security_store import SecurityStore
 from danube_common.security.security_view import SecurityView
 from danube_common.security.tls import TlsConfig, bind_server, channel_credentials, server_credentials
@@ -41,6 +42,7 @@ __all__ = [
     "Authorizer",
     "Binding",
     "Handle",
+    "HandleInfo",
     "JwtConfig",
     "Permission",
     "Principal",

@@ -21,6 +21,11 @@ on its first message before the servicer runs and on every later message whose t
 from the last one checked (or when a re-check is due). Server streams are re-checked before a
 response is sent once ``stream_recheck_interval_s`` has passed since the last check, so a
 revoked binding or an expired token ends a running stream. A method without a rule is denied.
+A call naming only a producer or consumer id is checked on the handle's topic, and the handle
+must be the caller's own (its creator; or a super admin or ``manage_topic`` holder:
+:mod:`.handles`). A method with a rule that this server does not serve (CreateProducer sent to
+the lookup service) is authenticated and authorized like a served one before it gets
+UNIMPLEMENTED, so a client that falls back to the wrong server still learns why it was refused.
 
 Failures are aborted here (the interceptor is outermost): UNAUTHENTICATED with the reason,
 PERMISSION_DENIED naming principal, permission and resource; both with Danube's trailing
@@ -40,17 +45,19 @@ from typing import Any
 
 import grpc
 import grpc.aio
+from google.protobuf import descriptor, descriptor_pool, message_factory
 
 from danube_common.errors import DanubeError, PermissionDenied, status_metadata
 from danube_common.security.config import AuthConfig
+from danube_common.security.handles import check_handle_use
 from danube_common.security.principal import (
     AuthSource,
     Principal,
     PrincipalType,
     validate_principal_name,
 )
-from danube_common.security.rbac import CLUSTER, Authorizer, PolicySource, Resource
-from danube_common.security.rules import RULES, Handle, HandleResolver, Rule, Target
+from danube_common.security.rbac import CLUSTER, Authorizer, PolicySource
+from danube_common.security.rules import RULES, Handle, HandleInfo, HandleResolver, Rule, Target
 from danube_common.security.tls import PeerIdentity, peer_identity
 from danube_common.security.tokens import AuthFailure, TokenVerifier, parse_bearer, unauthenticated
 
@@ -187,8 +194,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self.authenticator = authenticator
         self.authorizer = authorizer
         self.rules = rules
-        #: Producer/consumer id -> topic, from the serving broker. Unset: id-only calls are
-        #: checked at cluster scope (topic-scoped grants do not reach them).
+        #: Producer/consumer id -> its topic and creator, from the serving broker. Unset:
+        #: id-only calls are checked at cluster scope (topic-scoped grants do not reach them).
         self.resolve_handle = resolve_handle
         self.stream_recheck_interval_s = stream_recheck_interval_s
         self._clock = clock
@@ -228,18 +235,27 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             raise unauthenticated(AuthFailure.EXPIRED, "the token expired during the call; get a new token")
 
     def authorize(self, principal: Principal, rule: Rule, target: Target) -> None:
+        """The rule's permission on the target; for a handle, on its topic, and then the handle
+        must be the caller's (:mod:`.handles`)."""
         assert self.authorizer is not None
-        resource: Resource | None
-        if isinstance(target, Handle):
-            if self.resolve_handle is None:
-                resource = CLUSTER
-            else:
-                resource = self.resolve_handle(target)
-                if resource is None:  # not attached here: the servicer answers NOT_FOUND
-                    return
-        else:
-            resource = target
-        self.authorizer.require(principal, rule.permission, resource)
+        if not isinstance(target, Handle):
+            self.authorizer.require(principal, rule.permission, target)
+            return
+        if self.resolve_handle is None:
+            self.authorizer.require(principal, rule.permission, CLUSTER)
+            return
+        info = self.resolve_handle(target)
+        if info is None:  # not attached here: the servicer answers NOT_FOUND
+            return
+        self.authorizer.require(principal, rule.permission, info.topic)
+        check_handle_use(self.authorizer, principal, target, info)
+
+    def check_takeover(self, principal: Principal, handle: Handle, info: HandleInfo, name: str) -> None:
+        """For the broker: may ``principal`` take over the attached ``handle`` by its ``name``
+        (CreateProducer / Subscribe naming another principal's producer or consumer)?
+        PermissionDenied if not."""
+        if self.authorizer is not None:
+            check_handle_use(self.authorizer, principal, handle, info, by_name=name)
 
     async def _admit(self, context: grpc.aio.ServicerContext, method: str) -> _Gate:
         """Authenticate; abort the call on failure (also for methods without a rule)."""
@@ -277,9 +293,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        if handler is None or self.authenticator is None:
+        if self.authenticator is None:
             return handler
         method = handler_call_details.method
+        if handler is None:
+            return self._unserved(method)
         kwargs = {
             "request_deserializer": handler.request_deserializer,
             "response_serializer": handler.response_serializer,
@@ -301,6 +319,39 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 self._stream_stream(method, handler.stream_stream), **kwargs
             )
         return handler
+
+    def _unserved(self, method: str) -> grpc.RpcMethodHandler | None:
+        """A method with a rule that this server does not serve: refuse the caller as the serving
+        server would (UNAUTHENTICATED, PERMISSION_DENIED), and only then UNIMPLEMENTED.
+
+        The real danube-client swallows a refused TopicLookup and sends CreateProducer to the
+        service URL (the lookup service, which serves no producers): without this it reports
+        "Method not found!" instead of why it was refused. Id-only targets are not resolved here.
+        """
+        desc = _method_descriptor(method)
+        if method not in self.rules or desc is None or desc.client_streaming:
+            return None  # grpc answers UNIMPLEMENTED
+
+        async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            gate = await self._admit(context, method)
+
+            def check() -> None:
+                if not isinstance(gate.rule.target(request), Handle):
+                    gate.check(request, force=True)
+
+            await self._check(context, method, gate, check)
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not served here")
+
+        async def refuse_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            await refuse(request, context)
+            yield  # unreachable: refuse aborts
+
+        request_class = message_factory.GetMessageClass(desc.input_type)
+        if desc.server_streaming:
+            return grpc.unary_stream_rpc_method_handler(
+                refuse_stream, request_deserializer=request_class.FromString
+            )
+        return grpc.unary_unary_rpc_method_handler(refuse, request_deserializer=request_class.FromString)
 
     def _unary_unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -365,6 +416,15 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 yield item
 
         return wrapper
+
+
+def _method_descriptor(method: str) -> descriptor.MethodDescriptor | None:
+    """``/pkg.Service/Method`` -> its descriptor (None unless its protobuf module is loaded)."""
+    service, _, name = method.lstrip("/").partition("/")
+    try:
+        return descriptor_pool.Default().FindServiceByName(service).FindMethodByName(name)
+    except KeyError:
+        return None
 
 
 async def _empty() -> AsyncIterator[Any]:

@@ -7,14 +7,17 @@ service in ``danube_common.pb``: adding an RPC without deciding its rule fails t
 
 Some calls name no topic, only a producer or consumer id (SendMessage, ReceiveMessages, Seek,
 HealthCheck, ...): their target is a :class:`Handle`, which the serving broker resolves to the
-topic (:data:`HandleResolver`). Reading decisions, summarised:
+topic and to the principal that created it (:data:`HandleResolver`): the rule's permission is
+checked on that topic, and then the handle must be the caller's own (:mod:`.handles`). Reading
+decisions, summarised:
 
 - data plane: producing needs ``produce`` on the topic, consuming ``consume``, finding a topic
   (lookup, partitions, health checks) ``lookup``;
 - read-only views (describe, stats, lists, schema reads, leaders, plans, load report, service
   status) need ``lookup`` on what they show (a topic, a namespace, else the cluster);
 - writes need the ``manage_*`` permission of what they change; rebalancing, moves, pinning and
-  force-takeover are ``manage_cluster``;
+  force-takeover are ``manage_cluster``; so is every call of the security admin API (roles and
+  bindings), reads included;
 - service-to-service RPCs (campaigns, WAL flushes, the brokers' stats service) need
   ``cluster_internal``.
 """
@@ -57,10 +60,20 @@ class Handle:
         return f"{self.kind} {self.id}"
 
 
+@dataclass(frozen=True, slots=True)
+class HandleInfo:
+    """What the serving broker knows of a handle: where it is attached, and who created it."""
+
+    topic: Resource
+    #: The creating principal, as :func:`.handles.creator_of` writes it (``user:alice``); None
+    #: for a handle not created by an authenticated call (the broker's own dead-letter producer).
+    creator: str | None
+
+
 Target = Resource | Handle
-#: Handle -> the topic it is attached to; None when this server has no such handle (the call
-#: then reaches the servicer, which answers NOT_FOUND: there is nothing to protect).
-HandleResolver = Callable[[Handle], Resource | None]
+#: Handle -> its topic and creator; None when this server has no such handle (the call then
+#: reaches the servicer, which answers NOT_FOUND: there is nothing to protect).
+HandleResolver = Callable[[Handle], HandleInfo | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +190,17 @@ RULES: dict[str, Rule] = {
     f"{_ADMIN}TopicAdmin/GetSubscriptionPolicy": Rule(_P.LOOKUP, _topic("topic"), "topic"),
     f"{_ADMIN}TopicAdmin/MoveTopic": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
     f"{_ADMIN}TopicAdmin/ForceTakeover": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
+    # Roles and bindings decide who may do everything else: reading them is as sensitive as
+    # changing them, so every call needs manage_cluster.
+    f"{_ADMIN}SecurityAdmin/ListRoles": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
+    f"{_ADMIN}SecurityAdmin/GetRole": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
+    f"{_ADMIN}SecurityAdmin/CreateRole": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
+    f"{_ADMIN}SecurityAdmin/UpdateRole": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
+    f"{_ADMIN}SecurityAdmin/DeleteRole": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
+    f"{_ADMIN}SecurityAdmin/ListBindings": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
+    f"{_ADMIN}SecurityAdmin/GetBinding": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
+    f"{_ADMIN}SecurityAdmin/CreateBinding": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
+    f"{_ADMIN}SecurityAdmin/DeleteBinding": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
     # Served by brokers, called by the lookup service when it forwards stats requests.
     f"{_ADMIN}BrokerStatsService/GetTopicStats": Rule(_P.CLUSTER_INTERNAL, _cluster, "cluster"),
     f"{_ADMIN}BrokerStatsService/GetBrokerStats": Rule(_P.CLUSTER_INTERNAL, _cluster, "cluster"),

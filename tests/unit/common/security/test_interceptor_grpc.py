@@ -22,7 +22,7 @@ from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.security.config import AuthConfig, JwtConfig
 from danube_common.security.interceptor import AuthInterceptor, current_principal
 from danube_common.security.rbac import Binding, Resource
-from danube_common.security.rules import RULES, Handle
+from danube_common.security.rules import RULES, Handle, HandleInfo
 from danube_common.security.security_store import SecurityStore
 from danube_common.security.security_view import SecurityView
 from danube_common.security.tls import TlsConfig, bind_server, channel_credentials
@@ -61,10 +61,11 @@ class Stats(apb_grpc.BrokerStatsServiceServicer):
         return apb.BrokerStats(broker_id=str(current_principal()))
 
 
-def _resolve(handle: Handle) -> Resource | None:
+def _resolve(handle: Handle) -> HandleInfo | None:
     return {
-        ("producer", 7): Resource.topic("/orders/new"),
-        ("consumer", 9): Resource.topic("/orders/new"),
+        ("producer", 7): HandleInfo(Resource.topic("/orders/new"), "user:alice"),
+        ("consumer", 9): HandleInfo(Resource.topic("/orders/new"), "user:alice"),
+        ("producer", 11): HandleInfo(Resource.topic("/orders/new"), None),  # the broker's own
     }.get((handle.kind, handle.id))
 
 
@@ -184,6 +185,52 @@ async def test_client_stream_checks_every_target(cluster: Cluster) -> None:
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await call.read()
         assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_id_only_calls_are_for_the_handles_creator(cluster: Cluster) -> None:
+    """Producer 7 was created by user:alice: carol, who may produce on its topic too, may not
+    publish with it; a manage_topic holder and a super admin may. A handle with no recorded
+    creator (the broker's own) is for those two only."""
+    await cluster.start()
+    await cluster.grant("user:alice", "producer", "topic", "/orders/new", name="alice")
+    await cluster.grant("user:carol", "producer", "topic", "/orders/new", name="carol")
+    await cluster.grant("user:carol", "consumer", "topic", "/orders/new", name="carol-consumes")
+    await cluster.grant("user:dave", "producer", "topic", "/orders/new", name="dave")
+    await cluster.grant("user:dave", "admin", "namespace", "orders", name="dave-admin")
+
+    async def publish(token: str, producer_id: int) -> tuple[grpc.StatusCode, str]:
+        call = pb_grpc.ProducerServiceStub(ch).PublishBatches(metadata=_md(token), timeout=10)
+        await call.write(pb.PublishBatch(producer_id=producer_id, batch_seq=1))
+        await call.done_writing()
+        try:
+            await call.read()
+        except grpc.aio.AioRpcError as exc:
+            return exc.code(), exc.details() or ""
+        return grpc.StatusCode.OK, ""
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{cluster.port}") as ch:
+        assert await publish(_token("alice"), 7) == (grpc.StatusCode.OK, "")
+        code, details = await publish(_token("carol"), 7)
+        assert code == grpc.StatusCode.PERMISSION_DENIED
+        assert "user:carol may not use producer 7 on topic /orders/new" in details
+        assert "belongs to the principal that created it" in details and "manage_topic" in details
+        assert await publish(_token("dave"), 7) == (grpc.StatusCode.OK, "")
+        assert await publish(_token("root"), 7) == (grpc.StatusCode.OK, "")
+        # The permission on the topic is still needed, and is checked first.
+        code, details = await publish(_token("bob"), 7)
+        assert code == grpc.StatusCode.PERMISSION_DENIED and "user:bob may not produce" in details
+        # No recorded creator: not even alice.
+        code, details = await publish(_token("alice"), 11)
+        assert code == grpc.StatusCode.PERMISSION_DENIED and "may not use producer 11" in details
+        assert await publish(_token("dave"), 11) == (grpc.StatusCode.OK, "")
+
+        # A server stream by id: the same rule.
+        consumers = pb_grpc.ConsumerServiceStub(ch)
+        call = consumers.ReceiveMessages(pb.ReceiveRequest(consumer_id=9), metadata=_md(_token("carol")))
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call.read()
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "may not use consumer 9" in (info.value.details() or "")
 
 
 async def test_revoked_binding_ends_a_running_stream(cluster: Cluster) -> None:
