@@ -3,6 +3,8 @@
 # replicas, one lookup) with a short demo.
 #
 #   ./quickstart.sh                  # stays up until Ctrl-C
+#   ./quickstart.sh --secure         # the same, secured: TLS, mTLS between services, JWT + RBAC;
+#                                    # prints the admin token and TLS flags (docs/security.md)
 #   ./quickstart.sh --brokers 5      # any `danube-local up` option can be added
 #
 # When stdin is not a terminal (CI, pipes) it stops after the demo and exits with its result.

@@ -2,22 +2,27 @@
 
 danube-local up                # etcd, 2 leader replicas, lookup (:6650, admin :50051), 3 brokers (+ WAL uploaders), 2 load managers
 danube-local up --demo         # the same, then a produce/consume round trip
+danube-local up --secure       # TLS + mTLS between services + JWT auth + RBAC on every call
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import signal
 import sys
 import threading
+import time
 import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from danube_local.cluster import ClusterError, LocalCluster
+from danube_local.demo import DemoSecurity
 from danube_local.procs import loopback_no_proxy
+from danube_local.secure_mode import ADMIN_SUBJECT, DEMO_CONSUMER, DEMO_GRANTS, DEMO_PRODUCER
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -27,6 +32,7 @@ MAIN_EPILOG = """\
 examples:
   danube-local up
   danube-local up --demo
+  danube-local up --secure --demo
   danube-local up --brokers 1 --load-managers 0 --leaders 0 --no-uploaders   # the smallest cluster
   danube-local up --etcd-endpoint 10.0.0.5:2379 --cluster staging
   danube-local up --help
@@ -43,8 +49,10 @@ examples:
   danube-local up --etcd-endpoint 127.0.0.1:2379   # use a running etcd instead of starting one
   danube-local up --s3-endpoint http://127.0.0.1:9000 --s3-bucket danube-wal   # history in MinIO
   danube-local up --planner spark                  # also the PySpark rebalancing planner
+  danube-local up --secure --demo                  # TLS, mTLS, tokens and RBAC; the demo shows a refusal
 
-State (etcd data, logs, ready files) lives in the work directory; delete it for a fresh cluster.
+State (etcd data, logs, ready files; with --secure the CA, certificates, JWT secret and tokens
+in secure/) lives in the work directory; delete it for a fresh cluster.
 """
 
 
@@ -147,6 +155,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--lookup-config", type=Path, metavar="FILE", help="YAML config for the lookup service")
     up.add_argument("--broker-config", type=Path, metavar="FILE", help="YAML config for every broker")
     up.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS on every server, mTLS between services, JWT authentication and default-deny RBAC on "
+        "every call; makes (once) a CA, certificates and a JWT secret in WORKDIR/secure/, writes an "
+        "admin token there and prints how to use them (docs/security.md)",
+    )
+    up.add_argument(
         "--demo", action="store_true", help="once started, produce and consume 10 messages with the SDK"
     )
     up.add_argument(
@@ -206,6 +221,53 @@ def next_steps(cluster: LocalCluster) -> str:
             f"  danube-admin --admin-url {admin} topics list",
             f"  danube-admin --admin-url {admin} brokers list",
         ]
+    )
+
+
+def secure_steps(cluster: LocalCluster) -> str:
+    """How to reach a secured cluster: the token, the TLS flags, CLI and SDK lines."""
+    sec = cluster.security
+    assert sec is not None
+    url, admin = cluster.service_url, cluster.admin_url
+    q = shlex.quote
+    tls = f"--tls-ca {q(str(sec.ca_file))} --tls-cert {q(str(sec.client_cert))} --tls-key {q(str(sec.client_key))}"
+    until = time.strftime("%Y-%m-%d", time.localtime(sec.expires_at))
+    grants = ", ".join(f"{g.name}.jwt (role {g.role} on namespace default)" for g in DEMO_GRANTS)
+    return "\n".join(
+        [
+            "Secured: TLS on every server, mTLS between services, JWT + RBAC on every call (docs/security.md).",
+            f"  credentials: {sec.directory}/",
+            "    ca.pem (the cluster's CA), admin.pem + admin.key (the client certificate every server asks for),",
+            f"    admin.jwt (super admin {ADMIN_SUBJECT!r}, valid until {until}), {grants}",
+            "Next steps (in another terminal, after `source .venv/bin/activate`):",
+            f"  export DANUBE_TOKEN=$(cat {q(str(sec.admin_token_file))})",
+            f"  danube-cli produce -s {url} {tls} -t /default/demo -m hello",
+            f"  danube-cli consume -s {url} {tls} -t /default/demo -m my-sub",
+            f"  danube-admin --admin-url {admin} {tls} topics list",
+            f"  danube-admin --admin-url {admin} {tls} brokers list",
+            f"  a narrower token: --token-file {q(str(sec.token_file(DEMO_PRODUCER.name)))} "
+            "(may produce in namespace default, may not delete a topic)",
+            "  in Python (danube_sdk):",
+            f"    DanubeClient({url!r}, token=Path({str(sec.admin_token_file)!r}).read_text().strip(),",
+            f"                 tls=TlsOptions(ca_file={str(sec.ca_file)!r},",
+            f"                                cert_file={str(sec.client_cert)!r}, key_file={str(sec.client_key)!r}))",
+        ]
+    )
+
+
+def demo_security(cluster: LocalCluster) -> DemoSecurity:
+    """The demo's credentials on a secured cluster: TLS files and the two narrow tokens."""
+    sec = cluster.security
+    assert sec is not None
+    return DemoSecurity(
+        ca_file=sec.ca_file,
+        cert_file=sec.client_cert,
+        key_file=sec.client_key,
+        producer_token=sec.token(DEMO_PRODUCER.name),
+        consumer_token=sec.token(DEMO_CONSUMER.name),
+        admin_url=cluster.admin_url,
+        producer=DEMO_PRODUCER.principal,
+        consumer=DEMO_CONSUMER.principal,
     )
 
 
@@ -290,6 +352,7 @@ def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
         lookup_config=args.lookup_config,
         broker_config=args.broker_config,
         progress=lambda m: say(f"  {m}"),
+        secure=args.secure,
     )
     # Installed explicitly: a parent that ignores SIGINT (a background job of a script) would
     # otherwise leave Python without its KeyboardInterrupt handler, and Ctrl-C would do nothing.
@@ -310,12 +373,13 @@ def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
         say(endpoints_table(cluster))
         say(f"  logs: {_rel(cluster.log_dir)}/")
         say("")
-        say(next_steps(cluster))
+        say(secure_steps(cluster) if cluster.security is not None else next_steps(cluster))
         say("")
         if demo:
             from danube_local.demo import run_demo_sync
 
-            ok = run_demo_sync(cluster.service_url, out=say)
+            security = demo_security(cluster) if cluster.security is not None else None
+            ok = run_demo_sync(cluster.service_url, out=say, security=security)
             if args.exit_after_demo:
                 say("danube-local: stopping (--exit-after-demo)")
                 return EXIT_OK if ok else EXIT_FAILED

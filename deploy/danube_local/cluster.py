@@ -13,6 +13,13 @@ Layout of the work directory::
     {workdir}/data/etcd/        etcd's data (only when we run etcd ourselves)
     {workdir}/logs/*.log        one log per process (appended across restarts)
     {workdir}/run/*.json        ready files
+    {workdir}/secure/           CA, certificates, JWT secret and tokens (only with ``secure``)
+
+With ``secure=True`` (:attr:`LocalCluster.security`, a
+:class:`~danube_local.secure_mode.SecureMode`), every service serves TLS,
+requires client certificates (mTLS, which is how services recognise each other) and checks a
+bearer token and RBAC on every call; the demo's role bindings are written to etcd before the
+services start, so every service sees them from its first call.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from danube_local.procs import (
     stop_processes,
     tail,
 )
+from danube_local.secure_mode import SecureMode, https
 
 __all__ = ["ClusterError", "EtcdNotInstalled", "LocalCluster", "ServiceFailed", "ServiceProcess"]
 
@@ -84,6 +92,8 @@ class ServiceProcess:
     proc: subprocess.Popen[bytes] | None = None
     #: The ready file's JSON (empty until the service is ready).
     info: dict[str, Any] = field(default_factory=dict)
+    #: Serves TLS (its URLs are ``https://``).
+    tls: bool = False
 
     @property
     def ready(self) -> bool:
@@ -108,7 +118,8 @@ class ServiceProcess:
 
     @property
     def url(self) -> str:
-        return self._info("url")
+        url = self._info("url")
+        return https(url) if self.tls else url
 
     @property
     def admin_addr(self) -> str:
@@ -116,7 +127,8 @@ class ServiceProcess:
 
     @property
     def admin_url(self) -> str:
-        return self._info("admin_url")
+        url = self._info("admin_url")
+        return https(url) if self.tls else url
 
     @property
     def port(self) -> int:
@@ -161,6 +173,7 @@ class LocalCluster:
         broker_config: Path | None = None,
         progress: Progress | None = None,
         stop_grace_s: float = STOP_GRACE_S,
+        secure: bool = False,
     ) -> None:
         if brokers < 0:
             raise ClusterError(f"brokers must be >= 0, got {brokers}")
@@ -195,6 +208,8 @@ class LocalCluster:
         self.broker_config = Path(broker_config).resolve() if broker_config else None
         self._progress = progress or (lambda _msg: None)
         self.stop_grace_s = stop_grace_s
+        #: TLS, mTLS, tokens and RBAC for every service (None: plaintext, no auth).
+        self.security = SecureMode(self.workdir, host=host) if secure else None
         self._given_etcd = etcd_endpoint
         self._etcd: EtcdProcess | None = None
         self._lookup: ServiceProcess | None = None
@@ -292,6 +307,8 @@ class LocalCluster:
             "--advertised-host", self.host,
             *self._common_flags(ready, etcd_endpoint=self.broker_etcd_endpoints.get(broker_id)),
         ]  # fmt: skip
+        if self.security is not None:  # services call brokers there, with their certificates
+            argv += ["--internal-listen", f"{self.host}:0"]
         if self.broker_config:
             argv += ["--config", str(self.broker_config)]
         return argv
@@ -428,7 +445,9 @@ class LocalCluster:
             self._check_ports()
             self.log_dir.mkdir(parents=True, exist_ok=True)
             self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._prepare_security_files()
             self._start_etcd(timeout_s)
+            self._grant_demo_roles(deadline)
             # The leader service first: load managers need its (free-port) addresses.
             self.leaders = [
                 self._indexed_service("leader", i + 1, self.leader_argv(i + 1)) for i in range(self.n_leaders)
@@ -493,18 +512,59 @@ class LocalCluster:
                 ) from exc
             self._progress(f"etcd      {self._given_etcd} (existing)")
             return
+        tls = None
+        if self.security is not None:
+            self.security.etcd_tls = True
+            tls = self.security.etcd_server_tls()
         self._etcd = EtcdProcess(
-            data_dir=self.etcd_data_dir, host=self.host, log_path=self.log_dir / "etcd.log"
+            data_dir=self.etcd_data_dir, host=self.host, log_path=self.log_dir / "etcd.log", tls=tls
         )
         self._etcd.start(timeout_s=min(timeout_s, 15.0))
         pid = self._etcd.proc.pid if self._etcd.proc else "?"
         self._progress(f"etcd      {self._etcd.endpoint}  (pid {pid})")
 
+    def _prepare_security_files(self) -> None:
+        """With ``secure``: the CA, secret, client certificate and tokens (before etcd: it
+        serves TLS with a certificate of that CA)."""
+        if self.security is None:
+            return
+        try:
+            self.security.prepare()
+        except (OSError, ValueError) as exc:
+            raise ClusterError(
+                f"cannot make the secure cluster's files in {self.security.directory}: {exc}"
+            ) from exc
+
+    def _grant_demo_roles(self, deadline: float) -> None:
+        """With ``secure``: the demo's bindings in etcd (before any service loads its RBAC view)."""
+        if self.security is None:
+            return
+        timeout_s = max(1.0, deadline - time.monotonic())
+        try:
+            self.security.grant_demo_roles_sync(self.etcd_endpoint, self.cluster, timeout_s=timeout_s)
+        except Exception as exc:
+            raise ClusterError(f"cannot write the demo's role bindings to etcd: {exc}") from exc
+        self._progress(
+            f"secure    TLS (mTLS between services, and to etcd), tokens and RBAC; credentials in "
+            f"{self.security.directory}"
+        )
+
+    def _security_env(self, svc: ServiceProcess) -> dict[str, str]:
+        if self.security is None:
+            return {}
+        svc.tls = svc.kind != "planner"
+        try:
+            return self.security.service_env(svc.kind, svc.name)
+        except (OSError, ValueError) as exc:
+            raise ClusterError(
+                f"cannot make {svc.name}'s certificate in {self.security.directory}: {exc}"
+            ) from exc
+
     def _spawn(self, svc: ServiceProcess) -> None:
         svc.info = {}
         svc.ready_file.unlink(missing_ok=True)
         svc.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**self.child_env(), **svc.env}
+        env = {**self.child_env(), **svc.env, **self._security_env(svc)}
         with open(svc.log_path, "ab") as log:
             stamp = datetime.now().isoformat(timespec="seconds")
             log.write(f"==== {stamp} danube-local starts: {shlex.join(svc.argv)}\n".encode())

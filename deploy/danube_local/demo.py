@@ -4,6 +4,11 @@ It creates a producer (which creates the topic), subscribes before sending anyth
 may be missed), sends a handful of messages, receives them back, acks each one and checks that
 every payload arrived exactly once and in order. The SDK is imported lazily so that the
 launcher works, and explains itself, without it.
+
+Against a secured cluster (:class:`DemoSecurity`) the producer and the consumer are two clients
+with two narrow tokens (roles ``producer`` and ``consumer`` on the namespace), over TLS with a
+client certificate; afterwards the producer's token tries to delete the topic, which RBAC must
+refuse with PERMISSION_DENIED (the demo fails if it does not).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 DEFAULT_TOPIC = "/default/demo"
@@ -22,6 +28,27 @@ DEFAULT_SUBSCRIPTION = "demo-sub"
 
 class DemoError(RuntimeError):
     """The demo could not run (SDK missing) or its messages did not come back."""
+
+
+@dataclass(frozen=True, slots=True)
+class DemoSecurity:
+    """How the demo reaches a secured cluster."""
+
+    ca_file: Path
+    #: The client certificate every server asks for (mTLS); identity comes from the tokens.
+    cert_file: Path
+    key_file: Path
+    producer_token: str
+    consumer_token: str
+    #: The admin API, where the producer's token tries (and must fail) to delete the topic.
+    admin_url: str
+    producer: str = "user:demo-producer"
+    consumer: str = "user:demo-consumer"
+
+    def tls_options(self) -> Any:
+        return importlib.import_module("danube_sdk").TlsOptions(
+            ca_file=self.ca_file, cert_file=self.cert_file, key_file=self.key_file
+        )
 
 
 @dataclass
@@ -77,6 +104,7 @@ async def run_demo(
     count: int = 10,
     receive_timeout_s: float = 10.0,
     out: Callable[[str], None] = print,
+    security: DemoSecurity | None = None,
 ) -> DemoResult:
     """Subscribe, produce ``count`` messages, consume and ack them; report what happened."""
     DanubeClient, SubType = load_sdk()
@@ -84,15 +112,28 @@ async def run_demo(
     run_id = uuid.uuid4().hex[:8]
     result = DemoResult()
     started = time.perf_counter()
-    client = DanubeClient(service_url)
+    clients: list[Any] = []
     consumer: Any = None
     producer: Any = None
     try:
+        if security is None:
+            clients.append(DanubeClient(service_url))
+        else:
+            tls = security.tls_options()
+            clients.append(DanubeClient(service_url, tls=tls, token=security.producer_token))
+            clients.append(DanubeClient(service_url, tls=tls, token=security.consumer_token))
+            out(
+                f"demo: over TLS; producing as {security.producer}, consuming as {security.consumer} "
+                "(each token holds one role, bound at namespace scope)"
+            )
+        producer_client, consumer_client = clients[0], clients[-1]
         # The producer creates the topic (subscribing to a topic nobody produced to yet is an
         # error); the subscription exists before the first message is sent, so none is missed.
-        producer = await client.create_producer(topic)
+        producer = await producer_client.create_producer(topic)
         out(f"demo: producer ready on {topic}; subscribing as {subscription!r} (exclusive)")
-        consumer = await client.subscribe(topic, subscription=subscription, sub_type=SubType.EXCLUSIVE)
+        consumer = await consumer_client.subscribe(
+            topic, subscription=subscription, sub_type=SubType.EXCLUSIVE
+        )
         sent: list[bytes] = []
         for n in range(count):
             payload = f"hello #{n} from danube-local ({run_id})".encode()
@@ -123,8 +164,10 @@ async def run_demo(
                 f"  consumed offset={_offset(msg.message_id)}  {bytes(msg.payload).decode(errors='replace')!r}"
             )
         result.problems += check_delivery(sent, received)
+        if security is not None:
+            result.problems += await refused_delete(security, topic, out=out)
     finally:
-        for closable in (producer, consumer, client):
+        for closable in (producer, consumer, *clients):
             if closable is not None:
                 try:
                     await closable.close()
@@ -132,6 +175,36 @@ async def run_demo(
                     out(f"  (warning: close failed: {exc})")
     result.elapsed_ms = (time.perf_counter() - started) * 1000
     return result
+
+
+async def refused_delete(
+    security: DemoSecurity, topic: str, *, out: Callable[[str], None], timeout_s: float = 10.0
+) -> list[str]:
+    """The producer's token tries to delete ``topic`` (needs ``manage_topic``, which role
+    ``producer`` lacks): PERMISSION_DENIED is the expected answer; anything else is a problem."""
+    import grpc
+    import grpc.aio
+
+    from danube_common.pb import DanubeAdmin_pb2 as apb
+    from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
+    from danube_sdk.auth import ChannelSecurity
+
+    out(f"demo: {security.producer} tries to delete {topic} (needs manage_topic; role producer has not)")
+    channels = ChannelSecurity(security.admin_url, tls=security.tls_options(), token=security.producer_token)
+    async with channels.open_channel(security.admin_url) as channel:
+        try:
+            await apb_grpc.TopicAdminStub(channel).DeleteTopic(
+                apb.DeleteTopicRequest(name=topic), timeout=timeout_s
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
+                out(f"  refused, as expected: PERMISSION_DENIED: {exc.details()}")
+                return []
+            return [
+                f"deleting {topic} with {security.producer}'s token failed with {exc.code().name} "
+                f"({exc.details()}); expected PERMISSION_DENIED"
+            ]
+    return [f"{security.producer}'s token deleted {topic}: RBAC did not refuse it"]
 
 
 def run_demo_sync(service_url: str, *, out: Callable[[str], None] = print, **kwargs: Any) -> bool:

@@ -1,7 +1,7 @@
 """Certificates and the token secret of a secured local cluster.
 
-This module only makes files; nothing in the launcher calls it yet (``danube-local up
---secure`` is planned). It makes:
+This module only makes files; ``danube-local up --secure`` (:mod:`danube_local.secure_mode`)
+uses them, keeping what is still usable across restarts (:func:`ensure_certificate`). It makes:
 
 - a CA (``ca.pem``, ``ca.key``), reused when the directory already has one, so certificates
   and tokens handed out earlier stay valid across restarts;
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -39,6 +40,7 @@ __all__ = [
     "SecureFiles",
     "create_ca",
     "ensure_ca",
+    "ensure_certificate",
     "ensure_jwt_secret",
     "issue_certificate",
     "local_identities",
@@ -298,3 +300,64 @@ def write_secure_files(
         certs=certs,
         jwt_secret=ensure_jwt_secret(directory / JWT_SECRET_FILE),
     )
+
+
+#: A certificate kept by :func:`ensure_certificate` must stay valid at least this much longer.
+RENEW_BEFORE = dt.timedelta(days=30)
+
+
+def _reusable(cert: x509.Certificate, ca: CertifiedKey, hosts: Sequence[str], server: bool) -> bool:
+    """Whether an existing certificate can be kept: issued by ``ca``, valid for a while yet,
+    naming every host and usable the same way (server and client, or client only)."""
+    if cert.issuer != ca.cert.subject:
+        return False
+    try:
+        cert.verify_directly_issued_by(ca.cert)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    if cert.not_valid_after_utc - _now() < RENEW_BEFORE:
+        return False
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return False
+    if not set(_san(hosts)) <= set(san):
+        return False
+    return (ExtendedKeyUsageOID.SERVER_AUTH in usages) == server
+
+
+def _key_fits(key_path: Path, cert: x509.Certificate) -> bool:
+    try:
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    except (ValueError, TypeError):
+        return False
+    der = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return key.public_key().public_bytes(*der) == cert.public_key().public_bytes(*der)
+
+
+def ensure_certificate(
+    directory: Path,
+    ca: CertifiedKey,
+    identity: str,
+    *,
+    hosts: Sequence[str] = DEFAULT_HOSTS,
+    server: bool = True,
+    valid_days: int = CERT_VALID_DAYS,
+) -> tuple[Path, Path]:
+    """``{identity}.pem`` and ``.key`` in ``directory``: kept when they were issued by ``ca``
+    for these hosts and stay valid for :data:`RENEW_BEFORE` or more, else issued anew (so a
+    restarted cluster keeps the certificates its clients already hold)."""
+    if "/" in identity or identity in ("", ".", "..", "ca"):
+        raise ValueError(f"identity {identity!r} cannot name a file: use e.g. broker-1")
+    directory = _make_dir(directory)
+    cert_path, key_path = directory / f"{identity}.pem", directory / f"{identity}.key"
+    if cert_path.exists() and key_path.exists():
+        try:
+            cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        except ValueError:
+            cert = None
+        if cert is not None and _reusable(cert, ca, hosts, server) and _key_fits(key_path, cert):
+            return cert_path, key_path
+    pair = issue_certificate(ca, identity, hosts=hosts, server=server, valid_days=valid_days)
+    return _write_pair(directory, identity, pair)
