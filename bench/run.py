@@ -1,16 +1,22 @@
 """Run OMB-style workloads (bench/workloads/*.yaml) against Danube and its peers; print and save results.
 
     .venv/bin/python bench/run.py --workloads w1,w2,np-1p1c-100b --drivers danube,raw-grpc \
-        [--duration-s 10] [--warmup-s 2] [--client-procs 1] [--out bench/results/<timestamp>/]
+        [--duration-s 10] [--warmup-s 2] [--client-procs 1] [--rounds 1] [--out bench/results/<timestamp>/]
 
 ``--workloads all`` / ``--drivers all`` run everything. Each driver starts its own servers once (loopback,
 free ports) and runs every selected workload on fresh topics; a driver whose servers or client library
 are not installed is skipped with the reason. Prints one row per workload x driver x rate and the ratios
-of ours (danube, danube-none, danube-cloud) to each peer; writes results.json and PNG plots to --out.
+of ours (danube, danube-none, danube-cloud, danube-tls, danube-secure) to each peer, and of a variant to
+its baseline when both ran (danube-tls / danube: the cost of TLS; danube-secure / danube: of TLS + JWT +
+RBAC); writes results.json and PNG plots to --out.
 
 Producers run in producer worker processes and consumers in consumer worker processes, ``--client-procs``
 of each per run (default 1; never more than there are producers or consumers); ``--client-procs 0``
 runs them all inside this process, as the harness did before workers.
+
+``--rounds N`` (N > 1) starts every driver's servers at once and runs each workload x rate on every
+driver in turn, N times, the order rotating each round; rows carry their ``round`` and the ratios of a
+variant to its baseline are given per round and as a median with the range.
 """
 
 from __future__ import annotations
@@ -49,6 +55,69 @@ def _skip_reason(driver: Driver, wl: Workload) -> str | None:
     return None
 
 
+def _runnable(driver: Driver, workloads: list[Workload], skipped: list[str]) -> list[Workload]:
+    """The workloads ``driver`` can run; the others are reported and recorded as skipped."""
+    todo = []
+    for wl in workloads:
+        why = _skip_reason(driver, wl)
+        if why:
+            print(f"-- skip {wl.key} on {driver.name}: {why}", flush=True)
+            skipped.append(f"{wl.key} on {driver.name}: {why}")
+        else:
+            todo.append(wl)
+    return todo
+
+
+async def _start(driver: Driver, workdir: Path, skipped: list[str]) -> bool:
+    try:
+        print(f"== {driver.name}: starting servers ...", flush=True)
+        await driver.start(workdir / driver.name)
+    except DriverUnavailable as exc:
+        print(f"-- skip {driver.name}: {exc}", flush=True)
+        skipped.append(f"{driver.name}: {exc}")
+        await driver.stop()
+        return False
+    return True
+
+
+async def _run_one(
+    driver: Driver,
+    wl: Workload,
+    rate: int,
+    client_procs: int,
+    results: list[RunResult],
+    skipped: list[str],
+    *,
+    round_no: int = 1,
+    rounds: int = 1,
+) -> None:
+    name = driver.name
+    label = "max rate" if not rate else f"{rate:,} msg/s"
+    of = f" [round {round_no}/{rounds}]" if rounds > 1 else ""
+    print(
+        f"== {name}: {wl.key} at {label} ({wl.warmup_duration_s:g} s warm-up + {wl.test_duration_s:g} s){of} ...",
+        flush=True,
+    )
+    try:
+        res = await run_workload(driver, wl, rate, client_procs=client_procs)
+    except Exception as exc:
+        print(f"-- {name}: {wl.key} at {label} failed: {type(exc).__name__}: {exc}", flush=True)
+        skipped.append(f"{wl.key} at {label} on {name}{of}: failed: {type(exc).__name__}: {exc}")
+        return
+    res.round = round_no
+    results.append(res)
+    print(report.table([res.to_json()]).splitlines()[2], flush=True)
+
+
+def _make(name: str, skipped: list[str]) -> Driver | None:
+    try:
+        return make_driver(name)
+    except DriverUnavailable as exc:
+        print(f"-- skip {name}: {exc}", flush=True)
+        skipped.append(f"{name}: {exc}")
+        return None
+
+
 async def run_all(
     drivers: list[str],
     workloads: list[Workload],
@@ -56,51 +125,58 @@ async def run_all(
     workdir: Path,
     client_procs: int = DEFAULT_CLIENT_PROCS,
 ) -> tuple[list[RunResult], list[str]]:
+    """One driver after the other: start its servers, run every workload on it, stop them."""
     results: list[RunResult] = []
     skipped: list[str] = []
     for name in drivers:
-        try:
-            driver = make_driver(name)
-        except DriverUnavailable as exc:
-            print(f"-- skip {name}: {exc}", flush=True)
-            skipped.append(f"{name}: {exc}")
+        driver = _make(name, skipped)
+        if driver is None:
             continue
-        runnable = [(wl, _skip_reason(driver, wl)) for wl in workloads]
-        for wl, why in runnable:
-            if why:
-                print(f"-- skip {wl.key} on {name}: {why}", flush=True)
-                skipped.append(f"{wl.key} on {name}: {why}")
-        todo = [wl for wl, why in runnable if not why]
-        if not todo:
-            continue
-        try:
-            print(f"== {name}: starting servers ...", flush=True)
-            await driver.start(workdir / name)
-        except DriverUnavailable as exc:
-            print(f"-- skip {name}: {exc}", flush=True)
-            skipped.append(f"{name}: {exc}")
-            await driver.stop()
+        todo = _runnable(driver, workloads, skipped)
+        if not todo or not await _start(driver, workdir, skipped):
             continue
         try:
             for wl in todo:
                 for rate in wl.producer_rates:
-                    label = "max rate" if not rate else f"{rate:,} msg/s"
-                    print(
-                        f"== {name}: {wl.key} at {label} ({wl.warmup_duration_s:g} s warm-up + "
-                        f"{wl.test_duration_s:g} s) ...",
-                        flush=True,
-                    )
-                    try:
-                        res = await run_workload(driver, wl, rate, client_procs=client_procs)
-                    except Exception as exc:
-                        print(
-                            f"-- {name}: {wl.key} at {label} failed: {type(exc).__name__}: {exc}", flush=True
-                        )
-                        skipped.append(f"{wl.key} at {label} on {name}: failed: {type(exc).__name__}: {exc}")
-                        continue
-                    results.append(res)
-                    print(report.table([res.to_json()]).splitlines()[2], flush=True)
+                    await _run_one(driver, wl, rate, client_procs, results, skipped)
         finally:
+            await driver.stop()
+    return results, skipped
+
+
+async def run_rounds(
+    drivers: list[str],
+    workloads: list[Workload],
+    workdir: Path,
+    rounds: int,
+    client_procs: int = DEFAULT_CLIENT_PROCS,
+) -> tuple[list[RunResult], list[str]]:
+    """Every driver's servers at once; then ``rounds`` times: each workload x rate on every driver
+    in turn, the drivers' order rotating by one each round (so no driver always runs first after
+    another's load, and a drift of the machine's load falls on all of them alike)."""
+    results: list[RunResult] = []
+    skipped: list[str] = []
+    started: list[tuple[Driver, list[str]]] = []
+    try:
+        for name in drivers:
+            driver = _make(name, skipped)
+            if driver is None:
+                continue
+            todo = _runnable(driver, workloads, skipped)
+            if todo and await _start(driver, workdir, skipped):
+                started.append((driver, [wl.key for wl in todo]))
+        for r in range(1, rounds + 1):
+            shift = (r - 1) % max(1, len(started))
+            order = started[shift:] + started[:shift]
+            for wl in workloads:
+                for rate in wl.producer_rates:
+                    for driver, keys in order:
+                        if wl.key in keys:
+                            await _run_one(
+                                driver, wl, rate, client_procs, results, skipped, round_no=r, rounds=rounds
+                            )
+    finally:
+        for driver, _ in started:
             await driver.stop()
     return results, skipped
 
@@ -140,12 +216,21 @@ def main() -> None:
         f"(default {DEFAULT_CLIENT_PROCS}); 0 = every client inside the harness process",
     )
     p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="N > 1: start every driver's servers first, then run each workload x rate on every driver "
+        "in turn, N times, rotating the drivers' order each round (ratios then have a spread)",
+    )
+    p.add_argument(
         "--out", type=Path, default=None, help="results directory (default bench/results/<timestamp>/)"
     )
     p.add_argument("--workloads-dir", type=Path, default=WORKLOAD_DIR)
     args = p.parse_args()
     if args.client_procs < 0:
         p.error("--client-procs must be >= 0")
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
 
     workloads = [
         w.with_durations(duration_s=args.duration_s, warmup_s=args.warmup_s)
@@ -162,7 +247,11 @@ def main() -> None:
         pass
     workdir = Path(tempfile.mkdtemp(prefix="danube-bench-"))
     try:
-        results, skipped = asyncio.run(run_all(drivers, workloads, out_dir, workdir, args.client_procs))
+        if args.rounds > 1:
+            run = run_rounds(drivers, workloads, workdir, args.rounds, args.client_procs)
+        else:
+            run = run_all(drivers, workloads, out_dir, workdir, args.client_procs)
+        results, skipped = asyncio.run(run)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     rows = [r.to_json() for r in results]
@@ -172,6 +261,10 @@ def main() -> None:
     if lines:
         print("\nratios (ours / peer; throughput > 1 and latency < 1 favour ours):")
         print("\n".join("  " + ln for ln in lines))
+    variants = report.variant_ratios(rows)
+    if variants:
+        print("\nratios of a variant to its baseline in this run (throughput < 1 and latency > 1: its cost):")
+        print("\n".join("  " + ln for ln in variants))
     if skipped:
         print("\nskipped:")
         print("\n".join("  " + s for s in skipped))
@@ -179,6 +272,7 @@ def main() -> None:
         "machine": machine(),
         "argv": sys.argv[1:],
         "client_procs": args.client_procs,
+        "rounds": args.rounds,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     path = report.write_json(out_dir, meta, rows, skipped)

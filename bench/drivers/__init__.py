@@ -19,6 +19,8 @@ ORDER = [
     "danube",
     "danube-none",
     "danube-cloud",
+    "danube-tls",
+    "danube-secure",
     "danube-client",
     "raw-grpc",
     "nats-jetstream",

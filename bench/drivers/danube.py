@@ -7,6 +7,10 @@ durability ``cloud`` (acked once the batch is in object storage: the broker's WA
 local-directory object store; every ``cloud_flush_interval_ms``, 200 ms by default). Non-reliable topics
 are in memory for both (one shared subscription per name). Topics are made with the admin API (TopicAdmin.CreateTopic); producers publish
 pipelined batches; consumers start at EARLIEST on reliable topics, read with ``receive_many`` and ack every message.
+
+The cluster and the client side go through hooks (``_configure``, ``_connect``, ``_admin_channel``,
+``_producer_client``, ``_consumer_client``) so that ``danube-secure`` and ``danube-tls``
+(bench/drivers/danube_secure.py) run the same workloads over TLS, with and without tokens and RBAC.
 """
 
 from __future__ import annotations
@@ -56,18 +60,31 @@ class _Consumer(ConsumerHandle):
         await self._c.close()
 
 
+async def close_client(client: Any) -> None:
+    """Close a DanubeClient (None: nothing), giving up after 20 s; errors are ignored (tear-down)."""
+    if client is not None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.close(), 20)
+
+
 class DanubeDriver(Driver):
     name = "danube"
     durability = "fsync before ack"
     wal_durability = "fsync"
     #: Run a WAL uploader next to each broker (object storage: a directory in the work dir).
     with_uploaders = False
+    #: Start the cluster secured (TLS, mTLS, JWT, RBAC: LocalCluster(secure=True)).
+    secure = False
 
     def __init__(self, *, brokers: int = 1) -> None:
         self._brokers = brokers
         self._cluster: Any = None
         self._client: Any = None
         self._reliable: dict[str, bool] = {}  # topic -> dispatch, for producers and consumers
+        #: One admin channel for the driver's life (``create_topic``). Not one per topic: closing
+        #: this process's last channel starts gRPC's shutdown in a thread, and the fork of the
+        #: client workers right after it deadlocked in gRPC's pre-fork handler.
+        self._admin: grpc.aio.Channel | None = None
 
     def durability_of(self, *, reliable: bool) -> str:
         return self.durability if reliable else "in memory (non-reliable)"
@@ -76,24 +93,54 @@ class DanubeDriver(Driver):
         if self._cluster is not None:
             return
         try:
+            import danube_sdk  # noqa: F401  (checked here: without the SDK the driver is skipped)
             from danube_local.cluster import LocalCluster
-            from danube_sdk import DanubeClient
         except ImportError as exc:
             raise DriverUnavailable(f"danube packages not importable ({exc}): run scripts/setup.sh") from exc
         await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
         cluster = LocalCluster(
-            brokers=self._brokers, workdir=workdir, log_level="WARNING", uploaders=self.with_uploaders
+            brokers=self._brokers,
+            workdir=workdir,
+            log_level="WARNING",
+            uploaders=self.with_uploaders,
+            secure=self.secure,
         )
+        self._configure(cluster)
         await asyncio.to_thread(cluster.start)
         self._cluster = cluster
-        self._client = DanubeClient(cluster.service_url)
+        self._connect(self.client_spec())
+
+    def _configure(self, cluster: Any) -> None:
+        """Adjust the LocalCluster before it starts (here: nothing)."""
+
+    def _connect(self, spec: dict[str, Any]) -> None:
+        """Make the client(s) ``producer`` and ``consumer`` use, from a ``client_spec()`` (here one
+        plaintext client)."""
+        from danube_sdk import DanubeClient
+
+        self._client = DanubeClient(spec["service_url"])
+
+    async def _close_clients(self) -> None:
+        client, self._client = self._client, None
+        await close_client(client)
+
+    async def _producer_client(self) -> Any:
+        return self._client
+
+    async def _consumer_client(self) -> Any:
+        return self._client
+
+    def _admin_channel(self) -> grpc.aio.Channel:
+        """A channel to the admin API (creating topics is set-up, not measured)."""
+        return grpc.aio.insecure_channel(strip_scheme(self._cluster.admin_url))
 
     async def stop(self) -> None:
-        client, cluster = self._client, self._cluster
-        self._client = self._cluster = None
-        if client is not None:
+        cluster, self._cluster = self._cluster, None
+        admin, self._admin = self._admin, None
+        if admin is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.close(), 20)
+                await asyncio.wait_for(admin.close(), 20)
+        await self._close_clients()
         if cluster is not None:
             await asyncio.to_thread(cluster.stop)
 
@@ -103,10 +150,8 @@ class DanubeDriver(Driver):
 
     @classmethod
     async def attach(cls, spec: dict[str, Any]) -> DanubeDriver:
-        from danube_sdk import DanubeClient
-
         driver = cls()
-        driver._client = DanubeClient(spec["service_url"])  # no cluster: stop() closes the client only
+        driver._connect(spec)  # no cluster: stop() closes the client(s) only
         driver._reliable = {str(t): bool(r) for t, r in spec["reliable"].items()}
         return driver
 
@@ -126,15 +171,17 @@ class DanubeDriver(Driver):
             dispatch_strategy="reliable" if reliable else "non_reliable",
             durability=self.wal_durability if reliable else "",
         )
-        async with grpc.aio.insecure_channel(strip_scheme(self._cluster.admin_url)) as ch:
-            await apb_grpc.TopicAdminStub(ch).CreateTopic(req, timeout=30)
+        if self._admin is None:
+            self._admin = self._admin_channel()
+        await apb_grpc.TopicAdminStub(self._admin).CreateTopic(req, timeout=30)
         self._reliable[topic] = reliable
 
     async def producer(self, topic: str) -> ProducerHandle:
         from danube_sdk import DispatchStrategy
 
         reliable = self._reliable.get(topic, False)
-        p = await self._client.create_producer(
+        client = await self._producer_client()
+        p = await client.create_producer(
             NAMESPACE + topic,
             dispatch_strategy=DispatchStrategy.RELIABLE if reliable else DispatchStrategy.NON_RELIABLE,
         )
@@ -144,7 +191,8 @@ class DanubeDriver(Driver):
         from danube_sdk import InitialPosition, SubType
 
         reliable = self._reliable.get(topic, False)
-        c = await self._client.subscribe(
+        client = await self._consumer_client()
+        c = await client.subscribe(
             NAMESPACE + topic,
             subscription=subscription,
             sub_type=SubType.SHARED,

@@ -64,6 +64,7 @@ class RunResult:
     cpu_s_per_million: float
     notes: list[str] = dataclasses.field(default_factory=list)
     client_procs: int = 0  # 0: clients in the harness process; N: up to N producer + N consumer workers
+    round: int = 1  # which of bench/run.py's --rounds this run belongs to (1 when run once)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
