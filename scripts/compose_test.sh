@@ -5,6 +5,7 @@
 #   scripts/compose_test.sh                  # set up, build, run the tests, clean up
 #   scripts/compose_test.sh --build-only     # only set up the engine and build the images
 #   scripts/compose_test.sh --keep-images    # keep the built images (the next run builds in seconds)
+#   scripts/compose_test.sh --secure         # the secured stack instead (docker-compose.secure.yml)
 #   scripts/compose_test.sh -k planner       # other arguments go to pytest
 #
 # Steps (every one is skipped when already done):
@@ -17,9 +18,11 @@
 #   4. FROM it, with --network host: danube-test-etcd:bookworm (Debian's etcd-server),
 #      danube-test-moto:bookworm (moto_server, standing in for MinIO) and danube-py:test
 #      (deploy/Dockerfile);
-#   5. pytest -m compose: tests/e2e/test_compose.py (the whole compose deployment) and the
-#      testcontainers branch of tests/support/containers.py; then tests/contract with
-#      DANUBE_TEST_CONTAINERS=1 (etcd and S3 in containers; not when pytest arguments are given);
+#   5. pytest -m "compose and not compose_secure": tests/e2e/test_compose.py (the whole compose
+#      deployment) and the testcontainers branch of tests/support/containers.py; then
+#      tests/contract with DANUBE_TEST_CONTAINERS=1 (etcd and S3 in containers; not when pytest
+#      arguments are given). With --secure instead: pytest -m compose_secure, the secured stack
+#      (docker-compose.yml + .test.yml + .secure.yml + .secure-test.yml) in tests/e2e/test_compose.py;
 #   6. clean-up: no container, network or volume of the run is left; the three built images are
 #      removed unless --keep-images (danube-base:bookworm stays, as a cache).
 #
@@ -40,11 +43,13 @@ BIN=.venv/bin
 
 build_only=0
 keep_images=0
+secure=0
 pytest_args=()
 for arg in "$@"; do
   case "$arg" in
     --build-only) build_only=1 ;;
     --keep-images) keep_images=1 ;;
+    --secure) secure=1 ;;
     *) pytest_args+=("$arg") ;;
   esac
 done
@@ -254,10 +259,17 @@ elif [ "$rc" -eq 0 ]; then
   test_start=$(now)
   # With the engine up and the images built, a skip would hide a broken deployment: fail instead.
   [ "$engine_ok" -eq 1 ] && export DANUBE_COMPOSE_REQUIRE=1
-  "$BIN/pytest" -q -p no:cacheprovider -m compose --timeout=900 --basetemp="$STATE/pytest" \
-    tests/e2e/test_compose.py tests/integration/test_server_backends.py "${pytest_args[@]}" || rc=$?
-  say "compose tests took $(($(now) - test_start))s"
-  if [ "$engine_ok" -eq 1 ] && [ "${#pytest_args[@]}" -eq 0 ]; then
+  if [ "$secure" -eq 1 ]; then
+    "$BIN/pytest" -q -p no:cacheprovider -m compose_secure --timeout=900 --basetemp="$STATE/pytest" \
+      tests/e2e/test_compose.py "${pytest_args[@]}" || rc=$?
+    say "secure compose tests took $(($(now) - test_start))s"
+  else
+    "$BIN/pytest" -q -p no:cacheprovider -m "compose and not compose_secure" --timeout=900 \
+      --basetemp="$STATE/pytest" tests/e2e/test_compose.py tests/integration/test_server_backends.py \
+      "${pytest_args[@]}" || rc=$?
+    say "compose tests took $(($(now) - test_start))s"
+  fi
+  if [ "$engine_ok" -eq 1 ] && [ "$secure" -eq 0 ] && [ "${#pytest_args[@]}" -eq 0 ]; then
     # The contract suites (the code against real etcd and S3) with the test servers in
     # containers: the DANUBE_TEST_CONTAINERS=1 path of tests/support/containers.py, for real.
     test_start=$(now)

@@ -3,6 +3,7 @@
 danube-local up                # etcd, 2 leader replicas, lookup (:6650, admin :50051), 3 brokers (+ WAL uploaders), 2 load managers
 danube-local up --demo         # the same, then a produce/consume round trip
 danube-local up --secure       # TLS + mTLS between services + JWT auth + RBAC on every call
+danube-local certs --dir DIR --service broker-1=broker1 ...   # a secured deployment's files (containers)
 """
 
 from __future__ import annotations
@@ -19,10 +20,19 @@ import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from danube_common.errors import ConfigError
+from danube_local.certs import DeploymentFiles, ServiceSpec, owner_ids, write_deployment_files
 from danube_local.cluster import ClusterError, LocalCluster
 from danube_local.demo import DemoSecurity
 from danube_local.procs import loopback_no_proxy
-from danube_local.secure_mode import ADMIN_SUBJECT, DEMO_CONSUMER, DEMO_GRANTS, DEMO_PRODUCER
+from danube_local.secure_mode import (
+    ADMIN_SUBJECT,
+    DEMO_CONSUMER,
+    DEMO_GRANTS,
+    DEMO_PRODUCER,
+    INTERNAL_IDENTITIES,
+    TOKEN_TTL_S,
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -35,6 +45,7 @@ examples:
   danube-local up --secure --demo
   danube-local up --brokers 1 --load-managers 0 --leaders 0 --no-uploaders   # the smallest cluster
   danube-local up --etcd-endpoint 10.0.0.5:2379 --cluster staging
+  danube-local certs --dir ./secure --service lookup --service broker-1=broker1,10.0.0.5
   danube-local up --help
 """
 
@@ -54,6 +65,46 @@ examples:
 State (etcd data, logs, ready files; with --secure the CA, certificates, JWT secret and tokens
 in secure/) lives in the work directory; delete it for a fresh cluster.
 """
+
+
+CERTS_EPILOG = f"""\
+what it writes into DIR (mode 0700; keys, secret and token 0600, certificates 0644):
+  ca.pem, ca.key            the CA (made once, then kept)
+  IDENTITY.pem, .key        one per --service: common name IDENTITY, subject alternative names
+                            HOST... (default: IDENTITY) plus localhost and 127.0.0.1; server and
+                            client use (mTLS between services, and towards etcd)
+  admin.pem, admin.key      a client certificate for people and tools
+  jwt-secret                the HS256 secret the servers check tokens with (auth.jwt.secret_file)
+  admin.jwt                 a token of the super admin {ADMIN_SUBJECT!r} (auth.super_admins)
+
+Run it again at will: it keeps what is still good (the CA and secret; certificates issued by
+the CA for the same hosts and valid for 30 more days; a token that verifies and has between half
+and all of --admin-token-ttl left) and makes the rest. The services' settings to go with the
+files: auth.internal_identities = {",".join(INTERNAL_IDENTITIES)}
+(so name the services' certificates broker-1, leader-1, ...), auth.super_admins = {ADMIN_SUBJECT},
+auth.client_cert_users = false; deploy/docker-compose.secure.yml sets them all (docs/security.md).
+
+examples:
+  danube-local certs --dir ./secure --service lookup --service broker-1=broker1,10.0.0.5
+  danube-local certs --dir /etc/danube/secure --owner danube --admin-token-ttl 7d \\
+      --service etcd --service lookup --service leader-1=leader1 --service broker-1=broker1
+  (deploy/docker-compose.secure.yml runs it as its one-shot `certs` service)
+"""
+
+
+def _duration(text: str) -> float:
+    """``30d``, ``12h``, ... in seconds (the SDK's parser, imported only when used: the launcher
+    itself runs without the SDK installed)."""
+    from danube_sdk.cli.admin_security import parse_duration
+
+    return parse_duration(text)
+
+
+def _service_spec(text: str) -> ServiceSpec:
+    try:
+        return ServiceSpec.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _ports(text: str) -> list[int]:
@@ -173,6 +224,41 @@ def build_parser() -> argparse.ArgumentParser:
         help="log level of every service (default: INFO)",
     )  # fmt: skip
     up.add_argument("--start-timeout", type=float, default=60.0, metavar="SECONDS", help=argparse.SUPPRESS)
+
+    certs = sub.add_parser(
+        "certs",
+        help="write the CA, certificates, JWT secret and admin token of a secured deployment into a directory",
+        description="Write (or keep, when still good) the security files of a secured deployment into DIR: "
+        "a CA, one certificate per service, a client certificate, the JWT secret and a super admin token. "
+        "For services run elsewhere, e.g. in containers (deploy/docker-compose.secure.yml).",
+        epilog=CERTS_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    certs.add_argument(
+        "--dir", type=Path, required=True, metavar="DIR", help="where the files go (made if missing)"
+    )
+    certs.add_argument(
+        "--service",
+        type=_service_spec,
+        action="append",
+        default=[],
+        metavar="IDENTITY[=HOST,HOST...]",
+        help="a service certificate: its name (common name, matched by auth.internal_identities) and the "
+        "hosts it is dialed at (default: IDENTITY); localhost and 127.0.0.1 are always added. Repeat it",
+    )
+    certs.add_argument(
+        "--admin-token-ttl",
+        type=_duration,
+        default=TOKEN_TTL_S,
+        metavar="DURATION",
+        help="how long admin.jwt is valid: 30m, 12h, 30d, 8760h ... (default 30d)",
+    )
+    certs.add_argument(
+        "--owner",
+        metavar="USER[:GROUP]",
+        help="give the directory and every file to this user (and its group, or GROUP): the user the "
+        "services run as, when this runs as root (the image's user is danube)",
+    )
     return parser
 
 
@@ -401,11 +487,38 @@ def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
             signal.signal(signal.SIGTERM, previous_term)
 
 
+def cmd_certs(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
+    try:
+        owner = owner_ids(args.owner) if args.owner else None
+        files = DeploymentFiles(Path(args.dir), tuple(args.service))
+    except ValueError as exc:
+        say(f"danube-local certs: {exc}")
+        return EXIT_USAGE
+    try:
+        outcomes = write_deployment_files(files, admin_token_ttl_s=args.admin_token_ttl, owner=owner)
+    except PermissionError as exc:
+        hint = " (--owner needs root)" if owner is not None and os.geteuid() != 0 else ""
+        say(f"danube-local certs: cannot write {files.directory}: {exc}{hint}")
+        return EXIT_FAILED
+    except (OSError, ValueError, ConfigError) as exc:
+        say(f"danube-local certs: cannot write {files.directory}: {exc}")
+        return EXIT_FAILED
+    say(f"danube-local certs: {files.directory}")
+    width = max(len(o.name) for o in outcomes)
+    for o in outcomes:
+        say(f"  {o.name.ljust(width)}  {'made' if o.made else 'kept'}: {o.what}")
+    if owner is not None:
+        say(f"  owner: uid {owner[0]}, gid {owner[1]}")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "up":
         return cmd_up(args)
+    if args.command == "certs":
+        return cmd_certs(args)
     parser.print_help()
     return EXIT_USAGE
 

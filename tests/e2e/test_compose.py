@@ -15,7 +15,14 @@ locally built images, on the host's network and free loopback ports. Through the
   ``compose run planner ... --once`` runs one fenced cycle in a one-off container of the same
   service, which writes a new cluster load report.
 
-The stack is taken down with its volumes at the end (``down -v``), whatever happened.
+The secured stack (marker ``compose_secure``, run by ``scripts/compose_test.sh --secure`` only:
+the same files plus deploy/docker-compose.secure.yml and docker-compose.secure-test.yml) comes up
+with its one-shot ``certs`` service; the CA and the admin token copied out of its volume let the
+SDK and ``danube-admin`` work over TLS, while plaintext, token-less and certificate-less clients
+(where the cluster's services require certificates) and etcd clients without a certificate are
+refused.
+
+Each stack is taken down with its volumes at the end (``down -v``), whatever happened.
 
 Needs a Docker engine and the images: run ``scripts/compose_test.sh``, which installs Docker,
 starts the engine, builds the images, runs this and cleans up. Without an engine the tests are
@@ -26,20 +33,37 @@ skipped with the reason and a warning; they fail instead under ``DANUBE_COMPOSE_
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
+import grpc.aio
 import pytest
 
+from danube_common.config import EtcdConfig
+from danube_common.errors import DanubeError
 from danube_common.etcd_server import free_port
-from danube_sdk import DanubeClient, DispatchStrategy, InitialPosition, SubType
+from danube_common.metadata.etcd import EtcdStore
+from danube_common.pb import DanubeApi_pb2 as pb
+from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
+from danube_sdk import DanubeClient, DispatchStrategy, InitialPosition, SubType, TlsOptions
 from tests.e2e.conftest import cli, subprocess_env
 from tests.support import containers, unique, wait_until, wait_until_sync
-from tests.support.compose import PORT_VARS, ComposeStack, compose_command, project_name
+from tests.support.compose import (
+    COMPOSE_FILES,
+    PORT_VARS,
+    SECURE_COMPOSE_FILES,
+    SECURE_PORT_VARS,
+    ComposeStack,
+    compose_command,
+    project_name,
+)
 
 pytestmark = [pytest.mark.compose, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -53,8 +77,17 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[ComposeStack]:
+@contextlib.contextmanager
+def running_stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+    *,
+    files: Sequence[Path] = COMPOSE_FILES,
+    port_vars: Sequence[str] = PORT_VARS,
+    ready: Callable[[ComposeStack], None],
+) -> Iterator[ComposeStack]:
+    """``files`` up on free loopback ports until every service is healthy and ``ready`` returned;
+    always down (with its volumes) afterwards, its logs kept when something failed."""
     containers.skip_without_engine(
         "compose test", images=[containers.PROJECT_IMAGE, *containers.SERVER_IMAGES]
     )
@@ -63,12 +96,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
         containers.not_run("compose test", "neither `docker compose` nor `docker-compose` is installed")
     env = {
         f"DANUBE_TEST_{name}_PORT": str(p)
-        for name, p in zip(PORT_VARS, free_ports(len(PORT_VARS)), strict=True)
+        for name, p in zip(port_vars, free_ports(len(port_vars)), strict=True)
     }
     env["DANUBE_TEST_IMAGE"] = containers.PROJECT_IMAGE
     workdir = tmp_path_factory.mktemp("compose")
     project = project_name()
-    s = ComposeStack(project=project, env=env, workdir=workdir, command=command)
+    s = ComposeStack(project=project, env=env, workdir=workdir, command=command, files=files)
     print(f"\ncompose: {' '.join(command)} -p {project} (rendered: {s.rendered})")
     failed_before = request.session.testsfailed
     started = time.monotonic()
@@ -76,10 +109,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
         s.up()
         s.wait_healthy(timeout_s=300)
         print(f"compose: {len(s.services())} services healthy {time.monotonic() - started:.1f}s after `up`")
-        # Healthy = serving; the control plane is ready once the roles are held (a load manager
-        # places admin-created topics, the planner answers rebalance requests).
-        wait_until_sync(lambda: roles_held(s) >= ROLES, timeout_s=120, what=f"roles {sorted(ROLES)} held")
-        print(f"compose: roles held {time.monotonic() - started:.1f}s after `up`")
+        ready(s)
+        print(f"compose: ready {time.monotonic() - started:.1f}s after `up`")
         yield s
     except Exception:  # the stack did not come up: keep its logs
         keep_logs(s, workdir)
@@ -90,6 +121,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
             keep_logs(s, workdir)
             print(f"\ncompose logs (a test failed): {workdir}/logs/\n{s.logs(tail=40)}")
         s.down()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[ComposeStack]:
+    def ready(s: ComposeStack) -> None:
+        # Healthy = serving; the control plane is ready once the roles are held (a load manager
+        # places admin-created topics, the planner answers rebalance requests).
+        wait_until_sync(lambda: roles_held(s) >= ROLES, timeout_s=120, what=f"roles {sorted(ROLES)} held")
+
+    with running_stack(tmp_path_factory, request, ready=ready) as s:
+        yield s
 
 
 def keep_logs(stack: ComposeStack, workdir: Path) -> None:
@@ -266,3 +308,189 @@ def test_planner_one_shot_mode(stack: ComposeStack) -> None:
     after_ms = report_generated_at_ms(stack)
     assert after_ms > before_ms, "the one-shot cycle wrote a new cluster load report"
     print(f"\nplanner --once: one fenced cycle in a one-off container, {took:.1f}s including Spark start-up")
+
+
+# ---- the secured stack: docker-compose.secure.yml (scripts/compose_test.sh --secure) -------------
+
+#: Where the `certs` service writes the credentials, and every service mounts them (read-only).
+SECURE_DIR = "/etc/danube/secure"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What a client copies out of the `secure` volume: the CA and the super admin's token."""
+
+    directory: Path
+
+    @property
+    def ca_file(self) -> Path:
+        return self.directory / "ca.pem"
+
+    @property
+    def token(self) -> str:
+        return (self.directory / "admin.jwt").read_text().strip()
+
+    def flags(self) -> list[str]:
+        """danube-admin's TLS and token flags: the CA only (no client certificate) and the token."""
+        return ["--tls-ca", str(self.ca_file), "--token-file", str(self.directory / "admin.jwt")]
+
+
+def https(stack: ComposeStack, var: str) -> str:
+    return f"https://127.0.0.1:{stack.env[f'DANUBE_TEST_{var}_PORT']}"
+
+
+def secure_admin(stack: ComposeStack, creds: Credentials, *args: str) -> subprocess.CompletedProcess[str]:
+    """``danube-admin -o json ARGS`` with TLS and the admin token, whatever its exit code."""
+    return subprocess.run(
+        [cli("danube-admin"), "--admin-url", https(stack, "ADMIN"), *creds.flags(), "-o", "json", *args],
+        capture_output=True, text=True, timeout=60, env=subprocess_env(),
+    )  # fmt: skip
+
+
+def secure_admin_json(stack: ComposeStack, creds: Credentials, *args: str) -> Any:
+    res = secure_admin(stack, creds, *args)
+    assert res.returncode == 0, f"danube-admin {' '.join(args)}: {res.stderr}"
+    return json.loads(res.stdout) if res.stdout.strip() else None
+
+
+def secure_roles_held(stack: ComposeStack, creds: Credentials) -> set[str]:
+    res = secure_admin(stack, creds, "leaders", "list")
+    if res.returncode != 0 or not res.stdout.strip():
+        return set()
+    return {entry["role"] for entry in json.loads(res.stdout)}
+
+
+@pytest.fixture(scope="module")
+def secure_stack(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[tuple[ComposeStack, Credentials]]:
+    creds = Credentials(tmp_path_factory.mktemp("credentials"))
+
+    def ready(s: ComposeStack) -> None:
+        # What deploy/docker-compose.secure.yml tells a user to do: copy the CA and the admin
+        # token out of the exited `certs` container's volume.
+        for name in ("ca.pem", "admin.jwt"):
+            s.copy_from("certs", f"{SECURE_DIR}/{name}", creds.directory / name)
+        # The load managers and the planner hold their roles: they reached the leader service
+        # (mTLS, it requires their certificates) and etcd (TLS, client certificates).
+        wait_until_sync(
+            lambda: secure_roles_held(s, creds) >= ROLES, timeout_s=180, what=f"roles {sorted(ROLES)} held"
+        )
+
+    with running_stack(
+        tmp_path_factory,
+        request,
+        files=SECURE_COMPOSE_FILES,
+        port_vars=(*PORT_VARS, *SECURE_PORT_VARS),
+        ready=ready,
+    ) as s:
+        yield s, creds
+
+
+async def refused(target: str, credentials: grpc.ChannelCredentials | None) -> grpc.StatusCode:
+    """The status of a topic lookup sent to ``target`` without a token (plaintext when no
+    ``credentials``); fails when the call is answered."""
+    request = pb.TopicLookupRequest(request_id=1, topic="/default/anything")
+    channel = (
+        grpc.aio.secure_channel(target, credentials) if credentials else grpc.aio.insecure_channel(target)
+    )
+    async with channel:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await pb_grpc.DiscoveryStub(channel).TopicLookup(request, timeout=10)
+    return err.value.code()
+
+
+def volume_listing(stack: ComposeStack) -> dict[str, tuple[str, str]]:
+    """name -> (octal mode, owner) of the `secure` volume and its files, as a container sees them."""
+    res = subprocess.run(
+        [
+            "docker", "run", "--rm", "--network", "none", "-v", f"{stack.volume('secure')}:/s:ro",
+            "--entrypoint", "sh", containers.PROJECT_IMAGE, "-c", "cd /s && stat -c '%a %U %n' . *",
+        ],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return {name: (mode, user) for mode, user, name in (line.split() for line in res.stdout.splitlines())}
+
+
+@pytest.mark.compose_secure
+async def test_secured_stack_serves_tls_and_tokens_only(
+    secure_stack: tuple[ComposeStack, Credentials],
+) -> None:
+    stack, creds = secure_stack
+    # The credentials belong to the services' user; only certificates are readable by others.
+    listing = volume_listing(stack)
+    assert listing["."] == ("700", "danube"), listing
+    for name, (mode, user) in listing.items():
+        assert user == "danube", listing
+        if name.endswith((".key", ".jwt")) or name == "jwt-secret":
+            assert mode == "600", f"{name}: {mode}"
+    assert {"ca.pem", "admin.jwt", "admin.pem", "etcd.key", "broker-1.key", "planner.pem"} <= set(listing)
+
+    # The admin API over TLS with the admin token: every broker registered.
+    brokers = secure_admin_json(stack, creds, "brokers", "list")
+    assert sorted(str(b["broker_id"]) for b in brokers) == ["1", "2", "3"], brokers
+
+    # Produce and consume a reliable topic through the SDK: TLS (the CA only) and the token, as
+    # danube-client's with_tls + with_token connect. The lookup sends the client to the owning
+    # broker's client port, which takes the same.
+    topic = f"/default/{unique('secure')}"
+    secure_admin_json(stack, creds, "topics", "create", topic, "--dispatch-strategy", "reliable")
+    sent = [f"secure-{i}".encode() for i in range(100)]
+    tls = TlsOptions(ca_file=creds.ca_file)
+    async with DanubeClient(
+        https(stack, "LOOKUP"), tls=tls, token=creds.token, operation_timeout_s=60
+    ) as client:
+        consumer = await client.subscribe(
+            topic, subscription="audit", sub_type=SubType.EXCLUSIVE, initial_position=InitialPosition.EARLIEST
+        )
+        producer = await client.create_producer(topic, dispatch_strategy=DispatchStrategy.RELIABLE)
+        for payload in sent:
+            await producer.send(payload)
+        received: list[bytes] = []
+        while len(received) < len(sent):
+            batch = await consumer.receive_many(100, timeout_s=30)
+            for msg in batch:
+                received.append(bytes(msg.payload))
+                await consumer.ack(msg)
+        await producer.close()
+        await consumer.close()
+    assert received == sent
+
+    # Topic stats come from the owning broker, which the lookup service calls on the broker's
+    # internal listener with its own certificate (mTLS).
+    stats = secure_admin_json(stack, creds, "topics", "stats", topic)
+    assert stats, "the owning broker answered the lookup service's stats call"
+    owner = secure_admin_json(stack, creds, "topics", "describe", topic)["broker_id"]
+
+    # Refused: a plaintext client (lookup, and the owning broker's client port), TLS without a
+    # token, and TLS without a client certificate where only the cluster's services may call
+    # (a broker's internal listener, the leader service).
+    lookup = f"127.0.0.1:{stack.env['DANUBE_TEST_LOOKUP_PORT']}"
+    broker = f"127.0.0.1:{stack.env[f'DANUBE_TEST_BROKER{owner}_PORT']}"
+    ca_only = grpc.ssl_channel_credentials(root_certificates=creds.ca_file.read_bytes())
+    assert await refused(lookup, None) == grpc.StatusCode.UNAVAILABLE
+    assert await refused(broker, None) == grpc.StatusCode.UNAVAILABLE
+    assert await refused(lookup, ca_only) == grpc.StatusCode.UNAUTHENTICATED
+    for var in (f"BROKER{owner}_INTERNAL", "LEADER1"):
+        internal = f"127.0.0.1:{stack.env[f'DANUBE_TEST_{var}_PORT']}"
+        assert await refused(internal, ca_only) == grpc.StatusCode.UNAVAILABLE, var
+    async with DanubeClient(
+        url(stack, "LOOKUP"), rpc_timeout_s=5, operation_timeout_s=10
+    ) as plain:  # http://: the SDK's plaintext client
+        with pytest.raises((DanubeError, TimeoutError)):
+            await plain.create_producer(topic)
+    # etcd: TLS only, and only with a client certificate of the CA.
+    etcd = f"127.0.0.1:{stack.env['DANUBE_TEST_ETCD_PORT']}"
+    for cfg in (
+        EtcdConfig(endpoints=[etcd], request_timeout_s=5),
+        EtcdConfig(endpoints=[etcd], request_timeout_s=5, ca_file=str(creds.ca_file)),
+    ):
+        store = EtcdStore.from_config(cfg)
+        try:
+            with pytest.raises(DanubeError):
+                await store.get("/danube/brokers/1")
+        finally:
+            await store.aclose()
+    print(
+        f"\nsecured stack: {len(sent)} messages over TLS with the admin token; plaintext and tokenless refused"
+    )

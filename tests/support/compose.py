@@ -1,4 +1,5 @@
-"""Run deploy/docker-compose.yml with its test override, from the tests.
+"""Run deploy/docker-compose.yml with its test override (and, for the secured stack, the secure
+override and its test override: :data:`SECURE_COMPOSE_FILES`), from the tests.
 
 :class:`ComposeStack` renders the two files into one (``compose config``), drops what host
 networking forbids (published ports) and what must not happen in a test (builds), starts it,
@@ -25,6 +26,13 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 COMPOSE_FILES = (DEPLOY / "docker-compose.yml", DEPLOY / "docker-compose.test.yml")
+#: The secured stack on the host network: the test override, then the secure override and its
+#: own test override (deploy/docker-compose.secure-test.yml says why this order).
+SECURE_COMPOSE_FILES = (
+    *COMPOSE_FILES,
+    DEPLOY / "docker-compose.secure.yml",
+    DEPLOY / "docker-compose.secure-test.yml",
+)
 
 #: Every port variable of docker-compose.test.yml (``DANUBE_TEST_{NAME}_PORT``): the compose test
 #: picks a free loopback port for each; tests/unit/deploy checks the file uses exactly these.
@@ -32,6 +40,8 @@ PORT_VARS = (
     "ETCD", "ETCD_PEER", "S3", "LOOKUP", "ADMIN", "LEADER1", "LEADER2",
     "UPLOADER1", "UPLOADER2", "UPLOADER3", "BROKER1", "BROKER2", "BROKER3", "LM1", "LM2",
 )  # fmt: skip
+#: The port variables docker-compose.secure-test.yml adds (the brokers' internal listeners).
+SECURE_PORT_VARS = ("BROKER1_INTERNAL", "BROKER2_INTERNAL", "BROKER3_INTERNAL")
 
 
 def project_name() -> str:
@@ -139,13 +149,23 @@ class ComposeStack:
         state: dict[str, Any] = json.loads(res.stdout)
         return state
 
+    def one_shot(self) -> list[str]:
+        """Services without a health check: jobs that run once and exit (the secure override's
+        ``certs``), which the others wait for with ``service_completed_successfully``."""
+        return [name for name, svc in self.config()["services"].items() if "healthcheck" not in svc]
+
     def wait_healthy(self, *, timeout_s: float = 240) -> None:
-        """Poll until every service's health check passes; fail at once if one exited."""
+        """Poll until every service's health check passes (a one-shot service: until it exited
+        0); fail at once if one exited (a one-shot one: with another code)."""
         deadline = time.monotonic() + timeout_s
         pending = self.services()
+        one_shot = set(self.one_shot())
         while pending:
             for service in list(pending):
                 state = self.state(service)
+                if service in one_shot and state.get("Status") == "exited" and state.get("ExitCode") == 0:
+                    pending.remove(service)
+                    continue
                 if state.get("Status") in ("exited", "dead"):
                     raise ComposeError(
                         f"service {service} exited with {state.get('ExitCode')}:\n{self.logs(service, tail=60)}"
@@ -181,6 +201,18 @@ class ComposeStack:
         return subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout_s, env=self.env, check=False
         )
+
+    def copy_from(self, service: str, path: str, dest: Path) -> None:
+        """``docker cp CONTAINER:path dest`` from the service's container, running or exited
+        (its volumes included)."""
+        subprocess.run(
+            ["docker", "cp", f"{self.container_id(service)}:{path}", str(dest)],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+
+    def volume(self, name: str) -> str:
+        """The engine's name of the compose file's volume ``name``: ``{project}_{name}``."""
+        return f"{self.project}_{name}"
 
     def logs(self, service: str | None = None, *, tail: int | str = 200) -> str:
         with contextlib.suppress(ComposeError, subprocess.TimeoutExpired):

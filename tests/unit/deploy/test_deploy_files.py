@@ -1,7 +1,8 @@
 """The deployment files agree with the code, checked without Docker.
 
-Every Danube service of deploy/docker-compose.yml, and of the same file with
-deploy/docker-compose.test.yml on top, is loaded the way the service loads itself: its
+Every Danube service of deploy/docker-compose.yml, and of the same file with its overrides on
+top (deploy/docker-compose.test.yml; docker-compose.secure.yml; all four files, as the secure
+compose test runs them), is loaded the way the service loads itself: its
 command through the service's own argparse parser and ``load()``, its environment through the
 service's pydantic config (unknown fields are an error there), its ``--config`` file from
 deploy/config. So a renamed flag, a misspelt or renamed environment variable, a bad value or a
@@ -9,7 +10,12 @@ missing config file fails here. Then the addresses are cross-checked against the
 configs: published ports = listened ports, every etcd / leader / uploader / S3 address names a
 service of the file and the port it listens on, broker ids and ports are unique, health checks
 watch the ready file the service writes. The Dockerfiles: EXPOSE = the services' default
-ports, every package root is copied, the moto version matches the dev extra.
+ports, every package root is copied, the moto version matches the dev extra. The secure
+override: each service's TLS, auth and etcd settings are what ``danube-local up --secure`` gives
+a service of its kind (secure_mode.service_settings), every file it names is one the ``certs``
+service's command writes, each certificate names the hosts its service is dialed at and matches
+``auth.internal_identities``, every service waits for ``certs`` and mounts its volume read-only,
+and etcd's own flags are etcd's (checked against ``etcd --help`` where etcd is installed).
 
 The compose files are also run for real, in Docker, by tests/e2e/test_compose.py
 (scripts/compose_test.sh).
@@ -17,8 +23,12 @@ The compose files are also run for real, in Docker, by tests/e2e/test_compose.py
 
 from __future__ import annotations
 
+import argparse
+import fnmatch
 import importlib
 import re
+import shutil
+import subprocess
 import tomllib
 import typing
 from collections.abc import Callable, Mapping
@@ -33,8 +43,11 @@ from pydantic import BaseModel
 
 from danube_common.config import load_config
 from danube_common.errors import ConfigError
+from danube_local import __main__ as local_main
+from danube_local.certs import DeploymentFiles, ServiceSpec
+from danube_local.secure_mode import ENV_PREFIXES, INTERNAL_IDENTITIES, as_env, service_settings
 from tests.support import containers
-from tests.support.compose import PORT_VARS
+from tests.support.compose import PORT_VARS, SECURE_PORT_VARS
 
 pytestmark = pytest.mark.unit
 
@@ -46,8 +59,12 @@ SCRIPTS: dict[str, str] = PYPROJECT["project"]["scripts"]
 #: The image's copy of deploy/config (deploy/Dockerfile: COPY deploy/config /etc/danube).
 IMAGE_CONFIG_DIR = "/etc/danube/"
 
-#: Values for the test override's variables (the compose test picks free ports).
-TEST_ENV = {f"DANUBE_TEST_{name}_PORT": str(20000 + i) for i, name in enumerate(PORT_VARS)}
+#: Values for the test overrides' variables (the compose test picks free ports).
+TEST_ENV = {
+    f"DANUBE_TEST_{name}_PORT": str(20000 + i) for i, name in enumerate((*PORT_VARS, *SECURE_PORT_VARS))
+}
+#: Console scripts that are tools, not services (the secure override's `certs` runs danube-local).
+TOOL_SCRIPTS = frozenset({"danube-local", "danube-cli", "danube-admin"})
 
 
 # ---- the files, as compose reads them ----------------------------------------------------------
@@ -83,13 +100,17 @@ def interpolate(value: Any, env: Mapping[str, str]) -> Any:
 
 def _merge_service(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """How compose merges an override into a service: scalars and commands are replaced,
-    environment and labels are merged by key, ports and volumes are concatenated."""
+    environment, labels and depends_on are merged by key, ports are concatenated, volumes are
+    merged by their path in the container."""
     out = dict(base)
     for key, value in over.items():
-        if key in ("environment", "labels") and isinstance(value, dict):
+        if key in ("environment", "labels", "depends_on") and isinstance(value, dict):
             out[key] = {**base.get(key, {}), **value}
-        elif key in ("ports", "volumes"):
+        elif key == "ports":
             out[key] = [*base.get(key, []), *value]
+        elif key == "volumes":
+            targets = {str(v).split(":")[1] for v in value}
+            out[key] = [*(v for v in base.get(key, []) if str(v).split(":")[1] not in targets), *value]
         elif key == "healthcheck":
             out[key] = {**base.get(key, {}), **value}
         else:
@@ -108,18 +129,53 @@ def user_file() -> dict[str, Any]:
     return data
 
 
+def merged(names: tuple[str, ...], env: Mapping[str, str], *, new: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``names`` merged in order as compose does; only the files in ``new`` may add services."""
+    config: dict[str, Any] = interpolate(raw(names[0]), env)
+    for name in names[1:]:
+        over = interpolate(raw(name), env)
+        services = dict(config["services"])
+        for service, svc in over["services"].items():
+            if service in services:
+                services[service] = _merge_service(services[service], svc)
+            else:
+                assert name in new, f"{name} overrides {service}, which the files before it lack"
+                services[service] = svc
+        config = {
+            **config,
+            "services": services,
+            "volumes": {**(config.get("volumes") or {}), **(over.get("volumes") or {})},
+        }
+    return config
+
+
 def override_file() -> dict[str, Any]:
     """docker-compose.yml + docker-compose.test.yml, as the compose test runs them."""
-    base = interpolate(raw("docker-compose.yml"), TEST_ENV)
-    over = interpolate(raw("docker-compose.test.yml"), TEST_ENV)
-    services = dict(base["services"])
-    for name, svc in over["services"].items():
-        assert name in services, f"docker-compose.test.yml overrides {name}, which docker-compose.yml lacks"
-        services[name] = _merge_service(services[name], svc)
-    return {**base, "services": services}
+    return merged(("docker-compose.yml", "docker-compose.test.yml"), TEST_ENV)
 
 
-FILES: dict[str, Callable[[], dict[str, Any]]] = {"user": user_file, "test": override_file}
+SECURE = "docker-compose.secure.yml"
+
+
+def secure_file() -> dict[str, Any]:
+    """docker-compose.yml + docker-compose.secure.yml, as a user runs them (no variables set)."""
+    return merged(("docker-compose.yml", SECURE), {}, new=(SECURE,))
+
+
+def secure_test_file() -> dict[str, Any]:
+    """All four files, in the order the secure compose test runs them (tests/support/compose.py)."""
+    names = ("docker-compose.yml", "docker-compose.test.yml", SECURE, "docker-compose.secure-test.yml")
+    return merged(names, TEST_ENV, new=(SECURE,))
+
+
+FILES: dict[str, Callable[[], dict[str, Any]]] = {
+    "user": user_file,
+    "test": override_file,
+    "secure": secure_file,
+    "secure-test": secure_test_file,
+}
+#: The files that run on the host network of docker-compose.test.yml.
+ON_HOST_NETWORK = ("test", "secure-test")
 
 
 # ---- the services, as they load themselves -----------------------------------------------------
@@ -131,8 +187,12 @@ def main_module(script: str) -> ModuleType:
 
 
 def danube_services(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The services whose command is one of this project's console scripts."""
-    return {n: s for n, s in config["services"].items() if s.get("command") and s["command"][0] in SCRIPTS}
+    """The services whose command is one of this project's services (not a tool)."""
+    return {
+        n: s
+        for n, s in config["services"].items()
+        if s.get("command") and s["command"][0] in SCRIPTS and s["command"][0] not in TOOL_SCRIPTS
+    }
 
 
 def host_path(path: str) -> str:
@@ -301,7 +361,7 @@ def test_every_address_names_a_service_and_the_port_it_listens_on(which: str) ->
     config = FILES[which]()
     services = config["services"]
     cfgs = loaded(config)
-    test = which == "test"
+    test = which in ON_HOST_NETWORK
 
     def addr(service: str, port: int) -> str:
         # On the host network every service is 127.0.0.1; on compose's network, its name.
@@ -415,6 +475,257 @@ def test_planner_one_shot_command_loads() -> None:
         argv = [str(a) for a in svc["command"][1:] if not str(a).startswith("--ready-file")]
         cfg, once = planner_main.load([*local_argv(argv), "--once"], env=svc.get("environment") or {})
         assert once and cfg.engine == "spark" and cfg.leader_endpoints
+
+
+# ---- the secure override -------------------------------------------------------------------------
+
+SECURE_FILES = ("secure", "secure-test")
+#: Where the `certs` service writes, and every other service mounts the volume (read-only).
+SECURE_DIR = "/etc/danube/secure"
+#: The config sections the secure override sets in every Danube service.
+SECURITY_SECTIONS = ("TLS__", "AUTH__", "ETCD__")
+
+
+def certs_args(config: dict[str, Any]) -> argparse.Namespace:
+    """The `certs` service's command, parsed by danube-local's own parser."""
+    command = [str(a) for a in config["services"]["certs"]["command"]]
+    assert command[:2] == ["danube-local", "certs"], command
+    try:
+        return local_main.build_parser().parse_args(command[1:])
+    except SystemExit as exc:
+        raise AssertionError(f"danube-local refuses {command} (exit {exc.code})") from exc
+
+
+def certs_layout(config: dict[str, Any]) -> DeploymentFiles:
+    args = certs_args(config)
+    return DeploymentFiles(Path(args.dir), tuple(args.service))
+
+
+def cert_specs(config: dict[str, Any]) -> dict[str, ServiceSpec]:
+    return {spec.identity: spec for spec in certs_layout(config).services}
+
+
+def kind_of(script: str) -> str:
+    """danube-load-manager -> load_manager (secure_mode's kinds)."""
+    return script.removeprefix("danube-").replace("-", "_")
+
+
+def identity_of(name: str, svc: dict[str, Any]) -> str:
+    """The certificate a service presents: the file its TLS__CERT_FILE names."""
+    prefix = main_module(svc["command"][0]).ENV_PREFIX
+    cert = str((svc.get("environment") or {}).get(f"{prefix}_TLS__CERT_FILE", ""))
+    assert cert.startswith(SECURE_DIR + "/") and cert.endswith(".pem"), f"{name}: TLS__CERT_FILE {cert!r}"
+    return Path(cert).stem
+
+
+def strings(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return [str(value)]
+
+
+def test_certs_service_writes_into_its_volume_as_the_images_user() -> None:
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    image_user = re.search(r"^USER (\S+)$", dockerfile, re.M)
+    assert image_user, "deploy/Dockerfile names the user services run as"
+    assert re.search(rf"useradd .*\b{image_user.group(1)}\b", dockerfile), "the image makes that user"
+    for which in SECURE_FILES:
+        config = FILES[which]()
+        certs = config["services"]["certs"]
+        args = certs_args(config)
+        assert str(args.dir) == SECURE_DIR, f"{which}: certs writes {args.dir}"
+        assert args.owner == image_user.group(1), f"{which}: hand the files to the services' user"
+        assert certs.get("user") == "root", (
+            f"{which}: certs writes the volume's root, made by Docker for root"
+        )
+        assert certs.get("restart") == "no", f"{which}: certs runs once"
+        assert "healthcheck" not in certs, f"{which}: a one-shot service (ComposeStack waits for its exit)"
+        assert certs["volumes"] == [f"secure:{SECURE_DIR}"], f"{which}: certs writes the `secure` volume"
+        assert "secure" in config["volumes"], f"{which}: the `secure` volume is declared"
+        assert args.admin_token_ttl == 30 * 86400, f"{which}: the admin token's default ttl (30d)"
+
+
+def test_every_service_waits_for_certs_and_mounts_them_read_only() -> None:
+    for which in SECURE_FILES:
+        config = FILES[which]()
+        for name, svc in config["services"].items():
+            if name in ("certs", "minio"):  # MinIO is not secured (deploy/docker-compose.secure.yml)
+                continue
+            assert svc.get("depends_on", {}).get("certs") == {
+                "condition": "service_completed_successfully"
+            }, f"{which} {name}: wait until certs exited 0"
+            assert f"secure:{SECURE_DIR}:ro" in svc.get("volumes", []), (
+                f"{which} {name}: mount the volume :ro"
+            )
+
+
+def test_secure_settings_are_those_of_danube_local_up_secure() -> None:
+    # One source of truth: each service gets what `danube-local up --secure` gives a service of
+    # its kind (TLS, auth, etcd TLS), with its own certificate of the `certs` service.
+    for which in SECURE_FILES:
+        config = FILES[which]()
+        layout = certs_layout(config)
+        specs = cert_specs(config)
+        for name, svc in danube_services(config).items():
+            module = main_module(svc["command"][0])
+            kind = kind_of(svc["command"][0])
+            assert ENV_PREFIXES[kind] == module.ENV_PREFIX, f"secure_mode's prefix of {kind}"
+            identity = identity_of(name, svc)
+            assert identity in specs, f"{which} {name}: no --service {identity} in the certs command"
+            cert, key = layout.pair(identity)
+            want = as_env(
+                module.ENV_PREFIX,
+                service_settings(
+                    kind,
+                    cert_file=cert,
+                    key_file=key,
+                    ca_file=layout.ca_cert,
+                    secret_file=layout.jwt_secret,
+                    etcd_tls=True,
+                ),
+            )
+            have = {
+                k: str(v)
+                for k, v in (svc.get("environment") or {}).items()
+                if k.removeprefix(module.ENV_PREFIX + "_").startswith(SECURITY_SECTIONS)
+            }
+            assert have == want, f"{which} {name}: security settings differ from secure_mode's"
+
+
+def test_certificates_name_the_services_and_their_hosts() -> None:
+    for which in SECURE_FILES:
+        config = FILES[which]()
+        services = config["services"]
+        specs = cert_specs(config)
+        cfgs = loaded(config)
+        on_host = which in ON_HOST_NETWORK
+        used = {identity_of(name, services[name]) for name in cfgs}
+        assert set(specs) == used | {"etcd"}, f"{which}: a certificate per service, and etcd's"
+        assert len(used) == len(cfgs), f"{which}: each service has a certificate of its own"
+        for name, cfg in cfgs.items():
+            identity = identity_of(name, services[name])
+            assert any(fnmatch.fnmatchcase(identity, p) for p in INTERNAL_IDENTITIES), (
+                f"{which} {name}: {identity} is no internal identity {INTERNAL_IDENTITIES}"
+            )
+            hosts = set(specs[identity].cert_hosts)
+            # The host the other services and the clients dial: the service name on compose's
+            # network, 127.0.0.1 on the host network.
+            assert (name if not on_host else "127.0.0.1") in hosts, f"{which} {name}: {hosts}"
+            for field in ("advertised_host", "internal_advertised_host"):
+                if getattr(cfg, field, None):
+                    assert getattr(cfg, field) in hosts, f"{which} {name}: {field} not in {hosts}"
+            for endpoint in cfg.etcd.endpoints:
+                assert host_of(endpoint.removeprefix("https://")) in specs["etcd"].cert_hosts, (
+                    f"{which} {name}: etcd is dialed at {endpoint}"
+                )
+            assert cfg.tls.enabled and cfg.etcd.tls_enabled, f"{which} {name}: TLS, and TLS to etcd"
+            if services[name]["command"][0] != "danube-planner":  # it serves nothing: no auth
+                assert cfg.auth.enabled and cfg.auth.jwt is not None, f"{which} {name}: auth on"
+        # Identities are matched against a certificate's names too (common name or SAN): etcd's
+        # certificate, which is no cluster member, must not name one.
+        etcd_names = specs["etcd"].cert_hosts
+        assert not any(fnmatch.fnmatchcase(h, p) for h in etcd_names for p in INTERNAL_IDENTITIES), etcd_names
+    # With DANUBE_ADVERTISED_HOST, the brokers' certificates name it too.
+    config = interpolate(raw(SECURE), {"DANUBE_ADVERTISED_HOST": "10.0.0.5"})
+    specs = {s.identity: s for s in certs_layout(config).services}
+    assert all("10.0.0.5" in specs[f"broker-{n}"].hosts for n in (1, 2, 3))
+
+
+def test_every_secure_file_named_is_one_certs_writes() -> None:
+    for which in SECURE_FILES:
+        config = FILES[which]()
+        written = {str(p) for p in certs_layout(config).paths()}
+        named = set()
+        for name, svc in config["services"].items():
+            for text in strings({k: v for k, v in svc.items() if k != "volumes"}):
+                value = text.split("=", 1)[1] if text.startswith("--") and "=" in text else text
+                if value.startswith(SECURE_DIR + "/"):
+                    assert value in written, (
+                        f"{which} {name}: {value} is not a file `danube-local certs` writes"
+                    )
+                    named.add(value)
+        for must in ("ca.pem", "jwt-secret", "etcd.pem", "etcd.key"):
+            assert f"{SECURE_DIR}/{must}" in named, f"{which}: {must} is used"
+
+
+def test_secure_brokers_have_internal_listeners() -> None:
+    for which in SECURE_FILES:
+        config = FILES[which]()
+        on_host = which in ON_HOST_NETWORK
+        ports = []
+        for name, cfg in loaded(config).items():
+            if config["services"][name]["command"][0] != "danube-broker":
+                continue
+            assert cfg.internal_listen_addr, f"{which} {name}: services call brokers on an internal listener"
+            assert host_of(cfg.internal_listen_addr) == ("127.0.0.1" if on_host else "0.0.0.0")
+            assert cfg.internal_advertised_host == ("127.0.0.1" if on_host else name), (
+                f"{which} {name}: the other services reach it there, whatever DANUBE_ADVERTISED_HOST says"
+            )
+            port = port_of(cfg.internal_listen_addr)
+            assert port != port_of(cfg.listen_addr)
+            published = [str(p).split(":")[-1] for p in config["services"][name].get("ports", [])]
+            assert str(port) not in published, f"{which} {name}: the internal listener is not published"
+            ports.append(port)
+        assert len(ports) == len(set(ports)) == 3, f"{which}: internal ports {ports}"
+
+
+def etcd_flags(binary: str) -> set[str] | None:
+    """The flags ``binary --help`` lists (etcd and etcdctl print them there); None when the
+    binary is not installed."""
+    if shutil.which(binary) is None:
+        return None
+    res = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30, check=False)
+    return set(re.findall(r"(--[a-z][a-z0-9-]*)", res.stdout + res.stderr))
+
+
+def test_secure_etcd_serves_tls_and_requires_client_certificates() -> None:
+    for which in SECURE_FILES:
+        etcd = FILES[which]()["services"]["etcd"]
+        flags = dict(str(a).split("=", 1) if "=" in str(a) else (str(a), "") for a in etcd["command"][1:])
+        for flag in ("--listen-client-urls", "--advertise-client-urls"):
+            assert urlsplit(flags[flag]).scheme == "https", f"{which}: {flag}={flags[flag]}"
+        assert flags["--cert-file"] == f"{SECURE_DIR}/etcd.pem"
+        assert flags["--key-file"] == f"{SECURE_DIR}/etcd.key"
+        assert flags["--trusted-ca-file"] == f"{SECURE_DIR}/ca.pem"
+        assert "--client-cert-auth" in flags
+        assert host_of(urlsplit(flags["--listen-peer-urls"]).netloc) == "127.0.0.1", (
+            f"{which}: one member, the peer port on loopback only"
+        )
+        test = [str(a) for a in etcd["healthcheck"]["test"]]
+        port = urlsplit(flags["--listen-client-urls"]).port
+        assert f"--endpoints=https://127.0.0.1:{port}" in test, f"{which}: health check {test}"
+        assert {f"--cacert={SECURE_DIR}/ca.pem", f"--cert={SECURE_DIR}/etcd.pem"} <= set(test)
+
+
+def test_secure_etcd_flags_are_etcds() -> None:
+    # Debian's etcd-server (3.4; the test image) and the compose file's 3.5 share these flags.
+    known, ctl = etcd_flags("etcd"), etcd_flags("etcdctl")
+    if known is None:
+        pytest.skip("etcd is not installed (apt-get install etcd-server)")
+    for which in SECURE_FILES:
+        etcd = FILES[which]()["services"]["etcd"]
+        for arg in etcd["command"][1:]:
+            flag = str(arg).split("=", 1)[0]
+            assert flag in known, f"{which}: etcd has no flag {flag}"
+        for arg in etcd["healthcheck"]["test"][2:]:
+            if ctl is not None and str(arg).startswith("--"):
+                assert str(arg).split("=", 1)[0] in ctl, f"{which}: etcdctl has no flag {arg}"
+
+
+def test_secure_test_override_stays_on_loopback_with_local_images() -> None:
+    config = secure_test_file()
+    for name, svc in config["services"].items():
+        assert svc.get("network_mode") == "host", f"{name}: host network"
+        assert svc.get("image") in (containers.PROJECT_IMAGE, *containers.SERVER_IMAGES), (
+            f"{name}: {svc.get('image')} is not one of the locally built images"
+        )
+    text = (DEPLOY / "docker-compose.secure-test.yml").read_text()
+    used = set(re.findall(r"DANUBE_TEST_([A-Z0-9_]+)_PORT", text))
+    assert used - set(PORT_VARS) == set(SECURE_PORT_VARS), (
+        f"new port variables {sorted(used - set(PORT_VARS))}"
+    )
 
 
 # ---- images -------------------------------------------------------------------------------------
