@@ -360,3 +360,27 @@ async def test_mtls_identities(cluster: Cluster, pki: dict[str, str]) -> None:
                 apb_grpc.BrokerStatsServiceStub(ch).GetBrokerStats(apb.BrokerStatsRequest(), timeout=5)
             )
             assert code == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_an_unserved_method_is_refused_as_a_serving_server_would(cluster: Cluster) -> None:
+    """danube-client falls back to the service URL when a lookup is refused and sends
+    CreateProducer there: the caller must learn why it was refused, not "not implemented"."""
+    await cluster.start()
+    await cluster.grant("user:alice", "producer", "namespace", "orders")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{cluster.port}") as ch:
+        lookup = pb_grpc.DiscoveryStub(ch)  # this server serves no Discovery
+        req = pb.TopicLookupRequest(request_id=1, topic="/orders/new")
+        cases = [
+            (None, grpc.StatusCode.UNAUTHENTICATED, "missing"),
+            (_token("bob"), grpc.StatusCode.PERMISSION_DENIED, "user:bob may not lookup"),
+            (_token(), grpc.StatusCode.UNIMPLEMENTED, "is not served here"),
+        ]
+        for token, code, text in cases:
+            got, details, _ = await _status(lookup.TopicLookup(req, metadata=_md(token), timeout=10))
+            assert (got, text in details) == (code, True), (token, got, details)
+        # A method no rule names is not invented here: gRPC's own UNIMPLEMENTED.
+        unknown = ch.unary_unary(
+            "/danube.Nope/Nothing", request_serializer=bytes, response_deserializer=bytes
+        )
+        got, _, _ = await _status(unknown(b"", metadata=_md(_token()), timeout=10))
+        assert got == grpc.StatusCode.UNIMPLEMENTED
