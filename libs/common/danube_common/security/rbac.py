@@ -207,7 +207,14 @@ CLUSTER_SERVICE_ROLE = "cluster-service"
 BUILTIN_ROLES: dict[str, Role] = {
     r.name: r
     for r in (
-        Role("admin", frozenset(Permission), "every permission", builtin=True),
+        # Not cluster_internal: a person's token never campaigns for a control-plane role or
+        # drives a WAL uploader (cluster members hold it through their certificates).
+        Role(
+            "admin",
+            frozenset(Permission) - {Permission.CLUSTER_INTERNAL},
+            "every permission but cluster_internal",
+            builtin=True,
+        ),
         Role(
             CLUSTER_SERVICE_ROLE,
             # produce: a broker publishes dead letters to the topic's owner over the client API.

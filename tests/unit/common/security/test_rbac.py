@@ -116,3 +116,11 @@ def test_role_json_round_trip_ignores_unknown_permissions() -> None:
     role = Role("r", frozenset({P.PRODUCE, P.LOOKUP}), "d")
     assert Role.from_json("r", role.to_json()) == role
     assert Role.from_json("r", {"permissions": ["produce", "fly"]}).permissions == {P.PRODUCE}
+
+
+def test_the_admin_role_is_everything_but_cluster_internal() -> None:
+    authz = Authorizer(StaticPolicy(bindings=[Binding("ops", "user:bob", "admin", Scope.CLUSTER, "")]))
+    for permission in Permission:
+        allowed = authz.check(BOB, permission, Resource.cluster()).allowed
+        assert allowed == (permission is not P.CLUSTER_INTERNAL), permission
+    assert authz.check(MEMBER, P.CLUSTER_INTERNAL, Resource.cluster()).allowed
