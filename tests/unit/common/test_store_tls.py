@@ -19,7 +19,7 @@ from danube_common.service import ServiceConfig, check_security_files
 from danube_lookup.config import LookupConfig
 from danube_planner.config import PlannerConfig
 from danube_wal_uploader.config import WalUploaderConfig
-from tests.unit.common.security.certs import issue, make_ca
+from tests.support.certs import issue, make_ca
 
 pytestmark = pytest.mark.unit
 

@@ -27,7 +27,7 @@ from danube_common.security.security_store import SecurityStore
 from danube_common.security.security_view import SecurityView
 from danube_common.security.tls import TlsConfig, bind_server, channel_credentials
 from danube_common.security.tokens import issue_token
-from tests.unit.common.security.certs import issue, make_ca
+from tests.support.certs import issue, make_ca
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 

@@ -17,7 +17,7 @@ from danube_common.security.tls import (
     load_material,
     server_credentials,
 )
-from tests.unit.common.security.certs import issue, make_ca
+from tests.support.certs import issue, make_ca
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,7 @@ import pytest
 from danube_common.errors import ConfigError, TokenExpired, Unauthenticated
 from danube_common.security.principal import PrincipalType
 from danube_common.security.tokens import AuthFailure, TokenVerifier, issue_token, parse_bearer
-from tests.unit.common.security.certs import ec_key, pem_key, pem_public, rsa_key
+from tests.support.certs import ec_key, pem_key, pem_public, rsa_key
 
 pytestmark = pytest.mark.unit
 
