@@ -56,7 +56,7 @@ examples:
   danube-local up --brokers 1 --load-managers 0 --leaders 0   # no control plane: lookups place topics
   danube-local up --demo                           # start, then produce and consume 10 messages
   danube-local up --demo --exit-after-demo         # the same, then stop (exit code = demo result)
-  danube-local up --lookup-port 0 --admin-port 0   # any free ports (printed once started)
+  danube-local up --lookup-port 0 --admin-port 0 --console-port 0   # any free ports (printed once started)
   danube-local up --etcd-endpoint 127.0.0.1:2379   # use a running etcd instead of starting one
   danube-local up --s3-endpoint http://127.0.0.1:9000 --s3-bucket danube-wal   # history in MinIO
   danube-local up --planner spark                  # also the PySpark rebalancing planner
@@ -197,6 +197,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--admin-port", type=_port, default=50051, metavar="PORT", help="admin port (default: 50051)"
     )
     up.add_argument(
+        "--console-port",
+        type=_port,
+        default=8080,
+        metavar="PORT",
+        help="the lookup's HTTP port: web console and its /metrics (default: 8080; every other "
+        "service's /metrics gets a free port, printed once started)",
+    )
+    up.add_argument(
         "--broker-ports", type=_ports, default=None, metavar="P1,P2,...",
         help="ports of the brokers, in order (default: any free port)",
     )  # fmt: skip
@@ -274,23 +282,29 @@ def _rel(path: Path) -> str:
 
 
 def endpoints_table(cluster: LocalCluster) -> str:
-    rows: list[tuple[str, str, str, str]] = []
+    rows: list[tuple[str, str, str, str, str]] = []
     if cluster.etcd is not None and cluster.etcd.proc is not None:
-        rows.append(("etcd", cluster.etcd_endpoint, str(cluster.etcd.proc.pid), _rel(cluster.etcd.log_path)))
+        rows.append(
+            ("etcd", cluster.etcd_endpoint, str(cluster.etcd.proc.pid), _rel(cluster.etcd.log_path), "")
+        )
     else:
-        rows.append(("etcd", cluster.etcd_endpoint, "-", "(external)"))
+        rows.append(("etcd", cluster.etcd_endpoint, "-", "(external)", ""))
     lk = cluster.lookup
-    rows.append(("lookup (service URL)", lk.url, str(lk.pid), _rel(lk.log_path)))
-    rows.append(("admin", lk.admin_url, str(lk.pid), "(served by lookup)"))
+    rows.append(("lookup (service URL)", lk.url, str(lk.pid), _rel(lk.log_path), lk.metrics_url))
+    rows.append(("admin", lk.admin_url, str(lk.pid), "(served by lookup)", ""))
+    if lk.http_url:
+        rows.append(("web console", lk.http_url, str(lk.pid), "(served by lookup)", ""))
     for b in cluster.brokers:
-        rows.append((f"broker {b.broker_id}", b.url, str(b.pid), _rel(b.log_path)))
+        rows.append((f"broker {b.broker_id}", b.url, str(b.pid), _rel(b.log_path), b.metrics_url))
     for svc in [*cluster.leaders, *cluster.load_managers, *cluster.uploaders.values()]:
-        rows.append((svc.name, svc.url, str(svc.pid), _rel(svc.log_path)))
+        rows.append((svc.name, svc.url, str(svc.pid), _rel(svc.log_path), svc.metrics_url))
     if cluster.planner is not None:
         p = cluster.planner
-        rows.append(("planner", f"engine {p.info.get('engine')}", str(p.pid), _rel(p.log_path)))
-    head = ("component", "address", "pid", "log")
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
+        rows.append(
+            ("planner", f"engine {p.info.get('engine')}", str(p.pid), _rel(p.log_path), p.metrics_url)
+        )
+    head = ("component", "address", "pid", "log", "metrics")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
     lines = [
         "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *rows]
     ]
@@ -432,6 +446,7 @@ def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
         etcd_endpoint=args.etcd_endpoint,
         lookup_port=args.lookup_port,
         admin_port=args.admin_port,
+        console_port=args.console_port,
         broker_ports=args.broker_ports,
         host=args.host,
         log_level=args.log_level,

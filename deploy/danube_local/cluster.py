@@ -135,6 +135,15 @@ class ServiceProcess:
         return int(self.addr.rsplit(":", 1)[1])
 
     @property
+    def http_url(self) -> str:
+        """The HTTP endpoint (``/metrics``; the lookup's web console), "" if it serves none."""
+        return str(self.info.get("http_url") or "")
+
+    @property
+    def metrics_url(self) -> str:
+        return str(self.info.get("metrics_url") or "")
+
+    @property
     def pid(self) -> int:
         if self.proc is None:
             raise ClusterError(f"{self.name} was never started")
@@ -164,6 +173,7 @@ class LocalCluster:
         etcd_endpoint: str | None = None,
         lookup_port: int = 0,
         admin_port: int = 0,
+        console_port: int = 0,
         broker_ports: list[int] | None = None,
         host: str = "127.0.0.1",
         log_level: str = "INFO",
@@ -200,6 +210,9 @@ class LocalCluster:
         self.host = host
         self.lookup_port = lookup_port
         self.admin_port = admin_port
+        #: The lookup's HTTP endpoint: the web console (and its /metrics). Every other service's
+        #: HTTP endpoint (/metrics) gets a free port.
+        self.console_port = console_port
         self.broker_ports = list(broker_ports or [])
         self.log_level = log_level
         self.extra_env = dict(extra_env or {})
@@ -278,12 +291,15 @@ class LocalCluster:
     def admin_url(self) -> str:
         return self.lookup.admin_url
 
-    def _common_flags(self, ready_file: Path, *, etcd_endpoint: str | None = None) -> list[str]:
+    def _common_flags(
+        self, ready_file: Path, *, etcd_endpoint: str | None = None, http_port: int = 0
+    ) -> list[str]:
         return [
             "--etcd-endpoints", etcd_endpoint or self.etcd_endpoint,
             "--cluster", self.cluster,
             "--ready-file", str(ready_file),
             "--log-level", self.log_level,
+            "--http-listen", f"{self.host}:{http_port}",
         ]  # fmt: skip
 
     def lookup_argv(self) -> list[str]:
@@ -292,7 +308,7 @@ class LocalCluster:
             self.python, "-m", "danube_lookup",
             "--listen", f"{self.host}:{self.lookup_port}",
             "--admin-listen", f"{self.host}:{self.admin_port}",
-            *self._common_flags(ready),
+            *self._common_flags(ready, http_port=self.console_port),
         ]  # fmt: skip
         if self.lookup_config:
             argv += ["--config", str(self.lookup_config)]
@@ -490,7 +506,7 @@ class LocalCluster:
         return self
 
     def _check_ports(self) -> None:
-        wanted = [("lookup", self.lookup_port), ("admin", self.admin_port)]
+        wanted = [("lookup", self.lookup_port), ("admin", self.admin_port), ("console", self.console_port)]
         wanted += [(f"broker {i + 1}", p) for i, p in enumerate(self.broker_ports)]
         busy = [f"{what} port {port}" for what, port in wanted if port_in_use(self.host, port)]
         if busy:

@@ -10,7 +10,13 @@ from typing import Any
 from danube_common.config import load_config, split_list
 from danube_common.errors import ConfigError
 from danube_common.logs import setup_logging
-from danube_common.service import add_common_flags, check_security_files, common_flags, run_main
+from danube_common.service import (
+    add_common_flags,
+    check_security_files,
+    common_flags,
+    process_tracing,
+    run_main,
+)
 from danube_planner.app import run
 from danube_planner.config import PlannerConfig
 from danube_planner.sparkenv import SparkUnavailable, preflight
@@ -107,11 +113,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     setup_logging(cfg.log_level, service=cfg.candidate_id)
-    return run_main(
-        lambda: run(cfg, once=once),
-        etcd_endpoints=cfg.etcd.endpoints,
-        fatal=(SparkUnavailable,),
-    )
+    with process_tracing("danube-planner", instance_id=cfg.candidate_id, cluster=cfg.etcd.cluster) as ok:
+        if not ok:
+            return 2
+        return run_main(
+            lambda: run(cfg, once=once),
+            etcd_endpoints=cfg.etcd.endpoints,
+            fatal=(SparkUnavailable,),
+        )
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ def _cli(
     out = tmp_path / "cli.out"
     env = {**os.environ, **env_extra}
     argv = [sys.executable, "-m", "danube_local", "up", "--workdir", str(tmp_path / "wd"),
-            "--lookup-port", "0", "--admin-port", "0", *args]  # fmt: skip
+            "--lookup-port", "0", "--admin-port", "0", "--console-port", "0", *args]  # fmt: skip
     with open(out, "wb") as f:
         proc = subprocess.Popen(
             argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,

@@ -152,7 +152,7 @@ def test_secure_local_cluster_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "up.out"
     argv = [
         sys.executable, "-m", "danube_local", "up", "--secure", "--demo",
-        "--workdir", str(tmp_path / "wd"), "--lookup-port", "0", "--admin-port", "0",
+        "--workdir", str(tmp_path / "wd"), "--lookup-port", "0", "--admin-port", "0", "--console-port", "0",
         "--brokers", "1", "--leaders", "1", "--load-managers", "1",
     ]  # fmt: skip
     with open(out, "wb") as f:

@@ -17,6 +17,8 @@ import grpc
 import grpc.aio
 
 from danube_common.errors import ErrorInterceptor
+from danube_common.observability import tracing
+from danube_common.observability.grpc_tracing import ServerTracingInterceptor, client_interceptors
 
 #: Frames carry batches; allow generous messages (payload limits are enforced by policy).
 MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -43,8 +45,12 @@ def new_server(
 ) -> grpc.aio.Server:
     """A server whose ``extra_interceptors`` run outside the ErrorInterceptor (the first is
     outermost): an AuthInterceptor there refuses a call before any servicer code runs, with
-    the same status and ``x-danube-error-code`` trailing metadata the ErrorInterceptor sends."""
-    return grpc.aio.server(interceptors=[*extra_interceptors, ErrorInterceptor()], options=list(options))
+    the same status and ``x-danube-error-code`` trailing metadata the ErrorInterceptor sends.
+    With tracing on, a ServerTracingInterceptor goes outside them all."""
+    traced: list[grpc.aio.ServerInterceptor] = [ServerTracingInterceptor()] if tracing.ENABLED else []
+    return grpc.aio.server(
+        interceptors=[*traced, *extra_interceptors, ErrorInterceptor()], options=list(options)
+    )
 
 
 def open_channel(
@@ -54,10 +60,12 @@ def open_channel(
     options: Sequence[tuple[str, int]] = CHANNEL_OPTIONS,
 ) -> grpc.aio.Channel:
     """A channel to another service: TLS with ``credentials`` (a service's
-    ``channel_credentials(cfg.tls)``: its CA and, for mTLS, its own certificate), else plaintext."""
+    ``channel_credentials(cfg.tls)``: its CA and, for mTLS, its own certificate), else plaintext.
+    With tracing on, unary calls get CLIENT spans and carry the caller's context."""
+    interceptors = client_interceptors() if tracing.ENABLED else None
     if credentials is None:
-        return grpc.aio.insecure_channel(addr, options=list(options))
-    return grpc.aio.secure_channel(addr, credentials, options=list(options))
+        return grpc.aio.insecure_channel(addr, options=list(options), interceptors=interceptors)
+    return grpc.aio.secure_channel(addr, credentials, options=list(options), interceptors=interceptors)
 
 
 def strip_scheme(url: str) -> str:

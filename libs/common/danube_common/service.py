@@ -15,18 +15,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import grpc
 import grpc.aio
+from aiohttp import web
+from prometheus_client import CollectorRegistry
 from pydantic import Field, field_validator
 
 from danube_common.config import EtcdConfig, Frozen, split_list
@@ -37,6 +40,9 @@ from danube_common.logs import setup_logging
 from danube_common.metadata.etcd import etcd_tls_material
 from danube_common.metadata.store import MetadataStore
 from danube_common.objstore.config import ObjectStoreConfig
+from danube_common.observability.http import HttpEndpoint
+from danube_common.observability.metrics import MetricsConfig
+from danube_common.observability.tracing import configure_tracing
 from danube_common.security.config import AuthConfig
 from danube_common.security.interceptor import AuthInterceptor
 from danube_common.security.rules import HandleResolver
@@ -99,6 +105,12 @@ class ServiceConfig(Frozen):
     tls: TlsConfig = Field(default_factory=TlsConfig)
     #: Authentication and RBAC of every RPC this service serves. Default: off (anyone may call).
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    #: The HTTP endpoint (``/metrics`` for Prometheus, ``/healthz``; the lookup's web console)
+    #: host:port; port 0 picks a free port; None (or "off") serves none. Each service has its
+    #: own default port.
+    http_listen_addr: str | None = None
+    #: What ``/metrics`` shows (the per-topic series bound).
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 
     @field_validator("bootstrap_namespaces")
     @classmethod
@@ -108,6 +120,15 @@ class ServiceConfig(Frozen):
                 validate_namespace(ns)
             except InvalidNamespaceName as exc:
                 raise ValueError(exc.message) from exc
+        return v
+
+    @field_validator("http_listen_addr", mode="before")
+    @classmethod
+    def _http_addr(cls, v: object) -> object:
+        if isinstance(v, str) and v.strip().lower() in ("", "off", "none"):
+            return None
+        if isinstance(v, str):
+            split_host_port(v)
         return v
 
     @field_validator("log_level")
@@ -131,6 +152,11 @@ def add_common_flags(p: argparse.ArgumentParser, *, ready_fields: str) -> None:
         help=f"once serving, write {{{ready_fields}}} here as JSON (atomically)",
     )
     p.add_argument("--log-level", metavar="LEVEL", help="DEBUG, INFO (default), WARNING or ERROR")
+    p.add_argument(
+        "--http-listen",
+        metavar="HOST:PORT",
+        help="HTTP endpoint (/metrics, /healthz) address; port 0 = free port; 'off' = none",
+    )
 
 
 def common_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -140,6 +166,7 @@ def common_flags(args: argparse.Namespace) -> dict[str, Any]:
         "etcd.cluster": args.cluster,
         "ready_file": args.ready_file,
         "log_level": args.log_level,
+        "http_listen_addr": args.http_listen,
     }
 
 
@@ -169,6 +196,10 @@ class ServiceReady:
     extra: Mapping[str, Any] = field(default_factory=dict)
     #: A second listener (the lookup service's admin API), "" if none.
     admin_addr: str = ""
+    #: The HTTP endpoint (metrics; the lookup's console), "" if none; ``http_scheme`` is
+    #: ``https`` with TLS.
+    http_addr: str = ""
+    http_scheme: str = "http"
     #: The running service's live state, for embedding and in-process tests (the broker's
     #: topic registry); never written to the ready file.
     live: Any = field(default=None, repr=False, compare=False)
@@ -187,7 +218,23 @@ class ServiceReady:
             out |= {"addr": self.addr, "url": self.url}
         if self.admin_addr:
             out |= {"admin_addr": self.admin_addr, "admin_url": self.admin_url}
+        if self.http_addr:
+            out |= {"http_addr": self.http_addr, "http_url": self.http_url, "metrics_url": self.metrics_url}
         return out | {"pid": self.pid}
+
+    def with_http(self, http: HttpEndpoint | None) -> ServiceReady:
+        """This record with the HTTP endpoint's address (unchanged when it serves none)."""
+        if http is None:
+            return self
+        return dataclasses.replace(self, http_addr=http.advertised, http_scheme=http.scheme)
+
+    @property
+    def http_url(self) -> str:
+        return f"{self.http_scheme}://{self.http_addr}" if self.http_addr else ""
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self.http_url}/metrics" if self.http_addr else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +358,26 @@ async def start_security(
     return ServiceSecurity(cfg.tls, interceptor, view)
 
 
+async def start_http(
+    cfg: ServiceConfig,
+    security: ServiceSecurity,
+    registry: CollectorRegistry,
+    *,
+    service: str,
+    advertised_host: str | None = None,
+    routes: Iterable[web.AbstractRouteDef] = (),
+) -> HttpEndpoint | None:
+    """Serve the service's HTTP endpoint (``/metrics`` from ``registry``, ``/healthz``, and
+    ``routes``) on ``cfg.http_listen_addr``, with the service's TLS and auth; None when it is
+    off. Close it with :meth:`HttpEndpoint.aclose` at shutdown."""
+    if cfg.http_listen_addr is None:
+        return None
+    http = HttpEndpoint(registry, tls=cfg.tls, auth=security.interceptor, service=service)
+    http.add_routes(routes)
+    await http.start(cfg.http_listen_addr, advertised_host=advertised_host)
+    return http
+
+
 class ServiceRun(Protocol[R_co]):
     """A service's ``run(cfg, *, ready, stop)``: serve until ``stop``, call ``ready`` once serving."""
 
@@ -361,10 +428,12 @@ def service_main(
     run: Callable[[C], Coroutine[Any, Any, None]],
     *,
     name: Callable[[C], str],
+    service: str,
     fatal: tuple[type[BaseException], ...] = (),
 ) -> int:
     """A service's whole ``main()``: load the config (a bad one: message, exit 2), set up
-    logging under ``name(cfg)``, then :func:`run_main`."""
+    logging under ``name(cfg)`` and tracing (from ``OTEL_*``; ``service`` is its default
+    ``service.name``, ``name(cfg)`` its instance id), then :func:`run_main`."""
     try:
         cfg = load()
         check_security_files(cfg)
@@ -372,7 +441,28 @@ def service_main(
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
     setup_logging(cfg.log_level, service=name(cfg))
-    return run_main(lambda: run(cfg), etcd_endpoints=cfg.etcd.endpoints, fatal=fatal)
+    with process_tracing(service, instance_id=name(cfg), cluster=cfg.etcd.cluster) as ok:
+        if not ok:
+            return 2
+        return run_main(lambda: run(cfg), etcd_endpoints=cfg.etcd.endpoints, fatal=fatal)
+
+
+@contextlib.contextmanager
+def process_tracing(service: str, *, instance_id: str, cluster: str) -> Iterator[bool]:
+    """Tracing for this process while the block runs (from ``OTEL_*``; off when none is
+    configured), flushed at the end. Yields False, after printing why, when the environment
+    asks for something unsupported (the caller exits 2)."""
+    try:
+        setup = configure_tracing(service, instance_id=instance_id, attributes={"service.namespace": cluster})
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        if setup is not None:
+            setup.shutdown()
 
 
 def run_main(

@@ -55,6 +55,8 @@ from danube_common.leadership import read_leaders
 from danube_common.load_history import LoadHistoryWriter
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.metadata.lease import KeptLease
+from danube_common.observability.http import HttpEndpoint
+from danube_common.observability.metrics import new_registry
 from danube_common.pb import DanubeAdmin_pb2_grpc as admin_grpc
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.placement import LOAD_MANAGER_ROLE
@@ -69,6 +71,7 @@ from danube_common.service import (
     ServiceSecurity,
     internal_credentials,
     remove_ready_file,
+    start_http,
     start_security,
     wait_for_stop,
     write_ready_file,
@@ -163,9 +166,14 @@ async def run(
         # unreachable endpoint stops the start here, before anything is served.
         security = await start_security(cfg, store, resources.keys)
         tiering: Tiering | None = None
+        http: HttpEndpoint | None = None
         try:
             tiering = await Tiering.open(cfg, resources)
             listeners = bind_listeners(cfg, security)
+            metrics = new_registry()
+            http = await start_http(
+                cfg, security, metrics, service="broker", advertised_host=cfg.advertised_host
+            )
             registry = BrokerRegistry(cfg, resources, broker_url=f"http://{listeners.addr}")
             if security.interceptor is not None:  # before serving: id-only calls resolve here
                 security.interceptor.resolve_handle = handle_resolver(registry)
@@ -181,8 +189,11 @@ async def run(
                 stop=stop,
                 tiering=tiering,
                 security=security,
+                http=http,
             )
         finally:
+            if http is not None:
+                await http.aclose()
             if tiering is not None:
                 await tiering.aclose()
             await security.aclose()
@@ -203,6 +214,7 @@ async def _serve(
     stop: asyncio.Event,
     tiering: Tiering | None = None,
     security: ServiceSecurity | None = None,
+    http: HttpEndpoint | None = None,
 ) -> None:
     membership = Membership(
         resources, registry, registration_ttl_s=cfg.registration_ttl_s, ack_margin_s=cfg.ack_margin_s
@@ -292,7 +304,7 @@ async def _serve(
         extra: dict[str, Any] = {"broker_id": cfg.broker_id}
         if listeners.internal_addr:
             extra["internal_addr"] = listeners.internal_addr
-        info = ServiceReady("broker", addr, os.getpid(), extra, live=registry)
+        info = ServiceReady("broker", addr, os.getpid(), extra, live=registry).with_http(http)
         if cfg.ready_file:
             write_ready_file(cfg.ready_file, info.to_json())
         log.info(

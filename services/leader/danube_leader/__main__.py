@@ -64,7 +64,7 @@ def load(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return service_main(lambda: load(argv), run, name=lambda c: "leader")
+    return service_main(lambda: load(argv), run, name=lambda c: "leader", service="danube-leader")
 
 
 if __name__ == "__main__":

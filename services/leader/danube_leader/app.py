@@ -23,12 +23,14 @@ import grpc.aio
 from danube_common.grpc_util import SERVER_OPTIONS, install_stop_signals
 from danube_common.keys import Keys
 from danube_common.metadata.etcd import EtcdStore
+from danube_common.observability.metrics import new_registry
 from danube_common.pb import DanubeLeader_pb2_grpc as lpb_grpc
 from danube_common.service import (
     ServiceFailure,
     ServiceReady,
     ServiceSecurity,
     remove_ready_file,
+    start_http,
     start_security,
     wait_for_stop,
     write_ready_file,
@@ -95,8 +97,13 @@ async def run(
 
         stack.push_async_callback(shutdown)
         await server.start()
+        http = await start_http(
+            cfg, security, new_registry(), service="leader", advertised_host=cfg.advertised_host
+        )
+        if http is not None:
+            stack.push_async_callback(http.aclose)
 
-        info = ServiceReady("leader", f"{cfg.advertised_host}:{port}", os.getpid())
+        info = ServiceReady("leader", f"{cfg.advertised_host}:{port}", os.getpid()).with_http(http)
         if cfg.ready_file:
             write_ready_file(cfg.ready_file, info.to_json())
             stack.callback(remove_ready_file, cfg.ready_file)

@@ -68,7 +68,7 @@ def load(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return service_main(lambda: load(argv), run, name=lambda c: c.candidate_id)
+    return service_main(lambda: load(argv), run, name=lambda c: c.candidate_id, service="danube-load-manager")
 
 
 if __name__ == "__main__":

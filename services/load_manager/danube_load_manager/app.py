@@ -28,6 +28,8 @@ from danube_common.grpc_util import install_stop_signals
 from danube_common.keys import Keys
 from danube_common.leadership import Candidacy, Elector, Leadership
 from danube_common.metadata.etcd import EtcdStore
+from danube_common.observability.http import HttpEndpoint
+from danube_common.observability.metrics import new_registry
 from danube_common.pb import DanubeLoadManager_pb2 as lmpb
 from danube_common.pb import DanubeLoadManager_pb2_grpc as lmpb_grpc
 from danube_common.placement import LOAD_MANAGER_ROLE
@@ -39,6 +41,7 @@ from danube_common.service import (
     ServiceSecurity,
     internal_credentials,
     remove_ready_file,
+    start_http,
     start_security,
     wait_for_stop,
     write_ready_file,
@@ -225,6 +228,7 @@ async def run(
         credentials=internal_credentials(cfg),
     )
     server: grpc.aio.Server | None = None
+    http: HttpEndpoint | None = None
     security: ServiceSecurity | None = None
     candidacy: Candidacy | None = None
     follow: asyncio.Task[None] | None = None
@@ -238,6 +242,9 @@ async def run(
         lmpb_grpc.add_LoadManagerStatusServicer_to_server(StatusApi(cfg, manager, view), server)
         port = security.bind(server, cfg.listen_addr)
         await server.start()
+        http = await start_http(
+            cfg, security, new_registry(), service="load manager", advertised_host=cfg.advertised_host
+        )
         addr = f"{cfg.advertised_host}:{port}"
         candidacy = elector.campaign(
             LOAD_MANAGER_ROLE,
@@ -246,7 +253,9 @@ async def run(
             metadata={"addr": addr},
         )
         follow = asyncio.create_task(manager.follow(candidacy), name="load-manager")
-        info = ServiceReady("load_manager", addr, os.getpid(), {"candidate_id": cfg.candidate_id})
+        info = ServiceReady("load_manager", addr, os.getpid(), {"candidate_id": cfg.candidate_id}).with_http(
+            http
+        )
         if cfg.ready_file:
             write_ready_file(cfg.ready_file, info.to_json())
         log.info(
@@ -272,6 +281,8 @@ async def run(
                 await follow
         if server is not None:
             await server.stop(cfg.shutdown_grace_s)
+        if http is not None:
+            await http.aclose()
         if security is not None:
             await security.aclose()
         await view.aclose()

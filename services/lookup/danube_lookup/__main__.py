@@ -68,7 +68,7 @@ def load(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return service_main(lambda: load(argv), run, name=lambda c: "lookup")
+    return service_main(lambda: load(argv), run, name=lambda c: "lookup", service="danube-lookup")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from danube_common.discovery import DiscoveryServicer
 from danube_common.grpc_util import install_stop_signals
 from danube_common.keys import Keys
 from danube_common.metadata.etcd import EtcdStore
+from danube_common.observability.metrics import new_registry
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.pb import SchemaRegistry_pb2_grpc as spb_grpc
@@ -35,6 +36,7 @@ from danube_common.service import (
     ServiceReady,
     internal_credentials,
     remove_ready_file,
+    start_http,
     start_security,
     wait_for_stop,
     write_ready_file,
@@ -107,13 +109,18 @@ async def run(
         stack.push_async_callback(stop_servers, client_server, admin_server)
         await client_server.start()
         await admin_server.start()
+        http = await start_http(
+            cfg, security, new_registry(), service="lookup", advertised_host=cfg.advertised_host
+        )
+        if http is not None:
+            stack.push_async_callback(http.aclose)
 
         info = ServiceReady(
             "lookup",
             f"{cfg.advertised_host}:{port}",
             os.getpid(),
             admin_addr=f"{cfg.advertised_host}:{admin_port}",
-        )
+        ).with_http(http)
         if cfg.ready_file:
             write_ready_file(cfg.ready_file, info.to_json())
             stack.callback(remove_ready_file, cfg.ready_file)

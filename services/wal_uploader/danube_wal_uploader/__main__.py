@@ -104,7 +104,9 @@ def load(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return service_main(lambda: load(argv), run, name=lambda c: f"wal-uploader-{c.broker_id}")
+    return service_main(
+        lambda: load(argv), run, name=lambda c: f"wal-uploader-{c.broker_id}", service="danube-wal-uploader"
+    )
 
 
 if __name__ == "__main__":

@@ -28,12 +28,15 @@ from danube_common.metadata.etcd import EtcdStore
 from danube_common.metadata.lease import KeptLease
 from danube_common.metadata.store import MetadataStore
 from danube_common.objstore import ObjectStore, ObjectStoreError, backoff_delays, open_object_store
+from danube_common.observability.http import HttpEndpoint
+from danube_common.observability.metrics import new_registry
 from danube_common.pb import DanubeWalUploader_pb2_grpc as upb_grpc
 from danube_common.service import (
     ServiceFailure,
     ServiceReady,
     ServiceSecurity,
     remove_ready_file,
+    start_http,
     start_security,
     wait_for_stop,
     write_ready_file,
@@ -122,6 +125,7 @@ async def run(
     store = EtcdStore.from_config(cfg.etcd)
     objects: ObjectStore | None = None
     server: Any = None
+    http: HttpEndpoint | None = None
     security: ServiceSecurity | None = None
     registration: Registration | None = None
     loops: dict[asyncio.Task[None], str] = {}
@@ -139,9 +143,12 @@ async def run(
         upb_grpc.add_WalUploaderServicer_to_server(WalUploaderApi(uploader), server)
         port = security.bind(server, cfg.listen_addr)
         await server.start()
+        http = await start_http(
+            cfg, security, new_registry(), service="WAL uploader", advertised_host=cfg.advertised_host
+        )
         info = ServiceReady(
             "wal_uploader", f"{cfg.advertised_host}:{port}", os.getpid(), {"broker_id": cfg.broker_id}
-        )
+        ).with_http(http)
         registration = Registration(
             store,
             keys.uploader(cfg.broker_id),
@@ -174,6 +181,8 @@ async def run(
     finally:
         if server is not None:
             await server.stop(cfg.shutdown_grace_s)
+        if http is not None:
+            await http.aclose()
         for task in loops:
             task.cancel()
         for task in loops:

@@ -112,7 +112,7 @@ def ready_cluster(tmp_path: Path) -> LocalCluster:
 def test_endpoints_table(tmp_path: Path) -> None:
     table = cli.endpoints_table(ready_cluster(tmp_path))
     lines = table.splitlines()
-    assert lines[0].split() == ["component", "address", "pid", "log"]
+    assert lines[0].split() == ["component", "address", "pid", "log", "metrics"]
     assert "127.0.0.1:2379" in lines[1] and "(external)" in lines[1]
     assert "http://127.0.0.1:6650" in lines[2] and "lookup.log" in lines[2]
     assert "http://127.0.0.1:50051" in lines[3]

@@ -41,6 +41,7 @@ def test_lookup_and_broker_command_lines(tmp_path: Path) -> None:
         "--cluster", "c1",
         "--ready-file", str(run / "lookup.json"),
         "--log-level", "DEBUG",
+        "--http-listen", "127.0.0.2:0",
         "--config", str(tmp_path / "l.yaml"),
     ]  # fmt: skip
     assert lc.broker_argv("2", 6652) == [
@@ -52,6 +53,7 @@ def test_lookup_and_broker_command_lines(tmp_path: Path) -> None:
         "--cluster", "c1",
         "--ready-file", str(run / "broker-2.json"),
         "--log-level", "DEBUG",
+        "--http-listen", "127.0.0.2:0",
         "--config", str(tmp_path / "b.yaml"),
     ]  # fmt: skip
 

@@ -44,6 +44,7 @@ def main(service: str) -> int:
     p.add_argument("--ready-file", required=True)
     p.add_argument("--config")
     p.add_argument("--log-level")
+    p.add_argument("--http-listen")
     args = p.parse_args()
     name = service if service == "lookup" else f"broker_{args.broker_id}"
     mode = os.environ.get(f"FAKE_SERVICE_MODE_{name.upper()}", os.environ.get("FAKE_SERVICE_MODE", "ok"))
