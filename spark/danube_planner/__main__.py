@@ -10,11 +10,11 @@ from typing import Any
 from danube_common.config import load_config, split_list
 from danube_common.errors import ConfigError
 from danube_common.logs import setup_logging
+from danube_common.observability.tracing import process_tracing
 from danube_common.service import (
     add_common_flags,
     check_security_files,
     common_flags,
-    process_tracing,
     run_main,
 )
 from danube_planner.app import run
@@ -113,7 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     setup_logging(cfg.log_level, service=cfg.candidate_id)
-    with process_tracing("danube-planner", instance_id=cfg.candidate_id, cluster=cfg.etcd.cluster) as ok:
+    with process_tracing(
+        "danube-planner", instance_id=cfg.candidate_id, attributes={"service.namespace": cfg.etcd.cluster}
+    ) as ok:
         if not ok:
             return 2
         return run_main(

@@ -32,6 +32,8 @@ import grpc.aio
 
 from danube_common.errors import ConfigError, Unauthenticated
 from danube_common.grpc_util import CHANNEL_OPTIONS, strip_scheme
+from danube_common.observability.grpc_tracing import client_interceptors
+from danube_sdk.tracing import active_tracer
 
 #: Gives the token of the next call (a JWT, without the ``Bearer `` prefix).
 TokenSupplier = Callable[[], str | Awaitable[str]]
@@ -149,7 +151,10 @@ class ChannelSecurity:
             )
         self.tls = tls
         self._tls_creds = tls.credentials() if tls is not None else None
-        self._interceptors = _aio_interceptors(self.bearer) if self.bearer is not None else None
+        interceptors = _aio_interceptors(self.bearer) if self.bearer is not None else []
+        if active_tracer() is not None:  # unary calls get CLIENT spans, context in metadata
+            interceptors = [*interceptors, *client_interceptors()]
+        self._interceptors = interceptors or None
 
     @property
     def always_tls(self) -> bool:

@@ -12,8 +12,10 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 import grpc
+from opentelemetry.trace import Span
 
 from danube_common.errors import MD_ERROR_CODE, DanubeError, error_from_status
+from danube_common.observability.tracing import record_failure
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_sdk.types import MessageId
 
@@ -21,7 +23,7 @@ _STATUS_BY_NUMBER = {sc.value[0]: sc for sc in grpc.StatusCode}
 
 
 class Batch:
-    __slots__ = ("bytes", "deadline", "done", "frame", "futures", "messages", "opened_at")
+    __slots__ = ("bytes", "deadline", "done", "frame", "futures", "messages", "opened_at", "spans")
 
     def __init__(self, opened_at: float, deadline: float | None, done: asyncio.Future[None]) -> None:
         self.frame = pb.PublishBatch()
@@ -33,6 +35,8 @@ class Batch:
         self.deadline = deadline
         #: Resolved when the batch is finished, whatever the outcome (flush waits on it).
         self.done = done
+        #: The ``send`` spans of its sampled messages, by index (None: none sampled).
+        self.spans: list[tuple[int, Span]] | None = None
 
     @property
     def seq(self) -> int:
@@ -52,6 +56,13 @@ class Batch:
             for i, fut in enumerate(self.futures):
                 if not fut.done():
                     fut.set_result(MessageId(topic, first_offset + i, producer_id))
+        if self.spans is not None:
+            for i, span in self.spans:
+                offset = offsets[i] if offsets else first_offset + i
+                span.set_attribute("messaging.message.id", str(offset))
+                span.set_attribute("messaging.danube.offset", offset)
+                span.end()
+            self.spans = None
         self._finish()
 
     def renumber(self, first_sequence: int) -> int:
@@ -66,6 +77,11 @@ class Batch:
         for fut in self.futures:
             if not fut.done():
                 fut.set_exception(err)
+        if self.spans is not None:
+            for _, span in self.spans:
+                record_failure(span, err)
+                span.end()
+            self.spans = None
         self._finish()
 
     def _finish(self) -> None:

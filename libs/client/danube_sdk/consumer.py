@@ -17,6 +17,7 @@ from danube_sdk.receive_queue import ReceiveQueue
 from danube_sdk.retry import backoff_s, retry_until
 from danube_sdk.streams import first_error
 from danube_sdk.topic_consumer import TopicConsumer
+from danube_sdk.tracing import ProcessSpans, active_tracer
 from danube_sdk.types import Message, MessageId, SubType
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,9 @@ class Consumer(Generic[T]):
         self._closed: ClientClosed | None = None
         #: Called once closed (the client uses it to forget this consumer).
         self.on_closed: Callable[[Consumer[Any]], None] | None = None
+        tracer = active_tracer()
+        #: ``process`` spans of received messages that carry a sampled trace (None: not tracing).
+        self._spans = ProcessSpans(tracer, subscription) if tracer is not None else None
 
     async def _start(self) -> None:
         try:
@@ -105,15 +109,18 @@ class Consumer(Generic[T]):
         Raises ClientClosed once the consumer is closed, or the error that stopped it.
         """
         msg = self._queue.get_nowait()  # fast path: no timer when a message is buffered
-        if msg is not None:
-            return cast(Message[T], msg)
-        if timeout_s is None:
-            return cast(Message[T], await self._queue.get())
-        try:
-            async with asyncio.timeout(timeout_s):
-                return cast(Message[T], await self._queue.get())
-        except TimeoutError:
-            raise ClientTimeout(f"no message received on {self.topic} within {timeout_s} s") from None
+        if msg is None:
+            if timeout_s is None:
+                msg = await self._queue.get()
+            else:
+                try:
+                    async with asyncio.timeout(timeout_s):
+                        msg = await self._queue.get()
+                except TimeoutError:
+                    raise ClientTimeout(f"no message received on {self.topic} within {timeout_s} s") from None
+        if self._spans is not None:
+            self._spans.received(msg)
+        return cast(Message[T], msg)
 
     async def receive_many(
         self, max_messages: int = 1000, timeout_s: float | None = None
@@ -123,16 +130,23 @@ class Consumer(Generic[T]):
         if max_messages < 1:
             raise InvalidArgument(f"max_messages must be at least 1, got {max_messages}")
         first = await self.receive(timeout_s)
-        return [first, *cast(list[Message[T]], self._queue.take(max_messages - 1))]
+        rest = cast(list[Message[T]], self._queue.take(max_messages - 1))
+        if self._spans is not None:
+            for msg in rest:
+                self._spans.received(msg)
+        return [first, *rest]
 
     def __aiter__(self) -> Consumer[T]:
         return self
 
     async def __anext__(self) -> Message[T]:
         try:
-            return cast(Message[T], await self._queue.get())
+            msg = await self._queue.get()
         except ClientClosed:
             raise StopAsyncIteration from None
+        if self._spans is not None:
+            self._spans.received(msg)
+        return cast(Message[T], msg)
 
     # ------------------------------------------------------------------ acks
 
@@ -144,6 +158,8 @@ class Consumer(Generic[T]):
         if topic not in self._parts:
             raise InvalidArgument(f"message from {topic} does not belong to this consumer ({self.topic})")
         n = self._acks.add(topic, msg.offset)
+        if self._spans is not None:
+            self._spans.settled(topic, msg.offset, "ack")
         if n == 1:
             self._ack_wake.set()
         if n >= self._opts.ack_batch_size:
@@ -170,6 +186,8 @@ class Consumer(Generic[T]):
             timeout_s=self._client_opts.operation_timeout_s,
             what=f"cumulative ack on {part.topic}",
         )
+        if self._spans is not None:
+            self._spans.settled_up_to(msg.topic, msg.offset)
 
     async def seek(
         self,
@@ -236,6 +254,8 @@ class Consumer(Generic[T]):
         if part is None:
             raise InvalidArgument(f"message from {msg.topic} does not belong to this consumer ({self.topic})")
         await part.nack(msg, delay_ms)
+        if self._spans is not None:
+            self._spans.settled(msg.topic, msg.offset, "nack")
 
     async def flush_acks(self) -> None:
         """Send every buffered ack now; failures are logged, the messages get redelivered."""
@@ -303,6 +323,8 @@ class Consumer(Generic[T]):
                     errors.append(err)
             self._queue.clear()
             self._queue.fail(self._closed, replace=True)
+            if self._spans is not None:
+                self._spans.close()
             if self.on_closed is not None:
                 self.on_closed(self)
             if errors:

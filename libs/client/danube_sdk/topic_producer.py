@@ -39,6 +39,7 @@ from danube_sdk.errors import ClientClosed, ClientTimeout
 from danube_sdk.options import ClientOptions, ProducerOptions
 from danube_sdk.retry import backoff_s
 from danube_sdk.streams import call_error, health_watch, map_stream_error, race
+from danube_sdk.tracing import active_tracer, start_send
 from danube_sdk.types import MessageId
 
 if TYPE_CHECKING:
@@ -96,6 +97,8 @@ class TopicProducer:
         #: Set when the producer can no longer publish (non-retryable error, or closed).
         self.fatal: DanubeError | None = None
         self._task: asyncio.Task[None] | None = None
+        #: Set when this process exports traces: every message gets a ``send`` span.
+        self._tracer = active_tracer()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -192,6 +195,12 @@ class TopicProducer:
             size += sum(len(k) + len(v) for k, v in properties.items())
         if key is not None:
             m.routing_key = key
+        if self._tracer is not None:
+            span = start_send(self._tracer, self.topic, self.name, m.attributes, len(payload))
+            if span is not None:
+                if b.spans is None:
+                    b.spans = []
+                b.spans.append((len(b.futures), span))
         b.futures.append(fut)
         b.bytes += size
         if len(b.futures) >= self._max_messages or b.bytes >= self._max_bytes:

@@ -21,7 +21,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -42,7 +42,7 @@ from danube_common.metadata.store import MetadataStore
 from danube_common.objstore.config import ObjectStoreConfig
 from danube_common.observability.http import HttpEndpoint
 from danube_common.observability.metrics import MetricsConfig
-from danube_common.observability.tracing import configure_tracing
+from danube_common.observability.tracing import process_tracing
 from danube_common.security.config import AuthConfig
 from danube_common.security.interceptor import AuthInterceptor
 from danube_common.security.rules import HandleResolver
@@ -441,28 +441,12 @@ def service_main(
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
     setup_logging(cfg.log_level, service=name(cfg))
-    with process_tracing(service, instance_id=name(cfg), cluster=cfg.etcd.cluster) as ok:
+    with process_tracing(
+        service, instance_id=name(cfg), attributes={"service.namespace": cfg.etcd.cluster}
+    ) as ok:
         if not ok:
             return 2
         return run_main(lambda: run(cfg), etcd_endpoints=cfg.etcd.endpoints, fatal=fatal)
-
-
-@contextlib.contextmanager
-def process_tracing(service: str, *, instance_id: str, cluster: str) -> Iterator[bool]:
-    """Tracing for this process while the block runs (from ``OTEL_*``; off when none is
-    configured), flushed at the end. Yields False, after printing why, when the environment
-    asks for something unsupported (the caller exits 2)."""
-    try:
-        setup = configure_tracing(service, instance_id=instance_id, attributes={"service.namespace": cluster})
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        yield False
-        return
-    try:
-        yield True
-    finally:
-        if setup is not None:
-            setup.shutdown()
 
 
 def run_main(

@@ -15,14 +15,18 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import grpc.aio
+from opentelemetry.trace import Span
 
+from danube_broker import tracing as broker_tracing
 from danube_broker.config import BrokerConfig
+from danube_broker.consumer import Consumer
 from danube_broker.dispatch.base import Msg, PublishResult, PublishStream, SubType
 from danube_broker.producer import Producer
 from danube_broker.registry import BrokerRegistry
 from danube_broker.wal import StorageError
 from danube_common.errors import DanubeError, InvalidArgument, InvalidPayload, MessageTooLarge
 from danube_common.grpc_util import MAX_GRPC_MESSAGE_BYTES
+from danube_common.observability import tracing
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.security.interceptor import current_principal
@@ -237,6 +241,7 @@ class ConsumerApi(pb_grpc.ConsumerServiceServicer):
                 batch = await consumer.next_batch(session, _RECEIVE_MESSAGES_CHUNK)
                 if batch is None:
                     return
+                spans = _deliveries(consumer, batch) if tracing.ENABLED else None
                 for msg in batch:
                     out = pb.StreamMessage()
                     out.CopyFrom(msg)
@@ -244,6 +249,7 @@ class ConsumerApi(pb_grpc.ConsumerServiceServicer):
                     if not out.request_id:
                         out.request_id = request.request_id
                     yield out
+                broker_tracing.end_all(spans)
         finally:
             self._reg.stream_closed(consumer, session)
 
@@ -259,11 +265,13 @@ class ConsumerApi(pb_grpc.ConsumerServiceServicer):
                 batch = await consumer.next_batch(session, per_frame)
                 if batch is None:
                     return
+                spans = _deliveries(consumer, batch) if tracing.ENABLED else None
                 frames = _frames(batch)
                 for start, end in consumer.take_skipped():
                     frames[0].skipped.add(start_offset=start, next_offset=end)
                 for frame in frames:
                     yield frame
+                broker_tracing.end_all(spans)
         finally:
             self._reg.stream_closed(consumer, session)
 
@@ -309,6 +317,12 @@ class ConsumerApi(pb_grpc.ConsumerServiceServicer):
     ) -> pb.CloseConsumerResponse:
         await self._reg.close_consumer(request.consumer_id, unsubscribe=request.unsubscribe)
         return pb.CloseConsumerResponse(request_id=request.request_id)
+
+
+def _deliveries(consumer: Consumer, batch: list[Msg]) -> list[Span] | None:
+    return broker_tracing.start_deliveries(
+        consumer.topic_name, consumer.subscription.name, consumer.name, batch
+    )
 
 
 def _frames(batch: list[Msg]) -> list[pb.MessageBatch]:

@@ -28,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Literal, TypeVar
 
+from danube_broker import tracing as broker_tracing
 from danube_broker.background import TopicTasks
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer, StreamSession
@@ -54,6 +55,7 @@ from danube_common.errors import (
     TopicNotOwned,
     Unavailable,
 )
+from danube_common.observability import tracing
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.records import Ownership, TopicRecord, check_dispatch
 from danube_common.resources import Resources
@@ -412,7 +414,18 @@ class BrokerRegistry:
         producer.touch(self._clock())
         if self.schemas is not None:
             self.schemas.check_batch(producer.topic.name, producer.schema, msgs)
-        return await producer.topic.publish_batch(producer, msgs, nbytes, stream=stream)
+        if not tracing.ENABLED:
+            return await producer.topic.publish_batch(producer, msgs, nbytes, stream=stream)
+        with broker_tracing.publishing(producer.topic.name, producer.name, msgs) as spans:
+            try:
+                result = await producer.topic.publish_batch(producer, msgs, nbytes, stream=stream)
+            except BaseException as exc:
+                if spans is not None:
+                    spans.failed(exc)
+                raise
+            if spans is not None:
+                spans.finished(result.offsets, result.first_offset)
+            return result
 
     @staticmethod
     def last_sequence(producer: Producer) -> int:

@@ -28,6 +28,7 @@ from danube_common.errors import (
     Unavailable,
 )
 from danube_common.grpc_util import install_stop_signals
+from danube_common.observability.tracing import process_tracing
 from danube_sdk import (
     AccessMode,
     DanubeClient,
@@ -74,6 +75,10 @@ examples:
 
 The service URL defaults to $DANUBE_SERVICE_URL, else http://127.0.0.1:6650.
 Start a local cluster with `danube-local up`.
+
+Tracing: with OTEL_EXPORTER_OTLP_ENDPOINT set (and OTEL_TRACES_SAMPLER, e.g.
+traceidratio with OTEL_TRACES_SAMPLER_ARG=0.01), every sampled message gets a `send` span that
+the brokers and consumers continue; consume prints nothing extra, its `process` spans join them.
 
 """
     + SECURITY_EPILOG
@@ -568,13 +573,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    try:
-        return int(asyncio.run(args.func(args)))
-    except (DanubeError, OSError) as exc:
-        print(explain(exc, args.service_url), file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    # Traces of every message sent and processed, when OTEL_* configures an exporter.
+    with process_tracing("danube-cli") as ok:
+        if not ok:
+            return 2
+        try:
+            return int(asyncio.run(args.func(args)))
+        except (DanubeError, OSError) as exc:
+            print(explain(exc, args.service_url), file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 130
 
 
 if __name__ == "__main__":

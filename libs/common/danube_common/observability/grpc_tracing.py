@@ -23,9 +23,10 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from danube_common.errors import MD_ERROR_CODE
+from danube_common.observability import tracing
 
 _PROPAGATOR = TraceContextTextMapPropagator()
-_TRACER = trace.get_tracer("danube.grpc")
+_TRACER_NAME = "danube.grpc"
 
 
 def _rpc_attributes(method: str) -> dict[str, str]:
@@ -73,7 +74,7 @@ def _traced(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
 
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
         parent = _parent_from_metadata(context.invocation_metadata())
-        with _TRACER.start_as_current_span(
+        with tracing.tracer(_TRACER_NAME).start_as_current_span(
             name,
             context=parent,
             kind=SpanKind.SERVER,
@@ -81,22 +82,27 @@ def _traced(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
+            failed = True
             try:
-                return await behavior(request, context)
+                response = await behavior(request, context)
+                failed = False
+                return response
             except BaseException as exc:
                 if not isinstance(exc, grpc.aio.AbortError):
                     span.record_exception(exc)
                 raise
             finally:
-                _finish_server_span(span, context)
+                _finish_server_span(span, context, failed=failed)
 
     return wrapper
 
 
-def _finish_server_span(span: trace.Span, context: grpc.aio.ServicerContext) -> None:
+def _finish_server_span(span: trace.Span, context: grpc.aio.ServicerContext, *, failed: bool) -> None:
     if not span.is_recording():
         return
     code = context.code()
+    if code is None:  # nothing set: OK when the handler returned, else the exception's status
+        code = grpc.StatusCode.UNKNOWN if failed else grpc.StatusCode.OK
     if isinstance(code, grpc.StatusCode):
         span.set_attribute("rpc.grpc.status_code", code.value[0])
         if code != grpc.StatusCode.OK:
@@ -118,7 +124,7 @@ class ClientTracingInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
         method = client_call_details.method
         if isinstance(method, bytes):
             method = method.decode()
-        with _TRACER.start_as_current_span(
+        with tracing.tracer(_TRACER_NAME).start_as_current_span(
             method.lstrip("/"),
             kind=SpanKind.CLIENT,
             attributes=_rpc_attributes(method),

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +47,9 @@ def enabled() -> bool:
 
 
 def tracer(name: str) -> Tracer:
-    """A tracer of the process's provider (a no-op one while tracing is off)."""
+    """A tracer of the process's current provider (a no-op one while tracing is off). Take it
+    when a span is made, not at import: a module-level tracer would stay bound to the first
+    provider (tests install one per test)."""
     return trace.get_tracer(name)
 
 
@@ -148,6 +151,26 @@ def configure_tracing(
         resource_attrs["service.name"],
     )
     return _SETUP
+
+
+@contextlib.contextmanager
+def process_tracing(
+    service: str, *, instance_id: str | None = None, attributes: Mapping[str, str] | None = None
+) -> Iterator[bool]:
+    """Tracing for this process while the block runs (from ``OTEL_*``; off when none is
+    configured), flushed at the end. Yields False, after printing why to stderr, when the
+    environment asks for something unsupported (the caller exits 2)."""
+    try:
+        setup = configure_tracing(service, instance_id=instance_id, attributes=attributes)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        if setup is not None:
+            setup.shutdown()
 
 
 def _exporter(choice: ExporterChoice) -> Any:

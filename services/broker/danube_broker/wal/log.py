@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +21,7 @@ from pathlib import Path
 from danube_broker.wal.cache import TailCache
 from danube_broker.wal.config import Durability, WalConfig
 from danube_broker.wal.errors import DiskFull, LogClosed, StorageError, StorageFailed, storage_error
-from danube_broker.wal.model import LogEntry, WalStats
+from danube_broker.wal.model import COMMIT_OBSERVER, CommitRound, LogEntry, WalStats
 from danube_broker.wal.recovery import Recovered
 from danube_broker.wal.segments import DiskOps, merge_sequences
 from danube_broker.wal.store import SegmentStore, recover_directory
@@ -58,6 +58,8 @@ class _Batch:
     sizes: list[int]  # record lengths
     seqs: dict[str, int] | None  # highest sequence id per producer in this batch
     fut: asyncio.Future[int]
+    #: Told of the commit round that made the batch durable (COMMIT_OBSERVER of the caller).
+    observer: Callable[[CommitRound], None] | None = None
 
 
 def _percentile_ms(samples: deque[float], q: float) -> float:
@@ -264,7 +266,7 @@ class TopicLog:
         if seqs:
             merge_sequences(self._seq_accepted, seqs)
         fut: asyncio.Future[int] = loop.create_future()
-        self._queue.append(_Batch(first, data, recs, pts, sizes, seqs, fut))
+        self._queue.append(_Batch(first, data, recs, pts, sizes, seqs, fut, COMMIT_OBSERVER.get()))
         self._pending_bytes += len(data)
         self._wake.set()
         return fut
@@ -315,6 +317,7 @@ class TopicLog:
     async def _commit(self, batches: list[_Batch]) -> None:
         data = batches[0].data if len(batches) == 1 else b"".join([b.data for b in batches])
         t0 = time.perf_counter()
+        t0_ns = time.time_ns()
         self._committing = True
         try:
             if self._store.roll_due(len(data)):
@@ -349,6 +352,22 @@ class TopicLog:
         self._commit_s.append(time.perf_counter() - t0)
         if self._sync:
             self._fsync_s.append(fsync_s)
+        observed = [b.observer for b in batches if b.observer is not None]
+        if observed:
+            rnd = CommitRound(
+                t0_ns,
+                time.time_ns(),
+                fsync_s if self._sync else 0.0,
+                self._durable_offset - batches[0].first,
+                len(data),
+                len(batches),
+                self._durability.value,
+            )
+            for observer in observed:
+                try:
+                    observer(rnd)
+                except Exception:  # an observer must never stop the log
+                    log.exception("WAL %s: a commit observer failed", self.directory)
         for b in batches:
             if not b.fut.done():
                 b.fut.set_result(b.first)

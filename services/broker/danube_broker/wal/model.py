@@ -1,7 +1,9 @@
-"""Values the WAL hands out: log entries and stats."""
+"""Values the WAL hands out: log entries, stats, and the commit rounds it reports."""
 
 from __future__ import annotations
 
+import contextvars
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -34,3 +36,27 @@ class WalStats:
     fsync_p99_ms: float
     cache_entries: int
     cache_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRound:
+    """One group commit, as reported to a :data:`COMMIT_OBSERVER` (wall-clock nanoseconds)."""
+
+    start_ns: int
+    end_ns: int
+    #: The fsync alone (0 with durability none).
+    fsync_s: float
+    #: Records, bytes and batches of the whole round (every batch that shared it).
+    records: int
+    bytes: int
+    batches: int
+    durability: str
+
+
+#: Set by a caller of ``TopicLog.append``/``enqueue`` (in its context) to learn the commit round
+#: that makes its batch durable: called on the event loop just before the batch's future
+#: resolves. Read once per batch; unset (None) on the hot path. Tracing uses it for the ``wal
+#: commit`` spans of sampled messages.
+COMMIT_OBSERVER: contextvars.ContextVar[Callable[[CommitRound], None] | None] = contextvars.ContextVar(
+    "danube_wal_commit_observer", default=None
+)
