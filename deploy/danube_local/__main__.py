@@ -33,6 +33,13 @@ from danube_local.secure_mode import (
     INTERNAL_IDENTITIES,
     TOKEN_TTL_S,
 )
+from danube_local.trace_commands import (
+    LocalTracing,
+    add_traces_parser,
+    cmd_traces,
+    show_demo_trace,
+    trace_demo_client,
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -221,6 +228,22 @@ def build_parser() -> argparse.ArgumentParser:
         "admin token there and prints how to use them (docs/security.md)",
     )
     up.add_argument(
+        "--traces",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="every service exports OpenTelemetry traces to a trace sink run by danube-local (spans kept in "
+        "WORKDIR/traces/spans.jsonl; `danube-local traces` prints them); --no-traces: tracing off",
+    )
+    up.add_argument(
+        "--traces-port", type=_port, default=4317, metavar="PORT",
+        help="the trace sink's OTLP/gRPC port (default: 4317, OTLP's own; 0 = any free port)",
+    )  # fmt: skip
+    up.add_argument(
+        "--otlp-endpoint", metavar="URL",
+        help="export traces to this OTLP/gRPC collector instead of the built-in sink (e.g. a Jaeger "
+        "all-in-one at http://127.0.0.1:4317)",
+    )  # fmt: skip
+    up.add_argument(
         "--demo", action="store_true", help="once started, produce and consume 10 messages with the SDK"
     )
     up.add_argument(
@@ -267,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="give the directory and every file to this user (and its group, or GROUP): the user the "
         "services run as, when this runs as root (the image's user is danube)",
     )
+    add_traces_parser(sub)
     return parser
 
 
@@ -434,6 +458,14 @@ def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
     loopback_no_proxy(env, ["127.0.0.1", "localhost", args.host])
     os.environ.update({k: env[k] for k in ("no_proxy", "NO_PROXY")})
 
+    tracing: LocalTracing | None = None
+    if args.traces:
+        tracing = LocalTracing(workdir=args.workdir, port=args.traces_port, endpoint=args.otlp_endpoint)
+        try:
+            tracing.start()
+        except OSError as exc:
+            say(f"danube-local: {exc}")
+            return EXIT_FAILED
     cluster = LocalCluster(
         brokers=args.brokers,
         leaders=args.leaders,
@@ -454,6 +486,7 @@ def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
         broker_config=args.broker_config,
         progress=lambda m: say(f"  {m}"),
         secure=args.secure,
+        extra_env=tracing.env() if tracing is not None else None,
     )
     # Installed explicitly: a parent that ignores SIGINT (a background job of a script) would
     # otherwise leave Python without its KeyboardInterrupt handler, and Ctrl-C would do nothing.
@@ -476,11 +509,17 @@ def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
         say("")
         say(secure_steps(cluster) if cluster.security is not None else next_steps(cluster))
         say("")
+        if tracing is not None:
+            say(tracing.steps())
+            say("")
         if demo:
-            from danube_local.demo import run_demo_sync
+            from danube_local.demo import DEFAULT_TOPIC, run_demo_sync
 
             security = demo_security(cluster) if cluster.security is not None else None
+            flush = trace_demo_client(tracing) if tracing is not None else None
             ok = run_demo_sync(cluster.service_url, out=say, security=security)
+            if ok and tracing is not None and flush is not None:
+                show_demo_trace(tracing, flush, DEFAULT_TOPIC, say)
             if args.exit_after_demo:
                 say("danube-local: stopping (--exit-after-demo)")
                 return EXIT_OK if ok else EXIT_FAILED
@@ -497,6 +536,8 @@ def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             cluster.stop()
+            if tracing is not None:
+                tracing.stop()
         finally:
             signal.signal(signal.SIGINT, previous_int)
             signal.signal(signal.SIGTERM, previous_term)
@@ -534,6 +575,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_up(args)
     if args.command == "certs":
         return cmd_certs(args)
+    if args.command == "traces":
+        return cmd_traces(args, _say)
     parser.print_help()
     return EXIT_USAGE
 

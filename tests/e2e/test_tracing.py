@@ -106,7 +106,7 @@ def test_a_message_trace_runs_from_send_to_processing(cluster: LocalCluster, otl
         assert send.kind == "producer" and send.parent_span_id == "", str(send)
         expected = {f"publish {topic}", "wal commit", "fsync", f"deliver {topic}", f"process {topic}"}
         otlp.wait_for(
-            lambda s, t=send.trace_id: s.trace_id == t and s.name in expected,
+            lambda s, t=send.trace_id, names=expected: s.trace_id == t and s.name in names,
             count=len(expected),
             what=f"the spans of message {send.attributes['messaging.danube.offset']}",
         )

@@ -146,7 +146,8 @@ def _cli(
     out = tmp_path / "cli.out"
     env = {**os.environ, **env_extra}
     argv = [sys.executable, "-m", "danube_local", "up", "--workdir", str(tmp_path / "wd"),
-            "--lookup-port", "0", "--admin-port", "0", "--console-port", "0", *args]  # fmt: skip
+            "--lookup-port", "0", "--admin-port", "0", "--console-port", "0", "--traces-port", "0",
+            *args]  # fmt: skip
     with open(out, "wb") as f:
         proc = subprocess.Popen(
             argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -298,6 +299,23 @@ def test_real_cli_demo_exits_0(tmp_path: Path) -> None:
     # etcd, 2 leader replicas, 1 WAL uploader, lookup, 1 broker, 2 load managers: all started, all stopped.
     assert len(pids) == 8 and not any(alive(p) for p in pids)
     assert "leader-2" in text and "load-manager-2" in text and "wal-uploader-1" in text
+    # Tracing is on: the demo printed its last message's trace, from the demo client through the
+    # broker and back, and `danube-local traces` reads the same trace from the sink's file.
+    tree = text[text.index("demo: the trace of its last message") :]
+    for line in (
+        "send /default/demo  [danube-local-demo]",
+        "publish /default/demo  [danube-broker broker[1]]",
+        "deliver /default/demo  [danube-broker broker[1]]",
+        "process /default/demo  [danube-local-demo]",
+    ):
+        assert line in tree, tree
+    assert "(offset=9" in tree and "settled=ack" in tree
+    trace_id = re.search(r"trace ([0-9a-f]{32}):", tree).group(1)  # type: ignore[union-attr]
+    shown = subprocess.run(
+        [sys.executable, "-m", "danube_local", "traces", "--workdir", str(tmp_path / "wd"), "--topic",
+         "/default/demo"], capture_output=True, text=True, timeout=30, check=True,
+    ).stdout  # fmt: skip
+    assert shown.startswith(f"trace {trace_id}:") and "process /default/demo" in shown
 
 
 async def _has(coro: object, wanted: set[str]) -> bool:
