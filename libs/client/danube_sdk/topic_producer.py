@@ -39,7 +39,7 @@ from danube_sdk.errors import ClientClosed, ClientTimeout
 from danube_sdk.options import ClientOptions, ProducerOptions
 from danube_sdk.retry import backoff_s
 from danube_sdk.streams import call_error, health_watch, map_stream_error, race
-from danube_sdk.tracing import active_tracer, start_send
+from danube_sdk.tracing import SendSampler, active_tracer
 from danube_sdk.types import MessageId
 
 if TYPE_CHECKING:
@@ -97,8 +97,9 @@ class TopicProducer:
         #: Set when the producer can no longer publish (non-retryable error, or closed).
         self.fatal: DanubeError | None = None
         self._task: asyncio.Task[None] | None = None
-        #: Set when this process exports traces: every message gets a ``send`` span.
-        self._tracer = active_tracer()
+        #: Set when this process exports traces: sampled messages get a ``send`` span.
+        tracer = active_tracer()
+        self._sends = SendSampler.for_provider(tracer) if tracer is not None else None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -195,8 +196,8 @@ class TopicProducer:
             size += sum(len(k) + len(v) for k, v in properties.items())
         if key is not None:
             m.routing_key = key
-        if self._tracer is not None:
-            span = start_send(self._tracer, self.topic, self.name, m.attributes, len(payload))
+        if self._sends is not None:
+            span = self._sends.start(self.topic, self.name, m.attributes, len(payload))
             if span is not None:
                 if b.spans is None:
                     b.spans = []

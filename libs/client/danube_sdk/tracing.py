@@ -21,9 +21,10 @@ message costs one ``is None`` check.
 from __future__ import annotations
 
 import collections
+import random
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import trace
+from opentelemetry import context, trace
 from opentelemetry.trace import Span, SpanKind, Tracer
 
 from danube_common.observability import tracing
@@ -45,6 +46,76 @@ def active_tracer() -> Tracer | None:
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return None
     return trace.get_tracer("danube_sdk")
+
+
+class SendSampler:
+    """Decides which messages get a ``send`` span, cheaply for the ones that do not.
+
+    Asking the tracer for a span costs a few microseconds even when the sampler drops it, which
+    is more than a batched publish spends on a message. When a message starts a trace of its own
+    (no span is current) and the provider samples new traces by a ratio (``traceidratio``,
+    ``parentbased_traceidratio``, ``always_on``/``off`` and their parent-based forms: read from
+    an OpenTelemetry SDK provider), the decision is one random draw, and only the chosen
+    messages get a span, from a tracer that shares the provider's resource and span processors
+    (so they are exported like every other span). Any other set-up, or a message sent while a
+    span is current, asks the tracer as usual.
+    """
+
+    def __init__(self, tracer: Tracer, *, ratio: float | None = None, chosen: Tracer | None = None) -> None:
+        self.tracer = tracer
+        #: Share of new traces the provider samples (None: ask the tracer for every message).
+        self.ratio = ratio
+        self._chosen = chosen
+        self._random = random.random
+
+    @classmethod
+    def for_provider(cls, tracer: Tracer) -> SendSampler:
+        provider = trace.get_tracer_provider()
+        ratio = root_ratio(getattr(provider, "sampler", None))
+        processor = getattr(provider, "_active_span_processor", None)
+        if ratio is None or processor is None:
+            return cls(tracer)
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+        chosen = TracerProvider(
+            sampler=ALWAYS_ON,
+            resource=provider.resource,  # type: ignore[attr-defined]
+            active_span_processor=processor,
+            id_generator=provider.id_generator,  # type: ignore[attr-defined]
+            shutdown_on_exit=False,
+        )
+        return cls(tracer, ratio=ratio, chosen=chosen.get_tracer("danube_sdk"))
+
+    def start(self, topic: str, producer: str, attributes: Any, size: int) -> Span | None:
+        """Start a message's ``send`` span; when sampled, put its context in the message's
+        ``attributes``. None for an unsampled message (nothing to end)."""
+        tracer = self.tracer
+        if self.ratio is not None and not _in_a_span():
+            if self._random() >= self.ratio:
+                return None
+            assert self._chosen is not None
+            tracer = self._chosen
+        return start_send(tracer, topic, producer, attributes, size)
+
+
+def _in_a_span() -> bool:
+    ctx = context.get_current()  # usually empty: no span to join, nothing more to look up
+    return bool(ctx) and trace.get_current_span(ctx).get_span_context().is_valid
+
+
+def root_ratio(sampler: Any) -> float | None:
+    """The share of new (parentless) traces ``sampler`` keeps, when it is one of the SDK's
+    standard samplers; else None."""
+    from opentelemetry.sdk.trace import sampling
+
+    if isinstance(sampler, sampling.ParentBased):
+        sampler = getattr(sampler, "_root", None)
+    if isinstance(sampler, sampling.TraceIdRatioBased):
+        return float(sampler.rate)
+    if isinstance(sampler, sampling.StaticSampler):
+        return {"AlwaysOnSampler": 1.0, "AlwaysOffSampler": 0.0}.get(sampler.get_description())
+    return None
 
 
 def start_send(tracer: Tracer, topic: str, producer: str, attributes: Any, size: int) -> Span | None:

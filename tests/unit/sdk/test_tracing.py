@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 
 from danube_common.errors import Unavailable
 from danube_common.observability import tracing
@@ -140,3 +141,65 @@ def test_a_message_without_a_sampled_context_gets_no_span() -> None:
         spans.received(Message(raw))
         spans.close()
         assert exporter.get_finished_spans() == ()
+
+
+# ---------------------------------------------------------------- the per-message sampling decision
+
+
+@pytest.mark.parametrize(
+    ("sampler", "ratio"),
+    [
+        ("parentbased_traceidratio:0.25", 0.25),
+        ("traceidratio:0.01", 0.01),
+        ("always_on", 1.0),
+        ("always_off", 0.0),
+        ("parentbased_always_on", 1.0),
+        ("custom", None),
+    ],
+)
+def test_root_ratio_of_the_standard_samplers(sampler: str, ratio: float | None) -> None:
+    from opentelemetry.sdk.trace import sampling
+
+    from danube_sdk.tracing import root_ratio
+
+    name, _, arg = sampler.partition(":")
+    built = {
+        "parentbased_traceidratio": lambda: sampling.ParentBased(sampling.TraceIdRatioBased(float(arg))),
+        "traceidratio": lambda: sampling.TraceIdRatioBased(float(arg)),
+        "always_on": lambda: sampling.ALWAYS_ON,
+        "always_off": lambda: sampling.ALWAYS_OFF,
+        "parentbased_always_on": lambda: sampling.DEFAULT_ON,
+        "custom": lambda: object(),
+    }[name]()
+    assert root_ratio(built) == ratio
+
+
+def test_new_traces_are_decided_by_one_draw_and_exported_like_any_span() -> None:
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    from danube_sdk.tracing import SendSampler
+
+    with recording_spans(sampler=ParentBased(TraceIdRatioBased(0.3))) as exporter:
+        tracer = active_tracer()
+        assert tracer is not None
+        sends = SendSampler.for_provider(tracer)
+        assert sends.ratio == 0.3
+        draws = iter([0.1, 0.5, 0.29, 0.3, 0.99])
+        sends._random = lambda: next(draws)
+        started = [sends.start("/default/t", "p", {}, 1) for _ in range(5)]
+        assert [s is not None for s in started] == [True, False, True, False, False]
+        for s in started:
+            if s is not None:
+                s.end()
+        assert len(by_name(exporter.get_finished_spans(), "send /default/t")) == 2
+        # Inside a span of the application's (here: a request traced upstream, sampled), the
+        # message joins that trace: the parent decides, the draw is not consulted.
+        sends._random = lambda: 0.99
+        upstream = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        with trace.use_span(NonRecordingSpan(upstream)):
+            span = sends.start("/default/t", "p", {}, 1)
+        assert span is not None
+        span.end()
+        joined = by_name(exporter.get_finished_spans(), "send /default/t")[-1]
+        assert joined.parent is not None and joined.parent.span_id == 0xDEF
+        assert joined.context.trace_id == 0xABC

@@ -23,6 +23,7 @@ import contextlib
 import logging
 import os
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,11 +47,21 @@ def enabled() -> bool:
     return ENABLED
 
 
+_TRACERS: dict[str, tuple[object, Tracer]] = {}
+
+
 def tracer(name: str) -> Tracer:
     """A tracer of the process's current provider (a no-op one while tracing is off). Take it
     when a span is made, not at import: a module-level tracer would stay bound to the first
-    provider (tests install one per test)."""
-    return trace.get_tracer(name)
+    provider (tests install one per test). Cached per provider: making one costs tens of
+    microseconds."""
+    provider = trace.get_tracer_provider()
+    cached = _TRACERS.get(name)
+    if cached is not None and cached[0] is provider:
+        return cached[1]
+    made = provider.get_tracer(name)
+    _TRACERS[name] = (provider, made)
+    return made
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +153,7 @@ def configure_tracing(
     provider = TracerProvider(resource=Resource.create(resource_attrs))
     provider.add_span_processor(BatchSpanProcessor(_exporter(choice)))
     trace.set_tracer_provider(provider)
+    logging.getLogger(_EXPORT_QUEUE_LOGGER).addFilter(QueueFullFilter())
     _SETUP = TracingSetup(provider, choice)
     ENABLED = True
     log.info(
@@ -171,6 +183,38 @@ def process_tracing(
     finally:
         if setup is not None:
             setup.shutdown()
+
+
+#: The SDK's logger that reports each span dropped because the export queue is full.
+_EXPORT_QUEUE_LOGGER = "opentelemetry.sdk._shared_internal"
+
+
+class QueueFullFilter(logging.Filter):
+    """One WARNING per ``interval_s`` about spans dropped because the export queue is full
+    (sampling more than the exporter ships), with how many, instead of one line per span."""
+
+    def __init__(self, interval_s: float = 10.0, clock: Any = time.monotonic) -> None:
+        super().__init__()
+        self._interval_s = interval_s
+        self._clock = clock
+        self._last = -interval_s
+        self._dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Queue full"):
+            return True
+        self._dropped += 1
+        now = self._clock()
+        if now - self._last < self._interval_s:
+            return False
+        record.msg = (
+            "tracing: %d span(s) dropped since the last report: the export queue is full (more spans "
+            "than the exporter ships: lower OTEL_TRACES_SAMPLER_ARG, or raise OTEL_BSP_MAX_QUEUE_SIZE)"
+        )
+        record.args = (self._dropped,)
+        self._dropped = 0
+        self._last = now
+        return True
 
 
 def _exporter(choice: ExporterChoice) -> Any:

@@ -165,3 +165,23 @@ def test_messaging_attributes_drop_empty_values() -> None:
         "messaging.destination.name": "/default/t",
         "messaging.client.id": "p",
     }
+
+
+def test_dropped_spans_are_reported_once_per_interval() -> None:
+    import logging
+
+    now = [0.0]
+    f = tracing.QueueFullFilter(interval_s=10.0, clock=lambda: now[0])
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord(
+            "opentelemetry.sdk._shared_internal", logging.WARNING, "", 0, msg, ("span",), None
+        )
+
+    first = record("Queue full, dropping %s.")
+    assert f.filter(first) and first.getMessage().startswith("tracing: 1 span(s) dropped")
+    assert not any(f.filter(record("Queue full, dropping %s.")) for _ in range(99))
+    now[0] = 10.5
+    later = record("Queue full, dropping %s.")
+    assert f.filter(later) and "100 span(s) dropped" in later.getMessage()
+    assert f.filter(record("Exception while exporting %s.")), "other messages pass untouched"
