@@ -8,15 +8,17 @@ Names live in :mod:`.metric_names` (the one place they are spelled). A service e
 - events observed as they happen (latency histograms, counters of things nobody else counts),
   as prometheus_client objects registered on the service's registry.
 
-Per-topic series are bounded by ``metrics.max_topics``: :func:`top_topics` keeps the busiest
-topics and the rest are summed under ``topic="_other"``.
+Per-topic series are bounded by ``metrics.max_topics``: a :class:`SeriesBound` chooses which
+topics (or subscriptions) keep a series of their own, and the rest are summed under
+``topic="_other"``; :class:`OtherTotals` keeps that sum of counters from ever going down while
+topics come and go (a counter that goes down is a reset to Prometheus).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -71,6 +73,11 @@ class MetricDef:
     help: str
     labels: tuple[str, ...] = ()
 
+    @property
+    def exposed(self) -> str:
+        """The name as scraped (counters get ``_total``)."""
+        return f"{self.name}_total" if self.kind == "counter" else self.name
+
     def family(self) -> Metric:
         """An empty family to add samples to in a collector's ``collect``."""
         labels = list(self.labels)
@@ -118,3 +125,73 @@ def add_samples(family: Metric, rows: Mapping[tuple[str, ...], float]) -> Metric
     for labels, value in rows.items():
         family.add_metric(list(labels), value)  # type: ignore[attr-defined]
     return family
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class SeriesBound(Generic[K]):
+    """Which keys (topics, or (topic, subscription) pairs) get a series of their own: at most
+    ``limit``, chosen at each scrape from ``activity`` (key -> how busy it is now, e.g. its
+    message rate).
+
+    A key keeps its series while it exists, so a series does not come and go with its rate;
+    free places go to the busiest of the others; and a kept key that is idle (activity 0) gives
+    its place up to a busy one. Everything not chosen is summed under :data:`OTHER_TOPICS`.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(0, limit)
+        self._kept: set[K] = set()
+
+    def select(self, activity: Mapping[K, float]) -> set[K]:
+        """The keys of ``activity`` that get their own series now."""
+        kept = {k for k in self._kept if k in activity}
+        others = sorted((k for k in activity if k not in kept), key=lambda k: -activity[k])
+        free = self.limit - len(kept)
+        if free > 0:
+            kept.update(others[:free])
+            others = others[free:]
+        busy = [k for k in others if activity[k] > 0]
+        if busy:
+            idle = [k for k in kept if activity[k] <= 0]
+            for newcomer, leaving in zip(busy, idle, strict=False):
+                kept.discard(leaving)
+                kept.add(newcomer)
+        self._kept = kept
+        return set(kept)
+
+
+class OtherTotals(Generic[K]):
+    """Counters summed under :data:`OTHER_TOPICS` that never go down.
+
+    :meth:`total` gets the current counter values of the keys summed now. A key that leaves the
+    sum (it got its own series, or its topic was unloaded) leaves its last values behind in the
+    sum; a key whose values went down (its topic was loaded again and counts from 0) leaves its
+    old values behind too. So the sum only grows, as a Prometheus counter must.
+    """
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self._retired = [0.0] * width
+        self._last: dict[K, tuple[float, ...]] = {}
+        #: Some key was ever summed: the "_other" series exists and must not vanish.
+        self.used = False
+
+    def total(self, members: Mapping[K, Sequence[float]]) -> list[float]:
+        self.used = self.used or bool(members)
+        retired = self._retired
+        for key in [k for k in self._last if k not in members]:
+            for i, v in enumerate(self._last.pop(key)):
+                retired[i] += v
+        sums = list(retired)
+        for key, values in members.items():
+            last = self._last.get(key)
+            if last is not None and any(v < old for v, old in zip(values, last, strict=True)):
+                for i, old in enumerate(last):
+                    retired[i] += old
+                    sums[i] += old
+            self._last[key] = tuple(values)
+            for i, v in enumerate(values):
+                sums[i] += v
+        return sums

@@ -1,8 +1,9 @@
-"""Values the WAL hands out: log entries and stats."""
+"""Values the WAL hands out: log entries and stats; what it reports as it works."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,3 +35,18 @@ class WalStats:
     fsync_p99_ms: float
     cache_entries: int
     cache_bytes: int
+
+
+class WalObserver(Protocol):
+    """Told about a log's work as it happens, on the event loop: once per group commit and per
+    segment sealed, never per record (the broker's metrics)."""
+
+    def committed(self, records: int, nbytes: int, fsync_s: float | None) -> None:
+        """A group commit stored ``records`` records in ``nbytes`` frame bytes; ``fsync_s``:
+        its fsync's duration (None with durability none)."""
+
+    def commit_failed(self) -> None:
+        """A group commit failed (its batches and those queued behind it were refused)."""
+
+    def rotated(self) -> None:
+        """The active segment was sealed and a new one started."""
