@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.process_collector import ProcessCollector
@@ -104,7 +104,12 @@ class MetricDef:
 
 def new_registry() -> CollectorRegistry:
     """A service's registry, with the process's CPU, memory and file descriptors
-    (``process_*``)."""
+    (``process_*``).
+
+    Counters and histograms are exposed without prometheus_client's ``*_created`` series (a
+    creation timestamp per series, doubling their number; Prometheus does not need them): that
+    switch is the library's, for the whole process."""
+    disable_created_metrics()
     registry = CollectorRegistry(auto_describe=True)
     ProcessCollector(registry=registry)
     return registry
