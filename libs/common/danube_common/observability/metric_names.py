@@ -74,7 +74,8 @@ SUBSCRIPTION_ACTIVE_CONSUMERS = MetricDef(
 SUBSCRIPTION_PENDING_REDELIVERIES = MetricDef(
     "danube_subscription_pending_redelivery",
     "gauge",
-    "Messages waiting to be delivered again (nacked or timed out), per reliable subscription.",
+    "Messages of a reliable subscription waiting for another delivery (nacked, timed out, or held "
+    "by the poison policy), per subscription.",
     TS,
 )
 SUBSCRIPTION_REDELIVERIES = MetricDef(
@@ -272,3 +273,75 @@ AUTHZ_DENIED = MetricDef(
 
 #: Every metric above, in this module's order (the docs and the dashboard are checked against it).
 ALL: tuple[MetricDef, ...] = tuple(v for v in list(globals().values()) if isinstance(v, MetricDef))
+
+#: Who serves what, for docs/observability.md (scripts/gen_metrics_doc.py renders its tables; a
+#: unit test checks every metric is in exactly one section).
+SECTIONS: tuple[tuple[str, tuple[MetricDef, ...]], ...] = (
+    (
+        "Broker: topics and publishing",
+        (
+            TOPICS_OWNED,
+            TOPIC_MESSAGES_IN,
+            TOPIC_BYTES_IN,
+            TOPIC_MESSAGES_OUT,
+            TOPIC_BYTES_OUT,
+            TOPIC_MESSAGES_DROPPED,
+            TOPIC_ACTIVE_PRODUCERS,
+            TOPIC_ACTIVE_CONSUMERS,
+            TOPIC_ACTIVE_SUBSCRIPTIONS,
+            PUBLISH_LATENCY,
+            PUBLISH_BATCHES,
+        ),
+    ),
+    (
+        "Broker: subscriptions",
+        (
+            SUBSCRIPTION_BACKLOG,
+            SUBSCRIPTION_ACTIVE_CONSUMERS,
+            SUBSCRIPTION_PENDING_REDELIVERIES,
+            SUBSCRIPTION_REDELIVERIES,
+            SUBSCRIPTION_NACKS,
+            SUBSCRIPTION_DEAD_LETTERED,
+            SUBSCRIPTION_DROPPED,
+            SUBSCRIPTION_BLOCKED,
+        ),
+    ),
+    (
+        "Broker: write-ahead log",
+        (
+            WAL_APPENDS,
+            WAL_APPEND_BYTES,
+            WAL_FSYNC_LATENCY,
+            WAL_COMMIT_FAILURES,
+            WAL_SEGMENT_ROTATIONS,
+            WAL_DISK_BYTES,
+        ),
+    ),
+    ("Broker: ownership and moves", (OWNERSHIP_ACQUIRED, TOPIC_MOVES)),
+    (
+        "WAL uploader",
+        (
+            UPLOADS,
+            UPLOAD_ERRORS,
+            UPLOAD_BYTES,
+            UPLOAD_LAG_BYTES,
+            UPLOAD_LAG_OFFSETS,
+            UPLOADER_OVERLAPS_REFUSED,
+            UPLOADER_FINAL_STATES,
+            UPLOADER_BROKER_ALIVE,
+            UPLOADER_TOPICS,
+        ),
+    ),
+    ("Leader service", (LEADER_CAMPAIGNS, LEADER_CAMPAIGNS_ELECTED, LEADER_WATCHES)),
+    ("Load manager and planner: their role", (LEADER_ELECTION_STATE, LEADER_TERM)),
+    (
+        "Load manager",
+        (LM_PASSES, LM_ACTIONS, REBALANCING_MOVES, CLUSTER_BROKERS, CLUSTER_TOPICS, CLUSTER_MOVES_IN_FLIGHT),
+    ),
+    (
+        "Planner",
+        (PLANNER_CYCLE_DURATION, PLANNER_CYCLES, PLANNER_PLANS, CLUSTER_IMBALANCE, PLANNER_IMBALANCE_AFTER),
+    ),
+    ("Lookup", (LOOKUPS, PLACEMENTS)),
+    ("Every service with auth on", (AUTHZ_DENIED,)),
+)
