@@ -138,8 +138,11 @@ class Cluster:
     uploaders: list[ServiceReady]
     planner: ServiceReady
     client: DanubeClient
-    #: What the traffic fixture did.
+    #: What the traffic fixture did: the two topics, the reliable consumer, and the messages it
+    #: received but did not acknowledge.
     topics: dict[str, str] = field(default_factory=dict)
+    rel_consumer: Any = None
+    unacked: list[Any] = field(default_factory=list)
 
     @property
     def every_service(self) -> list[ServiceReady]:
@@ -295,8 +298,8 @@ async def traffic(cluster: Cluster) -> Cluster:
     for msg in rel_msgs[:-UNACKED]:
         await rel_consumer.ack(msg)
     await rel_consumer.flush_acks()
-    cluster.unacked = rel_msgs[-UNACKED:]  # type: ignore[attr-defined]
-    cluster.rel_consumer = rel_consumer  # type: ignore[attr-defined]
+    cluster.unacked = rel_msgs[-UNACKED:]
+    cluster.rel_consumer = rel_consumer
     await rel_producer.close()
     await nr_producer.close()
     return cluster
@@ -377,7 +380,7 @@ async def test_wal_and_uploads(traffic: Cluster) -> None:
 @module_loop
 async def test_backlog_nack_and_redelivery(traffic: Cluster) -> None:
     rel = traffic.topics["reliable"]
-    consumer, unacked = traffic.rel_consumer, traffic.unacked  # type: ignore[attr-defined]
+    consumer, unacked = traffic.rel_consumer, traffic.unacked
 
     async def lag() -> float:
         return total(

@@ -12,7 +12,7 @@ from danube_common.observability import metric_names as mn
 from danube_common.observability.metrics import add_samples
 from danube_common.placement import Resolver
 
-#: Resolver count -> (family, label value).
+#: The resolver's counts behind each family's label values.
 LOOKUP_SOURCES = ("cached", "resolved")
 PLACEMENT_KINDS = ("requested", "placed")
 

@@ -45,7 +45,7 @@ def test_the_doc_tables_are_current() -> None:
         assert row.search(doc), d.name
 
 
-def test_the_documented_default_bound_is_the_code_s() -> None:
+def test_the_documented_default_bound_is_the_codes() -> None:
     from danube_common.observability.metrics import MetricsConfig
 
     doc = (ROOT / "docs" / "observability.md").read_text()
