@@ -107,16 +107,18 @@ class BrokerSeries:
         s_counters = [d.family() for d in SUB_COUNTERS]
         s_gauges = [d.family() for d in SUB_GAUGES]
 
+        shown = self.topics.kept
         kept = self.topics.select({n: t.msg_rate_in + t.msg_rate_out for n, t in stats.items()})
         for name in sorted(kept):
             _add(t_counters, [name], topic_counters(stats[name]))
             _add(t_gauges, [name], topic_gauges(stats[name]))
         others = {n: topic_counters(t) for n, t in stats.items() if n not in kept}
         if others or self._other_topics.used:  # once there, "_other" stays (a counter)
-            _add(t_counters, [OTHER_TOPICS], self._other_topics.total(others))
+            _add(t_counters, [OTHER_TOPICS], self._other_topics.total(others, shown=shown))
             _add(t_gauges, [OTHER_TOPICS], _sum((topic_gauges(stats[n]) for n in others), len(TOPIC_GAUGES)))
 
         subs = {(n, s.name): s for n, t in stats.items() for s in t.per_subscription.values()}
+        shown_subs = self.subscriptions.kept
         kept_subs = self.subscriptions.select({k: s.msg_rate_out + s.backlog for k, s in subs.items()})
         for key in sorted(kept_subs):
             _add(s_counters, list(key), sub_counters(subs[key]))
@@ -124,7 +126,7 @@ class BrokerSeries:
         other_subs = {k: sub_counters(s) for k, s in subs.items() if k not in kept_subs}
         if other_subs or self._other_subs.used:
             labels = [OTHER_TOPICS, OTHER_TOPICS]
-            _add(s_counters, labels, self._other_subs.total(other_subs))
+            _add(s_counters, labels, self._other_subs.total(other_subs, shown=shown_subs))
             _add(s_gauges, labels, _sum((sub_gauges(subs[k]) for k in other_subs), len(SUB_GAUGES)))
         return [owned, wal, *t_counters, *t_gauges, *s_counters, *s_gauges]
 

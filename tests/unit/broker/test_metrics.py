@@ -167,6 +167,28 @@ def test_other_counters_never_go_down_as_topics_come_and_go() -> None:
     assert third == 35
 
 
+def test_an_idle_topic_gives_its_series_up_without_a_jump_in_other() -> None:
+    series = BrokerSeries(1)
+    stats = {
+        "/ns/a": topic("/ns/a", msgs_in=1000, msg_rate_in=5.0),
+        "/ns/b": topic("/ns/b", msgs_in=10),
+    }
+    got = samples(series.families(stats))
+    assert got[("danube_topic_messages_in_total", T("/ns/a"))] == 1000
+    assert got[("danube_topic_messages_in_total", T("_other"))] == 10
+    # a goes idle, b gets busy: b takes the place; a's 1000 were shown on its own series.
+    stats = {
+        "/ns/a": topic("/ns/a", msgs_in=1000),
+        "/ns/b": topic("/ns/b", msgs_in=20, msg_rate_in=3.0),
+    }
+    got = samples(series.families(stats))
+    assert got[("danube_topic_messages_in_total", T("/ns/b"))] == 20
+    assert got[("danube_topic_messages_in_total", T("_other"))] == 10  # b's first 10 stay; a adds 0
+    stats["/ns/a"] = topic("/ns/a", msgs_in=1004)
+    got = samples(series.families(stats))
+    assert got[("danube_topic_messages_in_total", T("_other"))] == 14
+
+
 def test_events() -> None:
     registry = CollectorRegistry()
     events = BrokerEvents(registry)

@@ -77,6 +77,16 @@ def test_other_totals(rounds: list[dict[str, tuple[int, int]]], expected: list[i
     assert last == expected
 
 
+def test_a_key_demoted_to_other_adds_only_what_it_counts_from_then_on() -> None:
+    other: OtherTotals[str] = OtherTotals(1)
+    assert other.total({"b": (10,)}) == [10]  # "a" has a series of its own
+    assert other.total({"b": (10,), "a": (500,)}, shown={"a"}) == [10]  # a's 500 were shown already
+    assert other.total({"b": (12,), "a": (503,)}, shown=set()) == [15]
+    assert other.total({"b": (12,)}) == [15]  # a leaves: what it added stays
+    # A key never shown joins with everything it counted.
+    assert other.total({"b": (12,), "c": (7,)}) == [22]
+
+
 def test_other_totals_used_once_summed() -> None:
     other: OtherTotals[str] = OtherTotals(1)
     assert not other.used

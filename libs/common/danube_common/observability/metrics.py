@@ -16,7 +16,7 @@ topics come and go (a counter that goes down is a reset to Prometheus).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
@@ -149,6 +149,11 @@ class SeriesBound(Generic[K]):
         self.limit = max(0, limit)
         self._kept: set[K] = set()
 
+    @property
+    def kept(self) -> frozenset[K]:
+        """The keys the last :meth:`select` chose."""
+        return frozenset(self._kept)
+
     def select(self, activity: Mapping[K, float]) -> set[K]:
         """The keys of ``activity`` that get their own series now."""
         kept = {k for k in self._kept if k in activity}
@@ -168,35 +173,47 @@ class SeriesBound(Generic[K]):
 
 
 class OtherTotals(Generic[K]):
-    """Counters summed under :data:`OTHER_TOPICS` that never go down.
+    """Counters summed under :data:`OTHER_TOPICS` that never go down, and never jump.
 
     :meth:`total` gets the current counter values of the keys summed now. A key that leaves the
-    sum (it got its own series, or its topic was unloaded) leaves its last values behind in the
-    sum; a key whose values went down (its topic was loaded again and counts from 0) leaves its
-    old values behind too. So the sum only grows, as a Prometheus counter must.
+    sum (it got its own series, or its topic was unloaded) leaves what it added behind; a key
+    whose values went down (its topic was loaded again and counts from 0) leaves its old values
+    behind too. So the sum only grows, as a Prometheus counter must. A key that joins the sum
+    after having had a series of its own (``shown``: its counts were already exposed there) adds
+    only what it counts from then on, so the sum does not jump by its history.
     """
 
     def __init__(self, width: int) -> None:
         self.width = width
         self._retired = [0.0] * width
         self._last: dict[K, tuple[float, ...]] = {}
+        #: What each key had counted when it joined (subtracted from its values).
+        self._base: dict[K, tuple[float, ...]] = {}
         #: Some key was ever summed: the "_other" series exists and must not vanish.
         self.used = False
 
-    def total(self, members: Mapping[K, Sequence[float]]) -> list[float]:
+    def _retire(self, key: K) -> None:
+        last, base = self._last.pop(key), self._base.pop(key)
+        for i, (v, b) in enumerate(zip(last, base, strict=True)):
+            self._retired[i] += v - b
+
+    def total(self, members: Mapping[K, Sequence[float]], *, shown: Collection[K] = ()) -> list[float]:
         self.used = self.used or bool(members)
-        retired = self._retired
         for key in [k for k in self._last if k not in members]:
-            for i, v in enumerate(self._last.pop(key)):
-                retired[i] += v
-        sums = list(retired)
+            self._retire(key)
+        zero = (0.0,) * self.width
         for key, values in members.items():
             last = self._last.get(key)
-            if last is not None and any(v < old for v, old in zip(values, last, strict=True)):
-                for i, old in enumerate(last):
-                    retired[i] += old
-                    sums[i] += old
-            self._last[key] = tuple(values)
-            for i, v in enumerate(values):
-                sums[i] += v
+            if last is None:
+                base = tuple(values) if key in shown else zero
+            elif any(v < old for v, old in zip(values, last, strict=True)):
+                self._retire(key)
+                base = zero
+            else:
+                base = self._base[key]
+            self._last[key], self._base[key] = tuple(values), base
+        sums = list(self._retired)
+        for key in members:
+            for i, (v, b) in enumerate(zip(self._last[key], self._base[key], strict=True)):
+                sums[i] += v - b
         return sums
