@@ -6,13 +6,13 @@ locally built images, on the host's network and free loopback ports. Through the
 (``danube_sdk``) and ``danube-admin`` on the host:
 
 - every service is healthy and registered (brokers, load manager and planner roles);
+- every Danube service's /metrics answers (what Prometheus scrapes in docker-compose.yml;
+  Prometheus, Grafana, the collector and Jaeger are not run: public images), one load manager
+  leading;
 - a reliable topic is produced and consumed; the container of the broker that owns it is killed
   (``docker kill``); every topic that broker owned is re-placed on another broker, and the
   consumer gets every acknowledged message (the dead broker's WAL uploader, still running,
   ships the rest of its log to S3 and records where it ends);
-- every Danube service's /metrics answers (what Prometheus scrapes in docker-compose.yml;
-  Prometheus, Grafana, the collector and Jaeger are not run: public images), one load manager
-  leading;
 - the running planner (Spark local mode in its container) answers a rebalance request;
 - the planner's one-shot mode: the planner service is stopped (it resigns) and
   ``compose run planner ... --once`` runs one fenced cycle in a one-off container of the same
@@ -196,6 +196,62 @@ def test_every_service_is_up_and_registered(stack: ComposeStack) -> None:
     assert {entry["role"] for entry in leaders} >= ROLES, leaders
 
 
+#: A family each kind of service exports (besides every process's ``process_*``).
+METRIC_OF = {
+    "danube-lookup": "danube_lookup_topic_lookups_total",
+    "danube-broker": "danube_broker_topics_owned",
+    "danube-leader": "danube_leader_campaigns",
+    "danube-load-manager": "danube_leader_election_state",
+    "danube-wal-uploader": "danube_wal_uploader_broker_alive",
+    "danube-planner": "danube_rebalancing_cycles_total",
+}
+
+
+def metrics_urls(stack: ComposeStack, scheme: str = "http") -> dict[str, tuple[str, str]]:
+    """service -> (its command, its /metrics URL), from each Danube service's --http-listen."""
+    out = {}
+    for service in stack.services():
+        command = stack.command_of(service)
+        listen = [a.split("=", 1)[1] for a in command if a.startswith("--http-listen=")]
+        if listen:
+            out[service] = (command[0], f"{scheme}://{listen[0]}/metrics")
+    return out
+
+
+def get(url: str, *, token: str | None = None, ca_file: Path | None = None) -> tuple[int, str]:
+    """GET ``url``: (status, body), HTTP errors included."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    ctx = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
+    try:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=10, context=ctx
+        ) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_every_service_serves_metrics(stack: ComposeStack) -> None:
+    # What Prometheus scrapes in docker-compose.yml (the test cannot pull its image): each
+    # Danube service's /metrics answers with its own families, and one load manager leads.
+    # Before the broker-kill test: every service is still up.
+    urls = metrics_urls(stack)
+    assert set(METRIC_OF) == {command for command, _ in urls.values()}, urls
+    leading = {}
+    for service, (command, url) in urls.items():
+        status, text = get(url)
+        assert status == 200, f"{service}: {url} answered {status}: {text[:200]}"
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        assert "process_resident_memory_bytes" in families, service
+        name = METRIC_OF[command].removesuffix("_total")
+        assert name in families, f"{service}: no {METRIC_OF[command]} in {sorted(families)}"
+        if command == "danube-load-manager":
+            (sample,) = [s for s in families[name].samples if s.labels.get("role") == "load-manager"]
+            leading[service] = sample.value
+    assert sorted(leading.values()) == [0, 1], leading
+    print(f"\n/metrics of {len(urls)} services answered")
+
+
 async def test_topics_survive_killing_their_broker_container(stack: ComposeStack) -> None:
     topic = f"/default/{unique('compose')}"
     admin(stack, "topics", "create", topic, "--dispatch-strategy", "reliable")
@@ -268,61 +324,6 @@ async def test_topics_survive_killing_their_broker_container(stack: ComposeStack
         f"\nbroker{victim} killed: its {len(orphans)} topic(s) re-placed {moved_after:.1f}s later "
         f"({topic} on broker {owner(stack, topic)}); {len(acked)} acked, all delivered"
     )
-
-
-#: A family each kind of service exports (besides every process's ``process_*``).
-METRIC_OF = {
-    "danube-lookup": "danube_lookup_topic_lookups_total",
-    "danube-broker": "danube_broker_topics_owned",
-    "danube-leader": "danube_leader_campaigns",
-    "danube-load-manager": "danube_leader_election_state",
-    "danube-wal-uploader": "danube_wal_uploader_broker_alive",
-    "danube-planner": "danube_rebalancing_cycles_total",
-}
-
-
-def metrics_urls(stack: ComposeStack, scheme: str = "http") -> dict[str, tuple[str, str]]:
-    """service -> (its command, its /metrics URL), from each Danube service's --http-listen."""
-    out = {}
-    for service in stack.services():
-        command = stack.command_of(service)
-        listen = [a.split("=", 1)[1] for a in command if a.startswith("--http-listen=")]
-        if listen:
-            out[service] = (command[0], f"{scheme}://{listen[0]}/metrics")
-    return out
-
-
-def get(url: str, *, token: str | None = None, ca_file: Path | None = None) -> tuple[int, str]:
-    """GET ``url``: (status, body), HTTP errors included."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    ctx = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
-    try:
-        with urllib.request.urlopen(
-            urllib.request.Request(url, headers=headers), timeout=10, context=ctx
-        ) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-
-
-def test_every_service_serves_metrics(stack: ComposeStack) -> None:
-    # What Prometheus scrapes in docker-compose.yml (the test cannot pull its image): each
-    # Danube service's /metrics answers with its own families, and one load manager leads.
-    urls = metrics_urls(stack)
-    assert set(METRIC_OF) == {command for command, _ in urls.values()}, urls
-    leading = {}
-    for service, (command, url) in urls.items():
-        status, text = get(url)
-        assert status == 200, f"{service}: {url} answered {status}: {text[:200]}"
-        families = {f.name: f for f in text_string_to_metric_families(text)}
-        assert "process_resident_memory_bytes" in families, service
-        name = METRIC_OF[command].removesuffix("_total")
-        assert name in families, f"{service}: no {METRIC_OF[command]} in {sorted(families)}"
-        if command == "danube-load-manager":
-            (sample,) = [s for s in families[name].samples if s.labels.get("role") == "load-manager"]
-            leading[service] = sample.value
-    assert sorted(leading.values()) == [0, 1], leading
-    print(f"\n/metrics of {len(urls)} services answered")
 
 
 def report_generated_at_ms(stack: ComposeStack) -> int:
