@@ -11,8 +11,11 @@ store again), and a cycle cut short writes nothing (one transaction).
 ``election_timeout_s``) and fences as usual; with ``leader_endpoints: []`` it runs one cycle at
 once, **unfenced** (for tests and operators; the log says so).
 
+Planning for good (not ``--once``), it serves ``/metrics`` on ``http_listen_addr`` (with its
+``tls``, and with ``auth`` a token holding ``lookup``): :mod:`danube_planner.metrics`.
+
 Shutdown (stop event; SIGINT/SIGTERM): resign (a standby takes over at once), stop the engine
-(the SparkSession), close the object store and etcd.
+(the SparkSession), stop the HTTP endpoint, close the object store and etcd.
 """
 
 from __future__ import annotations
@@ -31,16 +34,22 @@ from danube_common.load_history import LoadHistoryReader
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.metadata.store import MetadataStore
 from danube_common.objstore import open_object_store
+from danube_common.observability.http import HttpEndpoint
+from danube_common.observability.metrics import new_registry
 from danube_common.service import (
     ServiceFailure,
     ServiceReady,
+    ServiceSecurity,
     internal_credentials,
     remove_ready_file,
+    start_http,
+    start_security,
     wait_for_stop,
     write_ready_file,
 )
 from danube_planner.config import PlannerConfig
 from danube_planner.cycle import CycleResult, Engine, Planner, PythonEngine
+from danube_planner.metrics import PlannerMetrics
 from danube_planner.model import PLANNER_ROLE, AggregateParams, Aggregates, PlannerInputs
 
 log = logging.getLogger(__name__)
@@ -118,16 +127,24 @@ async def serve_term(
     interval_s: float,
     requests: RequestWatch,
     stop: asyncio.Event,
+    metrics: PlannerMetrics | None = None,
 ) -> None:
     """Run cycles while ``lead`` holds: every ``interval_s``, or sooner on a request."""
+    loop = asyncio.get_running_loop()
     while not lead.lost.is_set() and not stop.is_set():
         requests.requested.clear()
+        start = loop.time()
         try:
-            await planner.cycle(lead)
+            result = await planner.cycle(lead)
         except (asyncio.CancelledError, KeyboardInterrupt):
             raise
         except Exception as exc:  # a failed cycle (etcd, object store, Spark): retry next time
             log.error("planner cycle failed: %s", exc, exc_info=not isinstance(exc, TimeoutError))
+            if metrics is not None:
+                metrics.cycle_failed(loop.time() - start)
+        else:
+            if metrics is not None:
+                metrics.cycle_done(result, loop.time() - start)
         waits = {
             asyncio.ensure_future(lead.lost.wait()),
             asyncio.ensure_future(stop.wait()),
@@ -163,9 +180,17 @@ async def run(
     engine: Engine | None = None
     elector: Elector | None = None
     candidacy: Candidacy | None = None
+    security: ServiceSecurity | None = None
+    http: HttpEndpoint | None = None
+    metrics: PlannerMetrics | None = None
     requests = RequestWatch(store, keys)
     try:
         await store.wait_ready(cfg.etcd.connect_timeout_s)
+        if not once:  # /metrics (with the service's TLS and auth) while planning for good
+            security = await start_security(cfg, store, keys)
+            registry = new_registry()
+            metrics = PlannerMetrics(registry)
+            http = await start_http(cfg, security, registry, service="planner")
         objects = await open_object_store(cfg.object_store)
         engine = await asyncio.to_thread(make_engine, cfg)
         planner = Planner(
@@ -177,7 +202,7 @@ async def run(
         )
         info = ServiceReady(
             "planner", "", os.getpid(), {"candidate_id": cfg.candidate_id, "engine": engine.name}
-        )
+        ).with_http(http)
         if cfg.ready_file:
             write_ready_file(cfg.ready_file, info.to_json())
         if ready is not None:
@@ -214,13 +239,17 @@ async def run(
                 on_cycle(result)
             return
         requests.start()
-        await _lead_until_stop(cfg, planner, candidacy, requests, stop)
+        await _lead_until_stop(cfg, planner, candidacy, requests, stop, metrics=metrics, security=security)
     finally:
         if candidacy is not None:
             await candidacy.aclose()  # resign: a standby takes over at once
         if elector is not None:
             await elector.aclose()
         await requests.aclose()
+        if http is not None:
+            await http.aclose()
+        if security is not None:
+            await security.aclose()
         if engine is not None:
             await asyncio.to_thread(engine.close)
         if objects is not None:
@@ -257,17 +286,34 @@ async def _lead_until_stop(
     candidacy: Candidacy,
     requests: RequestWatch,
     stop: asyncio.Event,
+    *,
+    metrics: PlannerMetrics | None = None,
+    security: ServiceSecurity | None = None,
 ) -> None:
     async def follow() -> None:
         async for lead in candidacy:
             log.info("leading %s (term %d)", PLANNER_ROLE, lead.term)
-            await serve_term(planner, lead, interval_s=cfg.interval_s, requests=requests, stop=stop)
+            if metrics is not None:
+                metrics.term_started(lead.term)
+            try:
+                await serve_term(
+                    planner, lead, interval_s=cfg.interval_s, requests=requests, stop=stop, metrics=metrics
+                )
+            finally:
+                if metrics is not None:
+                    metrics.term_ended()
             if not stop.is_set():
                 log.warning("term %d is over: no longer planning", lead.term)
 
     loop = asyncio.create_task(follow(), name="planner-loop")
+    loops: dict[asyncio.Task[None] | None, str] = {
+        loop: "the planning loop",
+        requests.task: "the request watch",
+    }
+    if security is not None:
+        loops |= {task: what for task, what in security.loops().items()}
     try:
-        ended = await wait_for_stop(stop, {loop: "the planning loop", requests.task: "the request watch"})
+        ended = await wait_for_stop(stop, loops)
     finally:
         loop.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -6,6 +6,9 @@ locally built images, on the host's network and free loopback ports. Through the
 (``danube_sdk``) and ``danube-admin`` on the host:
 
 - every service is healthy and registered (brokers, load manager and planner roles);
+- every Danube service's /metrics answers (what Prometheus scrapes in docker-compose.yml;
+  Prometheus, Grafana, the collector and Jaeger are not run: public images), one load manager
+  leading;
 - a reliable topic is produced and consumed; the container of the broker that owns it is killed
   (``docker kill``); every topic that broker owned is re-placed on another broker, and the
   consumer gets every acknowledged message (the dead broker's WAL uploader, still running,
@@ -20,7 +23,7 @@ the same files plus deploy/docker-compose.secure.yml and docker-compose.secure-t
 with its one-shot ``certs`` service; the CA and the admin token copied out of its volume let the
 SDK and ``danube-admin`` work over TLS, while plaintext, token-less and certificate-less clients
 (where the cluster's services require certificates) and etcd clients without a certificate are
-refused.
+refused; ``/metrics`` is HTTPS and answers 401 without a token, 200 with the admin's.
 
 Each stack is taken down with its volumes at the end (``down -v``), whatever happened.
 
@@ -35,8 +38,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +51,7 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from danube_common.config import EtcdConfig
 from danube_common.errors import DanubeError
@@ -187,6 +194,62 @@ def test_every_service_is_up_and_registered(stack: ComposeStack) -> None:
     assert ids == ["1", "2", "3"], brokers
     leaders = admin(stack, "leaders", "list")
     assert {entry["role"] for entry in leaders} >= ROLES, leaders
+
+
+#: A family each kind of service exports (besides every process's ``process_*``).
+METRIC_OF = {
+    "danube-lookup": "danube_lookup_topic_lookups_total",
+    "danube-broker": "danube_broker_topics_owned",
+    "danube-leader": "danube_leader_campaigns",
+    "danube-load-manager": "danube_leader_election_state",
+    "danube-wal-uploader": "danube_wal_uploader_broker_alive",
+    "danube-planner": "danube_rebalancing_cycles_total",
+}
+
+
+def metrics_urls(stack: ComposeStack, scheme: str = "http") -> dict[str, tuple[str, str]]:
+    """service -> (its command, its /metrics URL), from each Danube service's --http-listen."""
+    out = {}
+    for service in stack.services():
+        command = stack.command_of(service)
+        listen = [a.split("=", 1)[1] for a in command if a.startswith("--http-listen=")]
+        if listen:
+            out[service] = (command[0], f"{scheme}://{listen[0]}/metrics")
+    return out
+
+
+def get(url: str, *, token: str | None = None, ca_file: Path | None = None) -> tuple[int, str]:
+    """GET ``url``: (status, body), HTTP errors included."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    ctx = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
+    try:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=10, context=ctx
+        ) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_every_service_serves_metrics(stack: ComposeStack) -> None:
+    # What Prometheus scrapes in docker-compose.yml (the test cannot pull its image): each
+    # Danube service's /metrics answers with its own families, and one load manager leads.
+    # Before the broker-kill test: every service is still up.
+    urls = metrics_urls(stack)
+    assert set(METRIC_OF) == {command for command, _ in urls.values()}, urls
+    leading = {}
+    for service, (command, url) in urls.items():
+        status, text = get(url)
+        assert status == 200, f"{service}: {url} answered {status}: {text[:200]}"
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        assert "process_resident_memory_bytes" in families, service
+        name = METRIC_OF[command].removesuffix("_total")
+        assert name in families, f"{service}: no {METRIC_OF[command]} in {sorted(families)}"
+        if command == "danube-load-manager":
+            (sample,) = [s for s in families[name].samples if s.labels.get("role") == "load-manager"]
+            leading[service] = sample.value
+    assert sorted(leading.values()) == [0, 1], leading
+    print(f"\n/metrics of {len(urls)} services answered")
 
 
 async def test_topics_survive_killing_their_broker_container(stack: ComposeStack) -> None:
@@ -491,6 +554,12 @@ async def test_secured_stack_serves_tls_and_tokens_only(
                 await store.get("/danube/brokers/1")
         finally:
             await store.aclose()
+    # /metrics: HTTPS with the service's certificate; a token holding `lookup` (the admin's) or 401.
+    urls = metrics_urls(stack, scheme="https")
+    assert get(urls["lookup"][1], ca_file=creds.ca_file)[0] == 401
+    for service in ("lookup", f"broker{owner}"):
+        status, text = get(urls[service][1], token=creds.token, ca_file=creds.ca_file)
+        assert status == 200 and "danube_authz_deny_total" in text, (service, status, text[:200])
     print(
         f"\nsecured stack: {len(sent)} messages over TLS with the admin token; plaintext and tokenless refused"
     )

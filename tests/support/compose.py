@@ -39,6 +39,10 @@ SECURE_COMPOSE_FILES = (
 PORT_VARS = (
     "ETCD", "ETCD_PEER", "S3", "LOOKUP", "ADMIN", "LEADER1", "LEADER2",
     "UPLOADER1", "UPLOADER2", "UPLOADER3", "BROKER1", "BROKER2", "BROKER3", "LM1", "LM2",
+    *(f"{name}_HTTP" for name in (
+        "LOOKUP", "LEADER1", "LEADER2", "UPLOADER1", "UPLOADER2", "UPLOADER3",
+        "BROKER1", "BROKER2", "BROKER3", "LM1", "LM2", "PLANNER",
+    )),
 )  # fmt: skip
 #: The port variables docker-compose.secure-test.yml adds (the brokers' internal listeners).
 SECURE_PORT_VARS = ("BROKER1_INTERNAL", "BROKER2_INTERNAL", "BROKER3_INTERNAL")
@@ -66,11 +70,15 @@ def compose_command() -> list[str] | None:
 
 def render(config: Mapping[str, Any]) -> dict[str, Any]:
     """``compose config`` output made runnable on the host network: services with
-    ``network_mode: host`` lose their published ports (Docker refuses them there) and every
-    service loses ``build`` (the test uses the images built beforehand, never builds)."""
+    ``network_mode: host`` lose their published ports (Docker refuses them there), every
+    service loses ``build`` (the test uses the images built beforehand, never builds), and the
+    services the test override puts in a profile (public images it cannot pull: Prometheus,
+    Grafana, the collector, Jaeger) are left out, whichever compose version rendered them."""
     out = dict(config)
     services = {}
     for name, svc in config["services"].items():
+        if svc.get("profiles"):
+            continue
         svc = dict(svc)
         svc.pop("build", None)
         if svc.get("network_mode") == "host":

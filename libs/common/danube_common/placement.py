@@ -55,6 +55,9 @@ class Resolver:
         self._auto_create = auto_create_topics
         self._max_attempts = max_attempts
         self._wait_s = wait_s
+        #: Owners found (``cached``: in the view; ``resolved``: settled against etcd) and
+        #: topics placed (``requested`` of the load manager; ``placed`` here), for metrics.
+        self.counts: dict[str, int] = {"cached": 0, "resolved": 0, "requested": 0, "placed": 0}
 
     async def resolve(self, topic: TopicName) -> tuple[str, str]:
         """(broker_id, advertised_url) of the topic's live owner."""
@@ -69,6 +72,7 @@ class Resolver:
         if cached is not None and not cached.moving_to:
             broker = self._view.brokers.get(cached.broker_id)
             if broker is not None:
+                self.counts["cached"] += 1
                 return broker
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._wait_s
@@ -106,6 +110,7 @@ class Resolver:
                 own = await take_over_dead_owner(self._res, topic, own)
                 broker = await self._res.get_broker(own.broker_id)
             if broker is not None:
+                self.counts["resolved"] += 1
                 return broker
             attempts += 1
             if attempts >= self._max_attempts:
@@ -150,6 +155,7 @@ class Resolver:
 
     async def _request(self, topic: TopicName) -> None:
         if await self._res.store.create(self._res.keys.unassigned(topic), {"requested_at_ms": now_ms()}):
+            self.counts["requested"] += 1
             log.info("asked the load manager to place topic %s", topic)
 
     async def _check_creatable(self, topic: TopicName) -> None:
@@ -163,5 +169,6 @@ class Resolver:
     async def _place(self, topic: TopicName) -> Ownership:
         await self._check_creatable(topic)
         own = await place_new_topic(self._res, topic)
+        self.counts["placed"] += 1
         log.info("placed topic %s on broker %s (epoch %d)", topic, own.broker_id, own.epoch)
         return own

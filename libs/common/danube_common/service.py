@@ -40,6 +40,7 @@ from danube_common.logs import setup_logging
 from danube_common.metadata.etcd import etcd_tls_material
 from danube_common.metadata.store import MetadataStore
 from danube_common.objstore.config import ObjectStoreConfig
+from danube_common.observability import metric_names
 from danube_common.observability.http import HttpEndpoint
 from danube_common.observability.metrics import MetricsConfig
 from danube_common.observability.tracing import process_tracing
@@ -369,9 +370,13 @@ async def start_http(
 ) -> HttpEndpoint | None:
     """Serve the service's HTTP endpoint (``/metrics`` from ``registry``, ``/healthz``, and
     ``routes``) on ``cfg.http_listen_addr``, with the service's TLS and auth; None when it is
-    off. Close it with :meth:`HttpEndpoint.aclose` at shutdown."""
+    off. With auth on, ``registry`` also counts the refused calls (``danube_authz_deny_total``
+    by code). Close it with :meth:`HttpEndpoint.aclose` at shutdown."""
     if cfg.http_listen_addr is None:
         return None
+    if security.interceptor is not None and security.interceptor.authenticator is not None:
+        denied = metric_names.AUTHZ_DENIED.counter(registry)
+        security.interceptor.on_denied = lambda code: denied.labels(code.name).inc()
     http = HttpEndpoint(registry, tls=cfg.tls, auth=security.interceptor, service=service)
     http.add_routes(routes)
     await http.start(cfg.http_listen_addr, advertised_host=advertised_host)

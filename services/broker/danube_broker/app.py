@@ -41,6 +41,7 @@ from danube_broker.grpc_api import ConsumerApi, HealthApi, ProducerApi
 from danube_broker.handoff import TopicMover
 from danube_broker.load_reporter import LoadReporter
 from danube_broker.membership import Membership
+from danube_broker.metrics import BrokerCollector, BrokerEvents
 from danube_broker.registry import BrokerRegistry
 from danube_broker.schema_gate import SchemaGate
 from danube_broker.stats_api import BrokerStatsApi
@@ -171,10 +172,12 @@ async def run(
             tiering = await Tiering.open(cfg, resources)
             listeners = bind_listeners(cfg, security)
             metrics = new_registry()
+            events = BrokerEvents(metrics)
+            registry = BrokerRegistry(cfg, resources, broker_url=f"http://{listeners.addr}", events=events)
+            metrics.register(BrokerCollector(registry, max_topics=cfg.metrics.max_topics))
             http = await start_http(
                 cfg, security, metrics, service="broker", advertised_host=cfg.advertised_host
             )
-            registry = BrokerRegistry(cfg, resources, broker_url=f"http://{listeners.addr}")
             if security.interceptor is not None:  # before serving: id-only calls resolve here
                 security.interceptor.resolve_handle = handle_resolver(registry)
                 registry.takeover_check = security.interceptor.check_takeover
@@ -219,8 +222,11 @@ async def _serve(
     membership = Membership(
         resources, registry, registration_ttl_s=cfg.registration_ttl_s, ack_margin_s=cfg.ack_margin_s
     )
-    mover = TopicMover(registry, resources, move_timeout_s=cfg.move_timeout_s, tiering=tiering)
+    mover = TopicMover(
+        registry, resources, move_timeout_s=cfg.move_timeout_s, tiering=tiering, events=registry.events
+    )
     membership.mover = mover
+    membership.events = registry.events
     view = ClusterView(resources)
     schemas = SchemaView(resources.store, resources.keys)
     discovery = DiscoveryServicer(

@@ -38,6 +38,7 @@ import contextlib
 import logging
 
 from danube_broker.cloud import UploaderClient
+from danube_broker.metrics import BrokerEvents
 from danube_broker.registry import BrokerRegistry
 from danube_broker.tiering import Tiering
 from danube_broker.topic import Topic, not_owned
@@ -74,13 +75,15 @@ class TopicMover:
         *,
         move_timeout_s: float,
         tiering: Tiering | None = None,
+        events: BrokerEvents | None = None,
     ) -> None:
         self._reg = registry
+        self._events = events
         self._res = resources
         self._timeout_s = move_timeout_s
         self._tiering = tiering
         self._moves: dict[str, asyncio.Task[None]] = {}
-        #: Outcomes, for tests and stats: topic -> "handed over" | "abandoned" | "lost".
+        #: Outcomes, for tests and stats: topic -> "handed over" | "abandoned" | "lost" | "failed".
         self.outcomes: dict[str, str] = {}
 
     @property
@@ -151,10 +154,10 @@ class TopicMover:
                 own.moving_to,
                 exc,
             )
-            self.outcomes[name] = "failed"
+            self._outcome(name, "failed")
             return
         if handed:
-            self.outcomes[name] = "handed over"
+            self._outcome(name, "handed over")
             log.info(
                 "topic %s handed over to broker %s in %.0f ms%s",
                 name,
@@ -163,10 +166,15 @@ class TopicMover:
                 f" (log ends at offset {next_offset})" if next_offset is not None else "",
             )
         else:
-            self.outcomes[name] = "lost"
+            self._outcome(name, "lost")
             log.warning(
                 "topic %s: ownership changed during its move to %s; not handed over", name, own.moving_to
             )
+
+    def _outcome(self, topic: str, outcome: str) -> None:
+        self.outcomes[topic] = outcome
+        if self._events is not None:
+            self._events.moved("out", outcome.replace(" ", "_"))
 
     async def _drain(self, t: Topic, deadline: float) -> bool:
         loop = asyncio.get_running_loop()
@@ -233,13 +241,13 @@ class TopicMover:
         }
         kept = await self._res.abort_move(own)
         if kept is None:
-            self.outcomes[t.name] = "lost"
+            self._outcome(t.name, "lost")
             log.warning("topic %s: ownership changed while its move was abandoned; unloading", t.name)
             self._reg.unload(t.name, not_owned(t.name, "ownership changed"))
             return
         t.epoch = max(t.epoch, kept.epoch)
         t.end_seal()
-        self.outcomes[t.name] = "abandoned"
+        self._outcome(t.name, "abandoned")
         log.warning(
             "topic %s: move to %s abandoned after %.0fs: %s; the topic stays here",
             t.name,

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import NoReturn
 
 from danube_broker.handoff import TopicMover
+from danube_broker.metrics import BrokerEvents
 from danube_broker.registry import BrokerRegistry
 from danube_common.errors import MetadataUnavailable
 from danube_common.metadata.lease import KeptLease
@@ -34,6 +35,11 @@ _STALE_POLL_S = 0.25
 
 def _moving_to(value: object) -> str:
     return str(value.get("moving_to") or "") if isinstance(value, dict) else ""
+
+
+def _moved_from(value: object) -> str:
+    """The broker a topic was handed over from (an assignment written by a hand-over), or ""."""
+    return str(value.get("moved_from") or "") if isinstance(value, dict) else ""
 
 
 class Membership:
@@ -58,6 +64,8 @@ class Membership:
         self.record: BrokerRecord | None = None
         #: Carries out moves the load manager marks on our assignments (None: moves are ignored).
         self.mover: TopicMover | None = None
+        #: Told of topics moved here (metrics; None: nobody).
+        self.events: BrokerEvents | None = None
 
     @property
     def broker_id(self) -> str:
@@ -151,6 +159,8 @@ class Membership:
                                 parsed[1], Ownership(str(parsed[1]), self.broker_id, ev.revision, moving_to)
                             )
                         else:
+                            if self.events is not None and _moved_from(ev.json()):
+                                self.events.moved("in", "handed_over")
                             self._registry.on_assigned(parsed[1], ev.revision)
                     else:
                         self._registry.on_unassigned(parsed[1], ev.revision)

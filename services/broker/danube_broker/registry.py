@@ -34,6 +34,7 @@ from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer, StreamSession
 from danube_broker.dispatch.base import Msg, PublishResult, PublishStream, SubType
 from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink
+from danube_broker.metrics import BrokerEvents
 from danube_broker.producer import Producer
 from danube_broker.reliable_topic import ReliableContext
 from danube_broker.schema_gate import ProducerSchema, SchemaGate
@@ -100,8 +101,10 @@ class BrokerRegistry:
         clock: Callable[[], float] = time.monotonic,
         id_seed: int | None = None,
         open_log: LogOpener | None = None,
+        events: BrokerEvents | None = None,
     ) -> None:
-        """``open_log`` opens a reliable topic's log (default: the WAL under ``data_dir``)."""
+        """``open_log`` opens a reliable topic's log (default: the WAL under ``data_dir``);
+        ``events`` is told of publishes, WAL commits and topics loaded (metrics; None: nobody)."""
         self._cfg = cfg
         self._res = resources
         self.broker_id = cfg.broker_id
@@ -119,7 +122,10 @@ class BrokerRegistry:
         self.no_topics.set()
         #: Opening and closing topics in the background; the crash flag of topics' tasks.
         self.tasks = TopicTasks()
-        self.reliable = ReliableContext(resources, clock, self.tasks.report_failure, open_log=open_log)
+        self.reliable = ReliableContext(
+            resources, clock, self.tasks.report_failure, open_log=open_log, wal_observer=events
+        )
+        self.events = events
         #: Schema references and publish checks (set by the app; None: no registry view).
         self.schemas: SchemaGate | None = None
         #: Auth on: may a caller take over another principal's producer or consumer by name
@@ -205,6 +211,8 @@ class BrokerRegistry:
         )
         self.topics[name] = t
         self.no_topics.clear()
+        if self.events is not None:
+            self.events.acquired()
         log.info("topic %s loaded (epoch %d)", name, epoch)
         return t
 
@@ -411,21 +419,25 @@ class BrokerRegistry:
         ``stream``: the order guard of the publish stream the batch came on."""
         if not producer.live:
             raise producer.detach_error or ProducerNotFound(f"producer {producer.id} was closed")
+        arrived = time.perf_counter()
         producer.touch(self._clock())
         if self.schemas is not None:
             self.schemas.check_batch(producer.topic.name, producer.schema, msgs)
         if not tracing.ENABLED:
-            return await producer.topic.publish_batch(producer, msgs, nbytes, stream=stream)
-        with broker_tracing.publishing(producer.topic.name, producer.name, msgs) as spans:
-            try:
-                result = await producer.topic.publish_batch(producer, msgs, nbytes, stream=stream)
-            except BaseException as exc:
+            result = await producer.topic.publish_batch(producer, msgs, nbytes, stream=stream)
+        else:
+            with broker_tracing.publishing(producer.topic.name, producer.name, msgs) as spans:
+                try:
+                    result = await producer.topic.publish_batch(producer, msgs, nbytes, stream=stream)
+                except BaseException as exc:
+                    if spans is not None:
+                        spans.failed(exc)
+                    raise
                 if spans is not None:
-                    spans.failed(exc)
-                raise
-            if spans is not None:
-                spans.finished(result.offsets, result.first_offset)
-            return result
+                    spans.finished(result.offsets, result.first_offset)
+        if self.events is not None:
+            self.events.published(time.perf_counter() - arrived)
+        return result
 
     @staticmethod
     def last_sequence(producer: Producer) -> int:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from danube_broker.config import BrokerConfig
 from danube_broker.dispatch.reliable.log_port import TopicLogPort
-from danube_broker.wal import Durability, TopicLog
+from danube_broker.wal import Durability, TopicLog, WalObserver
 from danube_broker.wal.remote import RemoteHistory
 from danube_common.errors import DanubeError, HistoryConflict, TakeoverPending, TopicNotOwned
 from danube_common.log_state import (
@@ -147,8 +147,10 @@ class LogOpening:
         cloud_acks: bool = False,
         unclean_after_s: float = 0.0,
         writer_alive: Callable[[str], Awaitable[bool]] | None = None,
+        wal_observer: WalObserver | None = None,
     ) -> None:
         self.topic = topic
+        self._wal_observer = wal_observer
         self.incarnation = incarnation
         self.directory = directory
         self.durability = durability
@@ -237,7 +239,9 @@ class LogOpening:
             )
             await asyncio.to_thread(shutil.rmtree, d, True)
             return None
-        return await TopicLog.open(d, cfg=self._cfg.wal, durability=self.durability)
+        return await TopicLog.open(
+            d, cfg=self._cfg.wal, durability=self.durability, observer=self._wal_observer
+        )
 
     async def _start(self, view: LogView, start: Start, local: TopicLogPort | None) -> Opened | None:
         start = self._with_uploaded_sequences(start)
@@ -309,7 +313,11 @@ class LogOpening:
                 min(end, offset),
             )
         return await TopicLog.open(
-            self.directory, cfg=self._cfg.wal, durability=self.durability, initial_offset=offset
+            self.directory,
+            cfg=self._cfg.wal,
+            durability=self.durability,
+            initial_offset=offset,
+            observer=self._wal_observer,
         )
 
     async def _refresh_epoch(self) -> None:

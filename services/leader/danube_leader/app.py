@@ -39,6 +39,7 @@ from danube_common.service import running as service_running
 from danube_leader.config import LeaderConfig
 from danube_leader.election import Elections
 from danube_leader.grpc_api import LeaderElectionApi
+from danube_leader.metrics import LeaderCollector
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +98,9 @@ async def run(
 
         stack.push_async_callback(shutdown)
         await server.start()
-        http = await start_http(
-            cfg, security, new_registry(), service="leader", advertised_host=cfg.advertised_host
-        )
+        metrics = new_registry()
+        metrics.register(LeaderCollector(elections, max_roles=cfg.metrics.max_topics))
+        http = await start_http(cfg, security, metrics, service="leader", advertised_host=cfg.advertised_host)
         if http is not None:
             stack.push_async_callback(http.aclose)
 

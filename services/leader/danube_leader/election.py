@@ -489,6 +489,11 @@ class Elections:
     def campaigns(self) -> list[Campaign]:
         return [s for s in self._streams if isinstance(s, Campaign)]
 
+    @property
+    def streams(self) -> list[Campaign | LeaderWatch]:
+        """Every campaign and watch this replica carries now."""
+        return list(self._streams)
+
     def _admit(self, what: str) -> None:
         if self._closing.is_set():
             raise ServiceShuttingDown(f"this leader replica is shutting down: {what} on another replica")

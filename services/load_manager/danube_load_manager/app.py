@@ -48,8 +48,9 @@ from danube_common.service import (
 )
 from danube_load_manager.actions import Executor
 from danube_load_manager.config import LoadManagerConfig
-from danube_load_manager.decide import Limits, Move, Snapshot, next_actions
-from danube_load_manager.rebalance_plans import mark_started, settle
+from danube_load_manager.decide import Action, Limits, Move, Snapshot, next_actions
+from danube_load_manager.metrics import ACTION_KINDS, LoadManagerCollector
+from danube_load_manager.rebalance_plans import mark_started, newly_settled, settle
 from danube_load_manager.view import ControlView
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,11 @@ class LoadManager:
         self.passes = 0
         self.applied = 0
         self.refused = 0
+        #: (action kind, "applied" | "refused") -> count, for metrics.
+        self.actions: dict[tuple[str, str], int] = {}
+        #: Move outcome -> count: "started" (every move begun), and the plans' "done",
+        #: "failed" and "skipped" moves as recorded.
+        self.moves: dict[str, int] = {}
 
     async def follow(self, candidacy: Candidacy) -> None:
         """Act during each term this candidacy wins, until the candidacy ends."""
@@ -138,11 +144,14 @@ class LoadManager:
             except DanubeError as exc:
                 log.warning("could not apply %s: %s", action, exc)
                 self.refused += 1
+                self._count(action, "refused")
                 continue
+            self._count(action, "applied" if out.applied else "refused")
             if out.applied:
                 self.applied += 1
                 wrote = max(wrote, out.revision)
                 if isinstance(action, Move):
+                    self.moves["started"] = self.moves.get("started", 0) + 1
                     self._last_move_s[action.topic] = now_s
                     if action.plan is not None:
                         started.setdefault(action.plan[0], []).append(action.plan[1])
@@ -154,6 +163,10 @@ class LoadManager:
             cutoff = now_s - self._limits.move_cooldown_s
             self._last_move_s = {t: at for t, at in self._last_move_s.items() if at >= cutoff}
         return wrote
+
+    def _count(self, action: Action, result: str) -> None:
+        key = (ACTION_KINDS[type(action)], result)
+        self.actions[key] = self.actions.get(key, 0) + 1
 
     async def _record_plans(
         self, lead: Leadership, snap: Snapshot, started: dict[str, list[int]], now_ms: int
@@ -178,6 +191,8 @@ class LoadManager:
                 continue
             if rev:
                 wrote = max(wrote, rev)
+                for status, n in newly_settled(doc, new).items():
+                    self.moves[status] = self.moves.get(status, 0) + n
                 if new.get("status") == "done" and doc.get("status") != "done":
                     outcome = [f"{m.get('topic')}: {m.get('status')}" for m in new.get("moves") or []]
                     log.info("plan %s done: %s", plan_id, ", ".join(outcome) or "no moves")
@@ -242,8 +257,10 @@ async def run(
         lmpb_grpc.add_LoadManagerStatusServicer_to_server(StatusApi(cfg, manager, view), server)
         port = security.bind(server, cfg.listen_addr)
         await server.start()
+        metrics = new_registry()
+        metrics.register(LoadManagerCollector(manager, view))
         http = await start_http(
-            cfg, security, new_registry(), service="load manager", advertised_host=cfg.advertised_host
+            cfg, security, metrics, service="load manager", advertised_host=cfg.advertised_host
         )
         addr = f"{cfg.advertised_host}:{port}"
         candidacy = elector.campaign(

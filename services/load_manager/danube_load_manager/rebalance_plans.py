@@ -123,3 +123,15 @@ def startable(
             if permanent_obstacle(m, owners, active) is None and not owners[str(m["topic"])].moving_to:
                 out.append((plan_id, i, m))
     return out
+
+
+def newly_settled(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, int]:
+    """How many moves ``new`` records as settled (``done``, ``skipped``, ``failed``) that ``old``
+    did not, by status (moves are matched by index)."""
+    before = [m.get("status") if isinstance(m, Mapping) else None for m in old.get("moves") or []]
+    out: dict[str, int] = {}
+    for i, m in enumerate(new.get("moves") or []):
+        status = m.get("status") if isinstance(m, Mapping) else None
+        if status in SETTLED and (i >= len(before) or before[i] != status):
+            out[str(status)] = out.get(str(status), 0) + 1
+    return out

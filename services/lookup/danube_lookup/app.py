@@ -46,6 +46,7 @@ from danube_lookup.admin_api import BrokerAdminApi, ClusterAdminApi, NamespaceAd
 from danube_lookup.broker_stats import BrokerStatsClient
 from danube_lookup.catalog import Catalog
 from danube_lookup.config import LookupConfig
+from danube_lookup.metrics import LookupCollector
 from danube_lookup.schema_api import SchemaRegistryApi
 from danube_lookup.security_api import SecurityAdminApi
 
@@ -109,9 +110,9 @@ async def run(
         stack.push_async_callback(stop_servers, client_server, admin_server)
         await client_server.start()
         await admin_server.start()
-        http = await start_http(
-            cfg, security, new_registry(), service="lookup", advertised_host=cfg.advertised_host
-        )
+        metrics = new_registry()
+        metrics.register(LookupCollector(discovery.resolver))
+        http = await start_http(cfg, security, metrics, service="lookup", advertised_host=cfg.advertised_host)
         if http is not None:
             stack.push_async_callback(http.aclose)
 

@@ -44,6 +44,7 @@ from danube_common.service import (
 from danube_common.service import running as service_running
 from danube_wal_uploader.config import WalUploaderConfig
 from danube_wal_uploader.grpc_api import WalUploaderApi
+from danube_wal_uploader.metrics import UploaderCollector
 from danube_wal_uploader.uploader import BrokerWatch, Uploader
 
 log = logging.getLogger(__name__)
@@ -143,8 +144,10 @@ async def run(
         upb_grpc.add_WalUploaderServicer_to_server(WalUploaderApi(uploader), server)
         port = security.bind(server, cfg.listen_addr)
         await server.start()
+        metrics = new_registry()
+        metrics.register(UploaderCollector(uploader.figures, max_topics=cfg.metrics.max_topics))
         http = await start_http(
-            cfg, security, new_registry(), service="WAL uploader", advertised_host=cfg.advertised_host
+            cfg, security, metrics, service="WAL uploader", advertised_host=cfg.advertised_host
         )
         info = ServiceReady(
             "wal_uploader", f"{cfg.advertised_host}:{port}", os.getpid(), {"broker_id": cfg.broker_id}

@@ -26,7 +26,7 @@ from danube_common.objstore import ObjectStore
 from danube_common.topic_name import TopicName
 from danube_wal_uploader.config import WalUploaderConfig
 from danube_wal_uploader.disk import discover_topics
-from danube_wal_uploader.metrics import TopicProgress, Totals, format_line, totals_metrics
+from danube_wal_uploader.metrics import TopicProgress, Totals, format_line, totals_log_values
 from danube_wal_uploader.topic import Context, RetryPolicy, TopicUploader, _checkpoint_of
 
 log = logging.getLogger(__name__)
@@ -178,10 +178,10 @@ class Uploader:
             progress = [t.progress for t in self.topics.values()]
             log.info(
                 "%s",
-                format_line(totals_metrics(self.totals, broker_alive=self.broker_alive, topics=progress)),
+                format_line(totals_log_values(self.totals, broker_alive=self.broker_alive, topics=progress)),
             )
             for p in sorted(lagging, key=lambda p: -p.lag_bytes)[:10]:
-                log.info("%s last_error=%r", format_line(p.metrics(), topic=p.topic), p.last_error)
+                log.info("%s last_error=%r", format_line(p.log_values(), topic=p.topic), p.last_error)
 
     # ------------------------------------------------------------------ Flush and Status
 
@@ -210,6 +210,10 @@ class Uploader:
 
         await asyncio.gather(*(one(t) for t in list(self.topics.values())))
         return self.status()
+
+    def figures(self) -> tuple[Totals, bool, list[TopicProgress]]:
+        """Totals, whether the broker is alive, and every topic's progress (for metrics)."""
+        return self.totals, self.broker_alive, [t.progress for t in self.topics.values()]
 
     def status(self, name: TopicName | None = None) -> list[TopicProgress]:
         if name is not None:

@@ -16,6 +16,12 @@ a service of its kind (secure_mode.service_settings), every file it names is one
 service's command writes, each certificate names the hosts its service is dialed at and matches
 ``auth.internal_identities``, every service waits for ``certs`` and mounts its volume read-only,
 and etcd's own flags are etcd's (checked against ``etcd --help`` where etcd is installed).
+Observability: every Danube service serves its HTTP endpoint (the port deploy/config shows),
+Prometheus's targets (prometheus.yml; prometheus.secure.yml with HTTPS and a token the `certs`
+service writes) are exactly those endpoints, every service exports traces to the collector's
+OTLP port under its own service name (off in the test overrides), the collector hands them to
+Jaeger, and Grafana's provisioned dashboard reads the provisioned Prometheus and uses only
+metrics that metric_names.py defines.
 
 The compose files are also run for real, in Docker, by tests/e2e/test_compose.py
 (scripts/compose_test.sh).
@@ -26,6 +32,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import importlib
+import json
 import re
 import shutil
 import subprocess
@@ -43,6 +50,8 @@ from pydantic import BaseModel
 
 from danube_common.config import load_config
 from danube_common.errors import ConfigError
+from danube_common.observability.metric_names import ALL
+from danube_common.observability.tracing import ExporterChoice, exporter_from_env
 from danube_local import __main__ as local_main
 from danube_local.certs import DeploymentFiles, ServiceSpec
 from danube_local.secure_mode import ENV_PREFIXES, INTERNAL_IDENTITIES, as_env, service_settings
@@ -321,6 +330,8 @@ def test_every_service_flag_env_name_and_config_file_is_the_codes(which: str) ->
             )
         model = model_of(module)
         for env_name in svc.get("environment") or {}:
+            if env_name.startswith("OTEL_"):  # OpenTelemetry's own (test_traces_... checks them)
+                continue
             env_field(model, module.ENV_PREFIX, env_name)
         try:
             load_service(module, [str(a) for a in svc["command"][1:]], svc.get("environment") or {})
@@ -415,6 +426,8 @@ def test_user_file_publishes_the_ports_the_services_listen_on() -> None:
     for name, cfg in loaded(config).items():
         listens = [cfg.listen_addr] if hasattr(cfg, "listen_addr") else []
         listens += [cfg.admin_listen_addr] if hasattr(cfg, "admin_listen_addr") else []
+        if name == "lookup":  # its HTTP port too (/metrics; the web console)
+            listens.append(cfg.http_listen_addr)
         ports = services[name].get("ports", [])
         if name.startswith("broker") or name == "lookup":
             assert sorted(ports) == sorted(f"{port_of(a)}:{port_of(a)}" for a in listens), (
@@ -422,7 +435,7 @@ def test_user_file_publishes_the_ports_the_services_listen_on() -> None:
             )
         else:
             assert not ports, f"{name} is internal: publish nothing"
-        for a in listens:
+        for a in [*listens, cfg.http_listen_addr]:
             assert host_of(a) == "0.0.0.0", f"{name}: listen on every interface of the container"
         published += [p.split(":")[-1] for p in ports]
     assert len(published) == len(set(published)), "a host port is published twice"
@@ -444,18 +457,31 @@ def test_user_file_uses_the_default_ports_where_it_can() -> None:
         )
 
 
+#: The services of docker-compose.yml that watch the cluster: public images, which the compose
+#: test cannot pull (its override keeps them out with a profile).
+OBSERVERS = frozenset({"prometheus", "grafana", "otel-collector", "jaeger"})
+
+
+def not_run(svc: dict[str, Any]) -> bool:
+    """A service the compose test leaves out (a profile; tests/support/compose.py drops it)."""
+    return bool(svc.get("profiles"))
+
+
 def test_test_override_runs_everything_on_loopback_from_local_images() -> None:
     override = raw("docker-compose.test.yml")["services"]
     assert set(override) == set(raw("docker-compose.yml")["services"]), "the override covers every service"
     config = override_file()
+    assert {n for n, svc in config["services"].items() if not_run(svc)} == OBSERVERS
     for name, svc in config["services"].items():
+        if not_run(svc):
+            continue
         assert svc.get("network_mode") == "host", f"{name}: host network (traffic stays on loopback)"
         assert svc.get("image") in (containers.PROJECT_IMAGE, *containers.SERVER_IMAGES), (
             f"{name}: {svc.get('image')} is not one of the locally built images"
         )
     listens: list[int] = []
     for name, cfg in loaded(config).items():
-        for field in ("listen_addr", "admin_listen_addr"):
+        for field in ("listen_addr", "admin_listen_addr", "http_listen_addr"):
             if hasattr(cfg, field):
                 assert host_of(getattr(cfg, field)) == "127.0.0.1", f"{name}: {field} on loopback only"
                 listens.append(port_of(getattr(cfg, field)))
@@ -551,7 +577,8 @@ def test_every_service_waits_for_certs_and_mounts_them_read_only() -> None:
     for which in SECURE_FILES:
         config = FILES[which]()
         for name, svc in config["services"].items():
-            if name in ("certs", "minio"):  # MinIO is not secured (deploy/docker-compose.secure.yml)
+            # Not secured (deploy/docker-compose.secure.yml): MinIO, and the observers but Prometheus.
+            if name in ("certs", "minio") or name in OBSERVERS - {"prometheus"}:
                 continue
             assert svc.get("depends_on", {}).get("certs") == {
                 "condition": "service_completed_successfully"
@@ -716,7 +743,10 @@ def test_secure_etcd_flags_are_etcds() -> None:
 
 def test_secure_test_override_stays_on_loopback_with_local_images() -> None:
     config = secure_test_file()
+    assert {n for n, svc in config["services"].items() if not_run(svc)} == OBSERVERS
     for name, svc in config["services"].items():
+        if not_run(svc):
+            continue
         assert svc.get("network_mode") == "host", f"{name}: host network"
         assert svc.get("image") in (containers.PROJECT_IMAGE, *containers.SERVER_IMAGES), (
             f"{name}: {svc.get('image')} is not one of the locally built images"
@@ -779,3 +809,188 @@ def test_test_images_match_the_project() -> None:
     for dockerfile in ("etcd.Dockerfile", "moto.Dockerfile"):
         text = (DEPLOY / "test" / dockerfile).read_text()
         assert dockerfile_arg(text, "BASE_IMAGE") == containers.BASE_IMAGE
+
+
+# ---- observability: metrics, Prometheus, Grafana, traces ----------------------------------------
+
+#: The files that run Prometheus and the collector (the test overrides leave them out).
+WATCHED = ("user", "secure")
+
+
+def mounts(svc: dict[str, Any]) -> dict[str, str]:
+    """Container path -> host path (relative to deploy/) of a service's bind mounts."""
+    out = {}
+    for v in svc.get("volumes", []):
+        parts = str(v).split(":")
+        out[parts[1]] = parts[0]
+    return out
+
+
+def deploy_yaml(path: str) -> Any:
+    return yaml.safe_load((DEPLOY / path.removeprefix("./")).read_text())
+
+
+def documented_http_port(script: str) -> int:
+    """The port deploy/config/<service>.yaml shows (commented out) for http_listen_addr."""
+    name = script.removeprefix("danube-").replace("-", "_")
+    text = (DEPLOY / "config" / f"{name}.yaml").read_text()
+    m = re.search(r"^# http_listen_addr: 0\.0\.0\.0:(\d+)$", text, re.M)
+    assert m, f"deploy/config/{name}.yaml shows no http_listen_addr"
+    return int(m.group(1))
+
+
+@pytest.mark.parametrize("which", FILES)
+def test_every_service_serves_its_http_endpoint(which: str) -> None:
+    config = FILES[which]()
+    on_host = which in ON_HOST_NETWORK
+    for name, cfg in loaded(config).items():
+        script = config["services"][name]["command"][0]
+        assert cfg.http_listen_addr, f"{which} {name}: no --http-listen (Prometheus scrapes every service)"
+        assert host_of(cfg.http_listen_addr) == ("127.0.0.1" if on_host else "0.0.0.0"), name
+        if not on_host:
+            assert port_of(cfg.http_listen_addr) == documented_http_port(script), (
+                f"{which} {name}: the HTTP port deploy/config documents for {script}"
+            )
+
+
+@pytest.mark.parametrize("which", WATCHED)
+def test_prometheus_scrapes_every_service(which: str) -> None:
+    config = FILES[which]()
+    services = config["services"]
+    prom = services["prometheus"]
+    config_file = mounts(prom)["/etc/prometheus/prometheus.yml"]
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prom["command"]
+    assert config_file == ("./prometheus.secure.yml" if which == "secure" else "./prometheus.yml")
+    scrape = deploy_yaml(config_file)
+    secure = which == "secure"
+    want: dict[str, set[str]] = {}
+    for name, cfg in loaded(config).items():
+        job = services[name]["command"][0]
+        want.setdefault(job, set()).add(f"{name}:{port_of(cfg.http_listen_addr)}")
+        assert cfg.tls.enabled == secure, f"{which} {name}: HTTPS exactly when the stack is secured"
+    have: dict[str, set[str]] = {}
+    for job in scrape["scrape_configs"]:
+        targets = {t for sc in job["static_configs"] for t in sc["targets"]}
+        if job["job_name"] == "prometheus":
+            assert targets == {"localhost:9090"}
+            continue
+        have[job["job_name"]] = targets
+        if secure:
+            assert job["scheme"] == "https", job["job_name"]
+            ca, token = job["tls_config"]["ca_file"], job["authorization"]["credentials_file"]
+            written = {str(p) for p in certs_layout(config).paths()}
+            assert {ca, token} <= written, f"{job['job_name']}: {ca}, {token} are not files certs writes"
+            assert token.endswith(".jwt") and ca.endswith("ca.pem")
+        else:
+            assert job.get("scheme", "http") == "http" and "authorization" not in job
+    assert have == want, "prometheus targets = every Danube service's HTTP address, one job per kind"
+    if secure:
+        assert f"secure:{SECURE_DIR}:ro" in prom["volumes"] and prom.get("user") == "root"
+
+
+def test_prometheus_configs_agree_but_for_tls_and_auth() -> None:
+    plain, secure = deploy_yaml("prometheus.yml"), deploy_yaml("prometheus.secure.yml")
+
+    def targets(doc: Any) -> dict[str, list[str]]:
+        return {
+            j["job_name"]: [t for sc in j["static_configs"] for t in sc["targets"]]
+            for j in doc["scrape_configs"]
+        }
+
+    assert targets(plain) == targets(secure)
+    assert plain["global"] == secure["global"]
+
+
+def otel_collector(config: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    svc = config["services"]["otel-collector"]
+    (flag,) = [a for a in svc["command"] if str(a).startswith("--config=")]
+    path = flag.split("=", 1)[1]
+    return svc, deploy_yaml(mounts(svc)[path])
+
+
+@pytest.mark.parametrize("which", FILES)
+def test_traces_go_to_the_collector_and_on_to_jaeger(which: str) -> None:
+    config = FILES[which]()
+    services = config["services"]
+    cfgs = loaded(config)
+    if which in ON_HOST_NETWORK:  # no collector runs there: tracing off, nothing to export to
+        for name in cfgs:
+            env = {k: str(v) for k, v in (services[name].get("environment") or {}).items()}
+            assert exporter_from_env(env) is None, f"{which} {name}: tracing is off in the compose test"
+        return
+    _svc, collector = otel_collector(config)
+    grpc_port = urlsplit("//" + collector["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]).port
+    for name in cfgs:
+        env = {k: str(v) for k, v in (services[name].get("environment") or {}).items()}
+        assert exporter_from_env(env) == ExporterChoice("otlp", "grpc"), f"{which} {name}: {env}"
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == f"http://otel-collector:{grpc_port}", name
+        assert env["OTEL_SERVICE_NAME"] == services[name]["command"][0], f"{which} {name}: OTEL_SERVICE_NAME"
+    pipeline = collector["service"]["pipelines"]["traces"]
+    assert pipeline["receivers"] == ["otlp"]
+    (exporter,) = pipeline["exporters"]
+    target = collector["exporters"][exporter]["endpoint"]
+    assert host_of(target) == "jaeger" and port_of(target) == 4317, "Jaeger's OTLP gRPC port"
+    assert services["jaeger"]["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
+    assert "jaeger" in services["otel-collector"]["depends_on"]
+
+
+def dashboard_exprs(doc: Any) -> list[str]:
+    out = []
+    for panel in doc["panels"]:
+        out += [t["expr"] for t in panel.get("targets", [])]
+        for inner in panel.get("panels", []):
+            out += [t["expr"] for t in inner.get("targets", [])]
+    return out
+
+
+def test_grafana_shows_the_dashboard_from_prometheus() -> None:
+    config = user_file()
+    grafana = config["services"]["grafana"]
+    mounted = mounts(grafana)
+    provisioning = DEPLOY / mounted["/etc/grafana/provisioning"].removeprefix("./")
+    (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"]
+    prom_port = int(str(config["services"]["prometheus"]["ports"][0]).rsplit(":", 1)[1])  # in the container
+    assert source["url"] == f"http://prometheus:{prom_port}" and source["type"] == "prometheus"
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "danube.yml").read_text())["providers"]
+    dashboards = DEPLOY / mounted[provider["options"]["path"]].removeprefix("./")
+    files = sorted(dashboards.glob("*.json"))
+    assert files, f"no dashboard in {dashboards}"
+    known = set()
+    for d in ALL:
+        known.add(d.exposed)
+        if d.kind == "histogram":
+            known |= {f"{d.exposed}_bucket", f"{d.exposed}_sum", f"{d.exposed}_count"}
+    for path in files:
+        doc = json.loads(path.read_text())
+        panels = [p for p in doc["panels"] if p["type"] != "row"]
+        for panel in panels:
+            assert panel["datasource"]["uid"] == source["uid"], f"{path.name}: {panel['title']}"
+        used = {m for expr in dashboard_exprs(doc) for m in re.findall(r"\bdanube_[a-z0-9_]+", expr)}
+        unknown = used - known
+        assert not unknown, f"{path.name} uses metrics metric_names.py does not define: {sorted(unknown)}"
+    # What the dashboard must show (the issue's list).
+    doc = json.loads((dashboards / "danube.json").read_text())
+    text = "\n".join(dashboard_exprs(doc))
+    for needed in (
+        "danube_topic_messages_in_total",
+        "danube_consumer_messages_out_total",
+        "sum by (topic) (rate(danube_topic_messages_in_total",
+        "histogram_quantile(0.5, sum by (le) (rate(danube_producer_send_latency_seconds_bucket",
+        "histogram_quantile(0.99, sum by (le) (rate(danube_producer_send_latency_seconds_bucket",
+        "danube_subscription_lag_messages",
+        "danube_wal_flush_latency_seconds_bucket",
+        "danube_cloud_upload_total",
+        "danube_cloud_upload_lag_bytes",
+        "danube_leader_election_state",
+        "danube_cluster_imbalance_cv",
+    ):
+        assert needed in text, f"the dashboard does not show {needed}"
+
+
+def test_dashboard_metric_check_has_teeth() -> None:
+    # A misspelt name in an expression is caught by the check above.
+    doc = {
+        "panels": [{"type": "timeseries", "targets": [{"expr": "rate(danube_topic_mesages_in_total[1m])"}]}]
+    }
+    used = {m for expr in dashboard_exprs(doc) for m in re.findall(r"\bdanube_[a-z0-9_]+", expr)}
+    assert used - {d.exposed for d in ALL} == {"danube_topic_mesages_in_total"}

@@ -5,7 +5,8 @@ adds (the lookup's web console).
 TLS follows the service's ``tls`` section (HTTPS with the same certificate). With ``auth``
 enabled, ``/metrics`` needs a bearer token whose principal holds ``lookup`` on the cluster
 (Prometheus: ``authorization: {credentials_file: ...}``); a route a service adds decides for
-itself (the console forwards the caller's token to the admin API). ``/healthz`` is open.
+itself (the console forwards the caller's token to the admin API). ``/healthz`` is open. A
+401/403 counts as a denial (``danube_authz_deny_total``), like a refused RPC.
 """
 
 from __future__ import annotations
@@ -129,9 +130,11 @@ class HttpEndpoint:
             principal = self.auth.authenticator.authenticate(headers, None)
             self.auth.check_expiry(principal)
         except DanubeError as exc:
+            self.auth.denied(exc)
             return web.Response(status=401, text=f"{exc.message}\n", headers={"WWW-Authenticate": "Bearer"})
         try:
             self.auth.authorizer.require(principal, permission, CLUSTER)
         except DanubeError as exc:
+            self.auth.denied(exc)
             return web.Response(status=403, text=f"{exc.message}\n")
         return None

@@ -29,7 +29,8 @@ UNIMPLEMENTED, so a client that falls back to the wrong server still learns why 
 
 Failures are aborted here (the interceptor is outermost): UNAUTHENTICATED with the reason,
 PERMISSION_DENIED naming principal, permission and resource; both with Danube's trailing
-``x-danube-error-code``. The authenticated principal of the running call is
+``x-danube-error-code``; each refusal is reported to :attr:`AuthInterceptor.on_denied` when set
+(the service's denial counter). The authenticated principal of the running call is
 :func:`current_principal` for servicers.
 """
 
@@ -199,6 +200,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self.resolve_handle = resolve_handle
         self.stream_recheck_interval_s = stream_recheck_interval_s
         self._clock = clock
+        #: Told the status of every refusal (UNAUTHENTICATED, PERMISSION_DENIED): the service's
+        #: metrics set it (None: not counted).
+        self.on_denied: Callable[[grpc.StatusCode], None] | None = None
 
     @classmethod
     def from_config(
@@ -229,6 +233,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     def authenticate(self, context: grpc.aio.ServicerContext) -> Principal:
         assert self.authenticator is not None
         return self.authenticator.authenticate(_metadata(context), peer_identity(context))
+
+    def denied(self, err: DanubeError) -> None:
+        """Report a refusal (``err``: its status) to :attr:`on_denied`."""
+        if self.on_denied is not None:
+            self.on_denied(err.grpc_status)
 
     def check_expiry(self, principal: Principal) -> None:
         if principal.expires_at is not None and self._clock() >= principal.expires_at:
@@ -263,15 +272,17 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             principal = self.authenticate(context)
         except DanubeError as err:
             log.info("refused %s: %s", method, err)
+            self.denied(err)
             await _abort(context, err)
             raise  # unreachable: abort raises
         rule = self.rules.get(method)
         if rule is None:
             log.warning("refused %s for %s: no rule", method, principal)
-            await _abort(
-                context,
-                PermissionDenied(f"{method} has no authorization rule: denied to everyone (default deny)"),
+            no_rule = PermissionDenied(
+                f"{method} has no authorization rule: denied to everyone (default deny)"
             )
+            self.denied(no_rule)
+            await _abort(context, no_rule)
         assert rule is not None
         # grpc.aio serves each RPC in its own task: the value lives exactly as long as the call.
         _CURRENT.set(principal)
@@ -284,6 +295,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             fn()
         except DanubeError as err:
             log.info("refused %s for %s: %s", method, gate.principal, err)
+            self.denied(err)
             await _abort(context, err)
 
     # ------------------------------------------------------------------ wrapping

@@ -7,7 +7,7 @@ README.md next to this file.
 from danube_broker.wal.config import Durability, WalConfig
 from danube_broker.wal.errors import DiskFull, HistoryGap, LogClosed, StorageError, StorageFailed
 from danube_broker.wal.log import DEFAULT_READ_BYTES, TopicLog, default_executor
-from danube_broker.wal.model import LogEntry, WalStats
+from danube_broker.wal.model import LogEntry, WalObserver, WalStats
 from danube_broker.wal.segments import DiskOps
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "StorageFailed",
     "TopicLog",
     "WalConfig",
+    "WalObserver",
     "WalStats",
     "default_executor",
 ]

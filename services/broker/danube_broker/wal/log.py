@@ -21,7 +21,7 @@ from pathlib import Path
 from danube_broker.wal.cache import TailCache
 from danube_broker.wal.config import Durability, WalConfig
 from danube_broker.wal.errors import DiskFull, LogClosed, StorageError, StorageFailed, storage_error
-from danube_broker.wal.model import COMMIT_OBSERVER, CommitRound, LogEntry, WalStats
+from danube_broker.wal.model import COMMIT_OBSERVER, CommitRound, LogEntry, WalObserver, WalStats
 from danube_broker.wal.recovery import Recovered
 from danube_broker.wal.segments import DiskOps, merge_sequences
 from danube_broker.wal.store import SegmentStore, recover_directory
@@ -81,8 +81,10 @@ class TopicLog:
         durability: Durability,
         executor: ThreadPoolExecutor,
         ops: DiskOps,
+        observer: WalObserver | None = None,
     ) -> None:
         self.directory = directory
+        self._observer = observer
         self._cfg = cfg
         self._durability = durability
         self._sync = durability.syncs
@@ -138,6 +140,7 @@ class TopicLog:
         executor: ThreadPoolExecutor | None = None,
         ops: DiskOps | None = None,
         initial_offset: int = 0,
+        observer: WalObserver | None = None,
     ) -> TopicLog:
         """Open (creating it if needed) the log in ``directory`` and recover it. Holds the
         directory's lock (``wal.lock``) until ``aclose``: waits up to ``cfg.lock_wait_s`` for
@@ -145,7 +148,7 @@ class TopicLog:
 
         ``initial_offset`` is where an empty directory starts (a topic moved here resumes at
         the previous owner's last offset + 1); ignored when segments exist. ``ops`` replaces
-        the OS calls (tests)."""
+        the OS calls (tests). ``observer`` is told of every commit and roll (metrics)."""
         directory = Path(directory)
         executor = executor or default_executor()
         ops = ops or DiskOps()
@@ -157,7 +160,9 @@ class TopicLog:
             initial_offset=initial_offset,
             executor=executor,
         )
-        return cls(directory, rec, cfg=cfg, durability=durability, executor=executor, ops=ops)
+        return cls(
+            directory, rec, cfg=cfg, durability=durability, executor=executor, ops=ops, observer=observer
+        )
 
     # ------------------------------------------------------------ offsets
 
@@ -322,6 +327,8 @@ class TopicLog:
         try:
             if self._store.roll_due(len(data)):
                 await self._store.roll()
+                if self._observer is not None:
+                    self._observer.rotated()
             seg = self._store.active
             fsync_s = await self._store.write(data)
         except OSError as exc:
@@ -352,6 +359,10 @@ class TopicLog:
         self._commit_s.append(time.perf_counter() - t0)
         if self._sync:
             self._fsync_s.append(fsync_s)
+        if self._observer is not None:
+            self._observer.committed(
+                self._durable_offset - batches[0].first, len(data), fsync_s if self._sync else None
+            )
         observed = [b.observer for b in batches if b.observer is not None]
         if observed:
             rnd = CommitRound(
@@ -384,6 +395,8 @@ class TopicLog:
         self._disk_full = isinstance(err, DiskFull)
         if failed:
             self._failed_commits += 1
+            if self._observer is not None:
+                self._observer.commit_failed()
             log.warning(
                 "%s; %d append(s) failed, the log stays at offset %d",
                 err.message,
@@ -411,6 +424,8 @@ class TopicLog:
             try:
                 await self._store.roll()
                 rolled = True
+                if self._observer is not None:
+                    self._observer.rotated()
             except OSError as exc:
                 rolled = storage_error(exc, f"WAL {self.directory}: sealing {self._store.active.path.name}")
         for fut in requests:

@@ -1,10 +1,12 @@
-"""Values the WAL hands out: log entries, stats, and the commit rounds it reports."""
+"""Values the WAL hands out: log entries and stats; what it reports as it works (to the broker's
+metrics, once per commit, and to the trace of a batch with sampled messages)."""
 
 from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,3 +62,18 @@ class CommitRound:
 COMMIT_OBSERVER: contextvars.ContextVar[Callable[[CommitRound], None] | None] = contextvars.ContextVar(
     "danube_wal_commit_observer", default=None
 )
+
+
+class WalObserver(Protocol):
+    """Told about a log's work as it happens, on the event loop: once per group commit and per
+    segment sealed, never per record (the broker's metrics)."""
+
+    def committed(self, records: int, nbytes: int, fsync_s: float | None) -> None:
+        """A group commit stored ``records`` records in ``nbytes`` frame bytes; ``fsync_s``:
+        its fsync's duration (None with durability none)."""
+
+    def commit_failed(self) -> None:
+        """A group commit failed (its batches and those queued behind it were refused)."""
+
+    def rotated(self) -> None:
+        """The active segment was sealed and a new one started."""

@@ -80,6 +80,8 @@ class Cluster:
         self.consumer = Consumer()
         self.server: grpc.aio.Server | None = None
         self.port = 0
+        #: The status of every refusal, as the interceptor reports them (its on_denied hook).
+        self.denied: list[grpc.StatusCode] = []
         (tmp / "secret").write_text(SECRET)
 
     async def start(self, tls: TlsConfig | None = None, **auth: Any) -> None:
@@ -92,6 +94,7 @@ class Cluster:
             **auth,
         )
         icp = AuthInterceptor.from_config(cfg, self.view, resolve_handle=_resolve)
+        icp.on_denied = self.denied.append
         self.server = new_server([icp])
         pb_grpc.add_ProducerServiceServicer_to_server(Producer(), self.server)
         pb_grpc.add_ConsumerServiceServicer_to_server(self.consumer, self.server)
@@ -165,6 +168,32 @@ async def test_unary_table_plaintext(cluster: Cluster) -> None:
             stub.CreateProducer(pb.ProducerRequest(topic_name="/other/t"), metadata=_md(_token()), timeout=10)
         )
         assert "produce" in details and "/other/t" in details
+
+
+async def test_refusals_are_reported_to_on_denied(cluster: Cluster) -> None:
+    await cluster.start()
+    await cluster.grant("user:alice", "producer", "namespace", "orders")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{cluster.port}") as ch:
+        stub = pb_grpc.ProducerServiceStub(ch)
+        req = pb.ProducerRequest(topic_name="/orders/new")
+        for token in (None, _token("bob"), _token(), _token("root")):
+            await _status(stub.CreateProducer(req, metadata=_md(token), timeout=10))
+        # A stream refused at its first message, and an unserved method refused like a served one.
+        batches = [pb.PublishBatch(producer_id=7, batch_seq=1)]
+        await _status(_drain(stub.PublishBatches(iter(batches), metadata=_md(_token("bob")), timeout=10)))
+        admin = apb_grpc.TopicAdminStub(ch)
+        await _status(admin.ListTopics(apb.ListTopicsRequest(), metadata=_md(None), timeout=10))
+    assert cluster.denied == [
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+    ]
+
+
+async def _drain(call: Any) -> None:
+    async for _ in call:
+        pass
 
 
 async def test_client_stream_checks_every_target(cluster: Cluster) -> None:
