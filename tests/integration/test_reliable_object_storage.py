@@ -15,6 +15,7 @@ import grpc.aio
 import pytest
 
 from danube_broker.reliable_topic import ReliableTopic
+from danube_broker.stats_api import topic_proto
 from danube_common.etcd_server import EtcdProcess
 from danube_common.keys import Keys
 from danube_common.log_state import LogState
@@ -192,6 +193,10 @@ async def test_a_replay_from_earliest_reads_trimmed_history_from_s3_then_the_liv
     stats = b.registry.stats()[topic]
     assert stats.first_offset == 0, "first_offset is object storage's"
     assert stats.tiered is not None and stats.tiered.history_first_offset == 0
+    assert stats.local_first_offset == local_first
+    shown = topic_proto(stats, "1")  # what GetTopicStats answers (the console's log offsets)
+    assert (shown.local_first_offset, shown.has_uploaded, shown.uploaded_first_offset) == (local_first, True, 0)
+    assert shown.uploaded_next_offset == stats.tiered.history_end_offset >= local_first
 
     replay = await subscribe(b, topic, sub="replay", name="r", earliest=True, window=5000)
     rstream = b.consumers.ReceiveBatches(pb.ReceiveBatchRequest(consumer_id=replay))

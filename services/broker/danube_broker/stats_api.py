@@ -50,6 +50,8 @@ def subscription_proto(s: SubscriptionStats) -> admin.SubscriptionStats:
 
 
 def topic_proto(t: TopicStats, broker_id: str) -> admin.TopicStats:
+    # Offsets [first, end) described in etcd (uploaded), when object storage holds any.
+    first, end = (t.tiered.history_first_offset, t.tiered.history_end_offset) if t.tiered else (None, None)
     return admin.TopicStats(
         name=t.topic,
         broker_id=broker_id,
@@ -59,6 +61,10 @@ def topic_proto(t: TopicStats, broker_id: str) -> admin.TopicStats:
         next_offset=t.next_offset,
         wal_bytes=t.wal_bytes,
         wal_segments=t.wal_segments,
+        local_first_offset=t.local_first_offset,
+        has_uploaded=end is not None,
+        uploaded_first_offset=first or 0,
+        uploaded_next_offset=end or 0,
         msgs_in_total=t.msgs_in,
         bytes_in_total=t.bytes_in,
         msg_rate_in=t.msg_rate_in,
