@@ -46,6 +46,7 @@ from danube_lookup.admin_api import BrokerAdminApi, ClusterAdminApi, NamespaceAd
 from danube_lookup.broker_stats import BrokerStatsClient
 from danube_lookup.catalog import Catalog
 from danube_lookup.config import LookupConfig
+from danube_lookup.console import Console
 from danube_lookup.schema_api import SchemaRegistryApi
 from danube_lookup.security_api import SecurityAdminApi
 
@@ -109,8 +110,16 @@ async def run(
         stack.push_async_callback(stop_servers, client_server, admin_server)
         await client_server.start()
         await admin_server.start()
+        console = Console.open(cfg, admin_port) if cfg.http_listen_addr and cfg.console.enabled else None
+        if console is not None:
+            stack.push_async_callback(console.aclose)  # after the HTTP endpoint (LIFO)
         http = await start_http(
-            cfg, security, new_registry(), service="lookup", advertised_host=cfg.advertised_host
+            cfg,
+            security,
+            new_registry(),
+            service="lookup",
+            advertised_host=cfg.advertised_host,
+            routes=console.routes() if console is not None else (),
         )
         if http is not None:
             stack.push_async_callback(http.aclose)
