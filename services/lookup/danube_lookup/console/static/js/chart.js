@@ -76,7 +76,10 @@ export class LiveChart {
     const w = width - m.left - m.right;
     const hgt = height - m.top - m.bottom;
     const now = Date.now();
-    const from = now - this.windowS * 1000;
+    // The window grows with the data, from one minute up to windowS.
+    const first = this.samples.points.length ? this.samples.points[0].t : now;
+    const spanS = Math.min(this.windowS, Math.max(60, (now - first) / 1000));
+    const from = now - spanS * 1000;
     const points = this.samples.points.filter((p) => p.t >= from - 5000);
     const max = Math.max(0, ...points.flatMap((p) => p.values.filter((v) => Number.isFinite(v))));
     const step = niceStep(max * 1.1 || 1);
@@ -91,11 +94,11 @@ export class LiveChart {
       svg.append(s("line", { x1: m.left, x2: m.left + w, y1: y(v), y2: y(v), class: "grid" }));
       svg.append(s("text", { x: m.left - 8, y: y(v) + 4, "text-anchor": "end", class: "axis" }, shortNumber(v)));
     }
-    const tickS = this.windowS > 600 ? 300 : 60;
+    const tickS = spanS > 600 ? 300 : spanS > 120 ? 60 : 15;
     const firstTick = Math.ceil(from / (tickS * 1000)) * tickS * 1000;
     for (let t = firstTick; t <= now; t += tickS * 1000) {
       svg.append(s("line", { x1: x(t), x2: x(t), y1: m.top + hgt, y2: m.top + hgt + 4, class: "tick" }));
-      svg.append(s("text", { x: x(t), y: height - 6, "text-anchor": "middle", class: "axis" }, fmt.clock(t).slice(0, 5)));
+      svg.append(s("text", { x: x(t), y: height - 6, "text-anchor": "middle", class: "axis" }, tickS < 60 ? fmt.clock(t) : fmt.clock(t).slice(0, 5)));
     }
     svg.append(s("line", { x1: m.left, x2: m.left + w, y1: m.top + hgt, y2: m.top + hgt, class: "baseline" }));
     const lines = s("g", { "clip-path": `url(#${clipId})` });

@@ -95,12 +95,22 @@ export const fmt = {
       v /= 1024;
       i += 1;
     }
-    return `${i === 0 ? v : oneFmt.format(v)} ${units[i]}`;
+    return `${i === 0 ? intFmt.format(v) : oneFmt.format(v)} ${units[i]}`;
+  },
+  seconds(v) {
+    if (!v) return "\u2013";
+    if (v % 86400 === 0) return `${v / 86400} d`;
+    if (v % 3600 === 0) return `${v / 3600} h`;
+    if (v % 60 === 0) return `${v / 60} min`;
+    return `${intFmt.format(v)} s`;
   },
   pct: (v) => (v === null || v === undefined ? "\u2013" : `${oneFmt.format(v * 100)} %`),
+  // Local date and time as YYYY-MM-DD HH:MM:SS.
   time(ms) {
     if (!ms) return "\u2013";
-    return new Date(ms).toLocaleString("en-GB", { hour12: false });
+    const d = new Date(ms);
+    const two = (n) => String(n).padStart(2, "0");
+    return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ${fmt.clock(ms)}`;
   },
   clock: (ms) => new Date(ms).toLocaleTimeString("en-GB", { hour12: false }),
   ago(ms) {

@@ -81,7 +81,7 @@ export function plannerPage({ refreshSoon }) {
         stat("Imbalance (CV)", r.imbalance.cv.toFixed(3), `scores ${r.imbalance.min_score.toFixed(2)} \u2013 ${r.imbalance.max_score.toFixed(2)}`, { "data-stat": "cv" }),
         stat("Brokers", fmt.int(r.totals.brokers), `${r.imbalance.active_brokers} active`, { "data-stat": "brokers" }),
         stat("Topics", fmt.int(r.totals.topics), `backlog ${fmt.int(r.totals.backlog)}`, { "data-stat": "topics" }),
-        stat("Messages", `${fmt.rate(r.totals.msg_rate_in)} in`, `${fmt.rate(r.totals.msg_rate_out)} out per second`, { "data-stat": "rates" }),
+        stat("Messages in", `${fmt.rate(r.totals.msg_rate_in)}/s`, `${fmt.rate(r.totals.msg_rate_out)}/s out`, { "data-stat": "rates" }),
       ),
       card(
         "Load report",

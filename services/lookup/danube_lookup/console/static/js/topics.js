@@ -57,7 +57,7 @@ export function topicsPage() {
         cell(t.durability || "\u2013", { "data-field": "durability" }),
         cell(t.partitions ? fmt.int(t.partitions) : "\u2013", { "data-field": "partitions" }),
         cell(t.partitions ? "\u2013" : t.broker_id || h("span", { class: "muted" }, "unassigned"), { "data-field": "broker_id" }),
-        cell(t.subscriptions.length ? t.subscriptions.join(", ") : h("span", { class: "muted" }, "none"), { "data-field": "subscriptions" }),
+        t.dispatch_strategy === "reliable" ? retention(t) : "\u2013",
         fmt.time(t.created_at_ms),
       ],
     };
@@ -78,7 +78,7 @@ export function topicsPage() {
           { label: "Durability" },
           { label: "Partitions", cls: "num" },
           { label: "Owner broker" },
-          { label: "Subscriptions" },
+          { label: "Retention" },
           { label: "Created" },
         ],
         rows,
@@ -123,7 +123,7 @@ export function logFacts(s) {
   if (!reliable) {
     return [
       ["Next offset", fmt.int(s.next_offset), "next_offset"],
-      ["Messages in (total)", fmt.int(s.msgs_in_total), "msgs_in_total"],
+      ["Messages in since loaded here", fmt.int(s.msgs_in_total), "msgs_in_total"],
     ];
   }
   return [
@@ -138,7 +138,7 @@ export function logFacts(s) {
     ["Durability", s.durability || "\u2013", "durability"],
     ["Log writer", s.log_writer ? `broker ${s.log_writer}, epoch ${fmt.int(s.log_epoch)}, from offset ${fmt.int(s.log_start_offset)}` : "\u2013", "writer"],
     ["Offsets reserved up to", s.reserved_to ? fmt.int(s.reserved_to) : "\u2013", "reserved_to"],
-    ["Messages in (total)", fmt.int(s.msgs_in_total), "msgs_in_total"],
+    ["Messages in since loaded here", fmt.int(s.msgs_in_total), "msgs_in_total"],
   ];
 }
 
@@ -291,9 +291,9 @@ export function topicPage({ params, refreshSoon }) {
 
 function retention(t) {
   const parts = [];
-  if (t.retention_time_s) parts.push(`${fmt.int(t.retention_time_s)} s`);
+  if (t.retention_time_s) parts.push(fmt.seconds(t.retention_time_s));
   if (t.retention_size_bytes) parts.push(fmt.bytes(t.retention_size_bytes));
-  return parts.length ? parts.join(", ") : "until every subscription acknowledged";
+  return parts.length ? parts.join(", ") : "until acknowledged";
 }
 
 function subscriptionsTable(subs) {
