@@ -233,6 +233,9 @@ async def main_async(args: argparse.Namespace) -> None:
                     base, ["#/", "#/topic/default/payments", "#/planner", "#/topics"]
                 ) as pages:
                     await asyncio.sleep(args.warmup_s)
+                    planner = pages[2]
+                    for summary in await planner.locator("details.plan summary .plan-id").all():
+                        await summary.click()  # unfold each plan: its moves and their outcomes
                     for page, name in zip(pages, ["overview", "topic", "planner", "topics"], strict=True):
                         await page.evaluate("window.scrollTo(0, 0)")
                         path = out / f"console-{name}.png"

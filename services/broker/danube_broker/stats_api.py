@@ -49,9 +49,10 @@ def subscription_proto(s: SubscriptionStats) -> admin.SubscriptionStats:
     )
 
 
-def topic_proto(t: TopicStats, broker_id: str) -> admin.TopicStats:
-    # Offsets [first, end) described in etcd (uploaded), when object storage holds any.
-    first, end = (t.tiered.history_first_offset, t.tiered.history_end_offset) if t.tiered else (None, None)
+def topic_proto(
+    t: TopicStats, broker_id: str, *, uploaded: tuple[int, int] | None = None
+) -> admin.TopicStats:
+    """``uploaded``: offsets [first, next) in object storage (None: none, or no object storage)."""
     return admin.TopicStats(
         name=t.topic,
         broker_id=broker_id,
@@ -62,9 +63,9 @@ def topic_proto(t: TopicStats, broker_id: str) -> admin.TopicStats:
         wal_bytes=t.wal_bytes,
         wal_segments=t.wal_segments,
         local_first_offset=t.local_first_offset,
-        has_uploaded=end is not None,
-        uploaded_first_offset=first or 0,
-        uploaded_next_offset=end or 0,
+        has_uploaded=uploaded is not None,
+        uploaded_first_offset=uploaded[0] if uploaded else 0,
+        uploaded_next_offset=uploaded[1] if uploaded else 0,
         msgs_in_total=t.msgs_in,
         bytes_in_total=t.bytes_in,
         msg_rate_in=t.msg_rate_in,
@@ -116,7 +117,9 @@ class BrokerStatsApi(admin_grpc.BrokerStatsServiceServicer):
             err = not_owned(str(name), f"served by broker {own.broker_id}")
             err.redirect = broker.advertised_url if broker is not None else None
             raise err
-        return topic_proto(topic.stats(), self._reg.broker_id)
+        rt = topic.reliable
+        uploaded = await rt.uploaded_range() if rt is not None else None
+        return topic_proto(topic.stats(), self._reg.broker_id, uploaded=uploaded)
 
     async def GetBrokerStats(
         self, request: admin.BrokerStatsRequest, context: grpc.aio.ServicerContext

@@ -2,9 +2,10 @@
 
 Start-up: connect to etcd (bounded wait), create the bootstrap namespaces, check the TLS files
 and (with ``auth`` enabled) load the RBAC view, load the cluster view and the schema registry view and follow their watches, bind both ports (the schema
-registry is served on both), start serving, then announce readiness (callback
+registry is served on both), start serving, start the HTTP endpoint (``/metrics``, and the web
+console with its loopback channel to the admin port), then announce readiness (callback
 and/or ready file). Shutdown (stop event, SIGINT/SIGTERM from ``__main__``): remove the ready
-file, stop both servers (in-flight RPCs get ``shutdown_grace_s``), stop the view, close etcd.
+file, close the HTTP endpoint and the console's channel, stop both servers (in-flight RPCs get ``shutdown_grace_s``), stop the view, close etcd.
 The service keeps no state of its own, so a crash at any point loses nothing.
 """
 

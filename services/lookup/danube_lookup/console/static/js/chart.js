@@ -110,7 +110,8 @@ export class LiveChart {
         const area = `${path}L${pts[pts.length - 1][0].toFixed(1)},${y(0)}L${pts[0][0].toFixed(1)},${y(0)}Z`;
         lines.append(s("path", { d: area, fill: serie.color, class: "area" }));
       }
-      lines.append(s("path", { d: path, stroke: serie.color, class: "line" }));
+      // Later series are dashed, so equal values (in = out) still show both lines.
+      lines.append(s("path", { d: path, stroke: serie.color, class: i ? "line line-dashed" : "line" }));
       const [lx, ly] = pts[pts.length - 1];
       lines.append(s("circle", { cx: lx, cy: ly, r: 3, fill: serie.color }));
     });

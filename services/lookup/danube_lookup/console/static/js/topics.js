@@ -230,7 +230,7 @@ export function topicPage({ params, refreshSoon }) {
     const backlog = subs.reduce((n, x) => n + x.backlog, 0);
     clear(
       stats,
-      stat("Owner broker", t.broker_id || "unassigned", s && s.state ? s.state : "", { "data-stat": "owner" }),
+      stat("Owner broker", t.broker_id || "unassigned", s && s.log_epoch ? `ownership epoch ${fmt.int(s.log_epoch)}` : "", { "data-stat": "owner" }),
       stat("Messages in", s ? fmt.rate(s.msg_rate_in) : "\u2013", s ? `${fmt.bytes(s.bytes_rate_in)}/s` : "per second", { "data-stat": "msg_rate_in" }),
       stat("Messages out", s ? fmt.rate(out) : "\u2013", "per second, all subscriptions", { "data-stat": "msg_rate_out" }),
       stat("Backlog", s ? fmt.int(backlog) : "\u2013", `${subs.length} subscription(s)`, { "data-stat": "backlog" }),
