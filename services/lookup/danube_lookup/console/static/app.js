@@ -124,6 +124,7 @@ signinDialog.addEventListener("close", () => {
 signinButton.addEventListener("click", () => askForToken(""));
 signoutButton.addEventListener("click", () => {
   session.clearToken();
+  paused = false; // the next refresh is refused and asks for a token
   updateSessionButtons();
   show();
 });

@@ -104,6 +104,8 @@ export const fmt = {
     if (v % 60 === 0) return `${v / 60} min`;
     return `${intFmt.format(v)} s`;
   },
+  // A number with `digits` decimals ("–" when the value is missing).
+  fixed: (v, digits = 3) => (Number.isFinite(v) ? v.toFixed(digits) : "\u2013"),
   pct: (v) => (v === null || v === undefined ? "\u2013" : `${oneFmt.format(v * 100)} %`),
   // Local date and time as YYYY-MM-DD HH:MM:SS.
   time(ms) {

@@ -8,7 +8,7 @@ const PLANS_SHOWN = 20;
 function scoreBar(score, max) {
   const bar = h("span", { class: "bar-fill" });
   bar.style.width = `${max > 0 ? Math.max(2, (score / max) * 100) : 0}%`;
-  return h("span", { class: "bar" }, h("span", { class: "bar-track" }, bar), h("span", { class: "bar-value" }, score.toFixed(2)));
+  return h("span", { class: "bar" }, h("span", { class: "bar-track" }, bar), h("span", { class: "bar-value" }, fmt.fixed(score, 2)));
 }
 
 export function isLive(plan, now = Date.now()) {
@@ -52,8 +52,8 @@ export function plannerPage({ refreshSoon }) {
       {
         title: `Apply plan ${plan.plan_id}?`,
         body: [
-          h("p", {}, `The load manager carries out its ${plan.moves.length} move(s), one topic at a time; producers and consumers follow their topics.`),
-          movesTable(plan.moves, { compact: true }),
+          h("p", {}, `The load manager carries out its ${(plan.moves || []).length} move(s), one topic at a time; producers and consumers follow their topics.`),
+          movesTable(plan.moves || [], { compact: true }),
         ],
         confirmLabel: "Apply plan",
         danger: true,
@@ -66,10 +66,13 @@ export function plannerPage({ refreshSoon }) {
 
   function renderReport(doc) {
     const r = doc.report;
-    const maxScore = Math.max(0, ...r.brokers.map((b) => b.score || 0));
+    const imb = r.imbalance || {};
+    const totals = r.totals || {};
+    const by = r.planner || {};
+    const maxScore = Math.max(0, ...(r.brokers || []).map((b) => b.score || 0));
     const planLine = r.plan
       ? r.plan.plan_id
-        ? `plan ${r.plan.plan_id}: ${r.plan.moves} move(s), imbalance after ${r.plan.imbalance_after?.toFixed(3) ?? "\u2013"} (${r.plan.stopped})`
+        ? `plan ${r.plan.plan_id}: ${r.plan.moves} move(s), imbalance after ${fmt.fixed(r.plan.imbalance_after)} (${r.plan.stopped})`
         : r.plan.skipped || "no plan needed"
       : "\u2013";
     clear(
@@ -78,17 +81,17 @@ export function plannerPage({ refreshSoon }) {
         "div",
         { class: "stats" },
         stat("Report", fmt.ago(r.generated_at_ms), fmt.time(r.generated_at_ms), { "data-stat": "generated" }),
-        stat("Imbalance (CV)", r.imbalance.cv.toFixed(3), `scores ${r.imbalance.min_score.toFixed(2)} \u2013 ${r.imbalance.max_score.toFixed(2)}`, { "data-stat": "cv" }),
-        stat("Brokers", fmt.int(r.totals.brokers), `${r.imbalance.active_brokers} active`, { "data-stat": "brokers" }),
-        stat("Topics", fmt.int(r.totals.topics), `backlog ${fmt.int(r.totals.backlog)}`, { "data-stat": "topics" }),
-        stat("Messages in", `${fmt.rate(r.totals.msg_rate_in)}/s`, `${fmt.rate(r.totals.msg_rate_out)}/s out`, { "data-stat": "rates" }),
+        stat("Imbalance (CV)", fmt.fixed(imb.cv), `scores ${fmt.fixed(imb.min_score, 2)} \u2013 ${fmt.fixed(imb.max_score, 2)}`, { "data-stat": "cv" }),
+        stat("Brokers", fmt.int(totals.brokers), `${fmt.int(imb.active_brokers)} active`, { "data-stat": "brokers" }),
+        stat("Topics", fmt.int(totals.topics), `backlog ${fmt.int(totals.backlog)}`, { "data-stat": "topics" }),
+        stat("Messages in", `${fmt.rate(totals.msg_rate_in)}/s`, `${fmt.rate(totals.msg_rate_out)}/s out`, { "data-stat": "rates" }),
       ),
       card(
         "Load report",
         h(
           "p",
           { class: "muted small" },
-          `By ${r.planner.candidate_id} (engine ${r.planner.engine}, term ${r.planner.term}) from ${fmt.int(r.window.samples)} samples; last cycle: ${planLine}.`,
+          `By ${by.candidate_id} (engine ${by.engine}, term ${by.term}) from ${fmt.int(r.window && r.window.samples)} samples; last cycle: ${planLine}.`,
         ),
         table(
           [
@@ -102,7 +105,7 @@ export function plannerPage({ refreshSoon }) {
             { label: "Memory", cls: "num" },
             { label: "Load score" },
           ],
-          r.brokers.map((b) => ({
+          (r.brokers || []).map((b) => ({
             attrs: { "data-report-broker": b.broker_id },
             cells: [
               h("strong", {}, b.broker_id),
@@ -123,10 +126,10 @@ export function plannerPage({ refreshSoon }) {
         "Hot topics",
         table(
           [{ label: "Topic" }, { label: "Broker" }, { label: "Load", cls: "num" }, { label: "Msg/s in", cls: "num" }, { label: "Msg/s out", cls: "num" }, { label: "Backlog", cls: "num" }],
-          r.hot_topics.map((t) => [
+          (r.hot_topics || []).map((t) => [
             topicLink(t.topic),
             t.broker_id,
-            `${t.load.toFixed(3)}${t.estimated ? " (est.)" : ""}`,
+            `${fmt.fixed(t.load)}${t.estimated ? " (est.)" : ""}`,
             fmt.rate(t.msg_rate_in),
             fmt.rate(t.msg_rate_out),
             fmt.int(t.backlog),
@@ -142,7 +145,8 @@ export function plannerPage({ refreshSoon }) {
     const live = isLive(p);
     const details = h("details", { class: "plan", "data-plan": p.plan_id, open: open.has(p.plan_id) });
     details.addEventListener("toggle", () => (details.open ? open.add(p.plan_id) : open.delete(p.plan_id)));
-    const settled = p.moves.filter((m) => m.status === "done").length;
+    const moves = p.moves || [];
+    const settled = moves.filter((m) => m.status === "done").length;
     const applyButton =
       p.status === "proposed" && live
         ? h("button", { class: "small primary", type: "button", "data-action": "apply", onclick: (e) => (e.preventDefault(), apply(p)) }, "Apply\u2026")
@@ -155,8 +159,8 @@ export function plannerPage({ refreshSoon }) {
         h("span", { "data-field": "status" }, badge(p.status, `badge-${p.status}`)),
         !live && p.status !== "done" ? badge("expired", "badge-expired") : null,
         h("span", { class: "muted" }, fmt.ago(p.created_at_ms)),
-        h("span", {}, `${p.moves.length} move(s)${p.moves.length ? `, ${settled} done` : ""}`),
-        h("span", { class: "muted" }, `imbalance ${p.imbalance_before.toFixed(3)} \u2192 ${p.imbalance_after.toFixed(3)}`),
+        h("span", {}, `${moves.length} move(s)${moves.length ? `, ${settled} done` : ""}`),
+        h("span", { class: "muted" }, `imbalance ${fmt.fixed(p.imbalance_before)} \u2192 ${fmt.fixed(p.imbalance_after)}`),
         h("span", { class: "spacer" }),
         applyButton,
       ),
@@ -166,11 +170,11 @@ export function plannerPage({ refreshSoon }) {
         h(
           "p",
           { class: "muted small" },
-          `Created ${fmt.time(p.created_at_ms)} by ${p.planner.candidate_id} (term ${p.planner.term}); expires ${fmt.time(p.expires_at_ms)}; stopped: ${p.stopped}` +
+          `Created ${fmt.time(p.created_at_ms)} by ${(p.planner || {}).candidate_id} (term ${(p.planner || {}).term}); expires ${fmt.time(p.expires_at_ms)}; stopped: ${p.stopped}` +
             `${p.finished_at_ms ? `; finished ${fmt.time(p.finished_at_ms)}` : ""}` +
             `${Object.keys(p.excluded || {}).length ? `; not considered: ${Object.entries(p.excluded).map(([k, v]) => `${v} ${k}`).join(", ")}` : ""}.`,
         ),
-        movesTable(p.moves),
+        movesTable(moves),
       ),
     );
     return details;
@@ -207,7 +211,7 @@ function movesTable(moves, { compact = false } = {}) {
   return table(
     columns,
     moves.map((m) => {
-      const cells = [topicLink(m.topic), m.from, m.to, m.load.toFixed(3)];
+      const cells = [topicLink(m.topic), m.from, m.to, fmt.fixed(m.load)];
       if (!compact) {
         cells.push(
           cell(badge(m.status, `badge-${m.status}`), { "data-field": "status" }),
