@@ -10,7 +10,8 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
-bash scripts/setup.sh || {
+# DANUBE_SETUP_BROWSER=1: also Debian's chromium, for the web console's browser tests.
+DANUBE_SETUP_BROWSER=1 bash scripts/setup.sh || {
   echo "test.sh: set-up failed; nothing was tested" >&2
   exit 1
 }

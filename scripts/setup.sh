@@ -6,8 +6,13 @@
 #   - .venv-danube-client: the reference Danube client (danube-client 0.5.0) for the interop tests.
 #     It lives in its own venv because its generated protobuf modules clash with ours.
 #
+#   - with DANUBE_SETUP_BROWSER=1 (test.sh sets it; quickstart.sh does not): Debian's chromium,
+#     the headless browser the web console's tests drive through Playwright (never a
+#     downloaded browser).
+#
 # Idempotent and cheap to re-run: every step is skipped when already done. Environment:
-#   PYTHON=python3.12   the interpreter to build the venvs with (default: python3)
+#   PYTHON=python3.12         the interpreter to build the venvs with (default: python3)
+#   DANUBE_SETUP_BROWSER=1    also install chromium (a failure is a warning: those tests skip)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -116,5 +121,15 @@ else
   pip_quiet "$CLIENT_VENV/bin/python" -m pip install --disable-pip-version-check "${CLIENT_PKGS[@]}"
   "$CLIENT_VENV/bin/python" -c 'import danube' || die "$CLIENT_VENV: danube-client installed but does not import"
   say "$CLIENT_VENV: ready"
+fi
+# ---- 5. chromium for the web console's browser tests (only when asked)
+if [ "${DANUBE_SETUP_BROWSER:-0}" = "1" ]; then
+  if [ -x /usr/bin/chromium ]; then
+    say "chromium: $(/usr/bin/chromium --version 2>/dev/null | head -n 1) (already installed)"
+  elif (apt_install chromium) && [ -x /usr/bin/chromium ]; then
+    say "chromium: $(/usr/bin/chromium --version 2>/dev/null | head -n 1)"
+  else
+    printf 'setup.sh: warning: chromium could not be installed (apt-get install chromium): the web console browser tests will be skipped\n' >&2
+  fi
 fi
 say "set-up complete"

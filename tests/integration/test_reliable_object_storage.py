@@ -15,6 +15,7 @@ import grpc.aio
 import pytest
 
 from danube_broker.reliable_topic import ReliableTopic
+from danube_broker.stats_api import topic_proto
 from danube_common.etcd_server import EtcdProcess
 from danube_common.keys import Keys
 from danube_common.log_state import LogState
@@ -192,6 +193,11 @@ async def test_a_replay_from_earliest_reads_trimmed_history_from_s3_then_the_liv
     stats = b.registry.stats()[topic]
     assert stats.first_offset == 0, "first_offset is object storage's"
     assert stats.tiered is not None and stats.tiered.history_first_offset == 0
+    assert stats.local_first_offset == local_first
+    # What GetTopicStats answers (the web console's log offsets): the checkpoint is read anew.
+    shown = topic_proto(stats, "1", uploaded=await rt.uploaded_range())
+    assert shown.local_first_offset == local_first
+    assert (shown.has_uploaded, shown.uploaded_first_offset, shown.uploaded_next_offset) == (True, 0, n)
 
     replay = await subscribe(b, topic, sub="replay", name="r", earliest=True, window=5000)
     rstream = b.consumers.ReceiveBatches(pb.ReceiveBatchRequest(consumer_id=replay))
@@ -215,6 +221,10 @@ async def test_a_replay_from_earliest_reads_trimmed_history_from_s3_then_the_liv
     live = await receive(rstream, 2)
     assert [(m.msg_id.topic_offset, m.payload) for m in live] == [(n, b"live-1"), (n + 1, b"live-2")]
     rstream.cancel()
+    # A later upload shows in GetTopicStats at once, though the descriptors listed here are older.
+    assert await node.uploader.upload(t, rt.local.durable_offset) == n + 2
+    assert rt.history is not None and rt.history.end_offset == n
+    assert await rt.uploaded_range() == (0, n + 2)
     print(f"\nreplayed {n} messages ({local_first} from S3) in {elapsed * 1000:.0f} ms")
 
 

@@ -57,7 +57,7 @@ def open_channel(
     addr: str,
     credentials: grpc.ChannelCredentials | None = None,
     *,
-    options: Sequence[tuple[str, int]] = CHANNEL_OPTIONS,
+    options: Sequence[tuple[str, int | str]] = CHANNEL_OPTIONS,
 ) -> grpc.aio.Channel:
     """A channel to another service: TLS with ``credentials`` (a service's
     ``channel_credentials(cfg.tls)``: its CA and, for mTLS, its own certificate), else plaintext.

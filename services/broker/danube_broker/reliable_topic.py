@@ -65,7 +65,7 @@ from danube_common.errors import (
     TopicNotOwned,
     Unavailable,
 )
-from danube_common.log_state import LogRecords, LogState, Reservation, merge_sequences
+from danube_common.log_state import LogRecords, LogState, Reservation, checkpoint_of, merge_sequences
 from danube_common.metadata.lease import KeptLease
 from danube_common.ownership import LogClose
 from danube_common.pb import DanubeApi_pb2 as pb
@@ -910,6 +910,22 @@ class ReliableTopic:
     def gap_stats(self) -> tuple[tuple[int, int, str, str, int, str], ...]:
         gaps = self.history.gaps if self.history is not None else []
         return tuple((g.start_offset, g.next_offset, g.reason, g.decided_by, g.at_ms, g.writer) for g in gaps)
+
+    async def uploaded_range(self) -> tuple[int, int] | None:
+        """Offsets ``[first, next)`` in object storage: ``next`` from the uploader's checkpoint,
+        read now (the descriptors this broker listed may be older); ``first`` the oldest listed
+        descriptor's, else the log's first offset. None without object storage or before the
+        first upload of this incarnation."""
+        if self._ctx.tiering is None:
+            return None
+        res = self._ctx.resources
+        value = await res.store.get_json(res.keys.upload_checkpoint(self.topic.topic_name))
+        end = checkpoint_of(value, self.stint.incarnation if self.stint is not None else None)
+        if not end:
+            return None
+        listed = self.history.first_offset if self.history is not None else None
+        first = listed if listed is not None else self.log.first_offset
+        return min(first, end), end
 
     def wal_stats(self) -> tuple[int, int]:
         """(bytes on disk, segments)."""

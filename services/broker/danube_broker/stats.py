@@ -104,6 +104,8 @@ class TopicStats:
     durability: str = ""
     #: The oldest offset kept: in object storage when configured, else in the local WAL.
     first_offset: int = 0
+    #: The oldest offset in the local WAL (older ones are in object storage).
+    local_first_offset: int = 0
     wal_bytes: int = 0
     wal_segments: int = 0
     #: Object storage's figures (None: not configured).

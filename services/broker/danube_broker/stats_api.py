@@ -49,7 +49,10 @@ def subscription_proto(s: SubscriptionStats) -> admin.SubscriptionStats:
     )
 
 
-def topic_proto(t: TopicStats, broker_id: str) -> admin.TopicStats:
+def topic_proto(
+    t: TopicStats, broker_id: str, *, uploaded: tuple[int, int] | None = None
+) -> admin.TopicStats:
+    """``uploaded``: offsets [first, next) in object storage (None: none, or no object storage)."""
     return admin.TopicStats(
         name=t.topic,
         broker_id=broker_id,
@@ -59,6 +62,10 @@ def topic_proto(t: TopicStats, broker_id: str) -> admin.TopicStats:
         next_offset=t.next_offset,
         wal_bytes=t.wal_bytes,
         wal_segments=t.wal_segments,
+        local_first_offset=t.local_first_offset,
+        has_uploaded=uploaded is not None,
+        uploaded_first_offset=uploaded[0] if uploaded else 0,
+        uploaded_next_offset=uploaded[1] if uploaded else 0,
         msgs_in_total=t.msgs_in,
         bytes_in_total=t.bytes_in,
         msg_rate_in=t.msg_rate_in,
@@ -110,7 +117,9 @@ class BrokerStatsApi(admin_grpc.BrokerStatsServiceServicer):
             err = not_owned(str(name), f"served by broker {own.broker_id}")
             err.redirect = broker.advertised_url if broker is not None else None
             raise err
-        return topic_proto(topic.stats(), self._reg.broker_id)
+        rt = topic.reliable
+        uploaded = await rt.uploaded_range() if rt is not None else None
+        return topic_proto(topic.stats(), self._reg.broker_id, uploaded=uploaded)
 
     async def GetBrokerStats(
         self, request: admin.BrokerStatsRequest, context: grpc.aio.ServicerContext

@@ -359,6 +359,7 @@ class Topic:
             msg_rate_out=sum(s.msg_rate_out for s in subs.values()),
             durability=st.durability,
             first_offset=st.first_offset,
+            local_first_offset=st.local_first_offset,
             wal_bytes=st.wal_bytes,
             wal_segments=st.wal_segments,
             tiered=st.tiered,

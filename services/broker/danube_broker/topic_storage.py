@@ -75,6 +75,7 @@ class StorageStats:
     next_offset: int
     durability: str = ""
     first_offset: int = 0
+    local_first_offset: int = 0
     wal_bytes: int = 0
     wal_segments: int = 0
     tiered: TieredStats | None = None
@@ -388,6 +389,7 @@ class ReliableStorage:
             next_offset=rt.log.next_offset,
             durability=rt.policies.durability.value,
             first_offset=rt.log.first_offset,
+            local_first_offset=rt.local.first_offset,
             wal_bytes=wal_bytes,
             wal_segments=wal_segments,
             tiered=rt.tiered_stats(),

@@ -2,9 +2,10 @@
 
 Start-up: connect to etcd (bounded wait), create the bootstrap namespaces, check the TLS files
 and (with ``auth`` enabled) load the RBAC view, load the cluster view and the schema registry view and follow their watches, bind both ports (the schema
-registry is served on both), start serving, then announce readiness (callback
+registry is served on both), start serving, start the HTTP endpoint (``/metrics``, and the web
+console with its loopback channel to the admin port), then announce readiness (callback
 and/or ready file). Shutdown (stop event, SIGINT/SIGTERM from ``__main__``): remove the ready
-file, stop both servers (in-flight RPCs get ``shutdown_grace_s``), stop the view, close etcd.
+file, close the HTTP endpoint and the console's channel, stop both servers (in-flight RPCs get ``shutdown_grace_s``), stop the view, close etcd.
 The service keeps no state of its own, so a crash at any point loses nothing.
 """
 
@@ -46,6 +47,7 @@ from danube_lookup.admin_api import BrokerAdminApi, ClusterAdminApi, NamespaceAd
 from danube_lookup.broker_stats import BrokerStatsClient
 from danube_lookup.catalog import Catalog
 from danube_lookup.config import LookupConfig
+from danube_lookup.console import Console
 from danube_lookup.metrics import LookupCollector
 from danube_lookup.schema_api import SchemaRegistryApi
 from danube_lookup.security_api import SecurityAdminApi
@@ -112,7 +114,17 @@ async def run(
         await admin_server.start()
         metrics = new_registry()
         metrics.register(LookupCollector(discovery.resolver))
-        http = await start_http(cfg, security, metrics, service="lookup", advertised_host=cfg.advertised_host)
+        console = Console.open(cfg, admin_port) if cfg.http_listen_addr and cfg.console.enabled else None
+        if console is not None:
+            stack.push_async_callback(console.aclose)  # after the HTTP endpoint (LIFO)
+        http = await start_http(
+            cfg,
+            security,
+            metrics,
+            service="lookup",
+            advertised_host=cfg.advertised_host,
+            routes=console.routes() if console is not None else (),
+        )
         if http is not None:
             stack.push_async_callback(http.aclose)
 

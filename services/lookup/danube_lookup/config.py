@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
+from danube_common.config import Frozen
 from danube_common.service import ServiceConfig, split_host_port
+
+
+class ConsoleConfig(Frozen):
+    """The web console on the HTTP endpoint (``http_listen_addr``)."""
+
+    #: Serve the console (``/`` and its JSON API under ``/api/``) next to ``/metrics``. false:
+    #: ``/metrics`` and ``/healthz`` only.
+    enabled: bool = True
+    #: Deadline of each admin API call the console makes for a browser (GetTopicStats goes on
+    #: to the topic's broker within ``broker_rpc_timeout_s``, so keep this above it).
+    rpc_timeout_s: float = 10.0
+
+    @field_validator("rpc_timeout_s")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError(f"must be > 0 seconds, got {v}")
+        return v
 
 
 class LookupConfig(ServiceConfig):
@@ -21,6 +40,8 @@ class LookupConfig(ServiceConfig):
     #: Deadline of the calls the lookup makes to brokers (admin GetTopicStats is forwarded to
     #: the topic's owner).
     broker_rpc_timeout_s: float = 5.0
+    #: The web console, served on the HTTP endpoint when ``http_listen_addr`` is set.
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
 
     @field_validator("listen_addr", "admin_listen_addr")
     @classmethod

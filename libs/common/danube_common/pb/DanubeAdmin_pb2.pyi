@@ -350,7 +350,7 @@ class AcceptedGap(_message.Message):
     def __init__(self, start_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., reason: _Optional[str] = ..., decided_by: _Optional[str] = ..., at_ms: _Optional[int] = ..., writer: _Optional[str] = ...) -> None: ...
 
 class TopicStats(_message.Message):
-    __slots__ = ("name", "broker_id", "dispatch_strategy", "durability", "first_offset", "next_offset", "wal_bytes", "wal_segments", "msgs_in_total", "bytes_in_total", "msg_rate_in", "bytes_rate_in", "producers", "subscriptions", "log_writer", "log_epoch", "log_start_offset", "reserved_to", "state", "accepted_gaps")
+    __slots__ = ("name", "broker_id", "dispatch_strategy", "durability", "first_offset", "next_offset", "wal_bytes", "wal_segments", "msgs_in_total", "bytes_in_total", "msg_rate_in", "bytes_rate_in", "producers", "subscriptions", "log_writer", "log_epoch", "log_start_offset", "reserved_to", "state", "accepted_gaps", "local_first_offset", "has_uploaded", "uploaded_first_offset", "uploaded_next_offset")
     NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_STRATEGY_FIELD_NUMBER: _ClassVar[int]
@@ -371,6 +371,10 @@ class TopicStats(_message.Message):
     RESERVED_TO_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_GAPS_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HAS_UPLOADED_FIELD_NUMBER: _ClassVar[int]
+    UPLOADED_FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    UPLOADED_NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     name: str
     broker_id: str
     dispatch_strategy: str
@@ -391,7 +395,11 @@ class TopicStats(_message.Message):
     reserved_to: int
     state: str
     accepted_gaps: _containers.RepeatedCompositeFieldContainer[AcceptedGap]
-    def __init__(self, name: _Optional[str] = ..., broker_id: _Optional[str] = ..., dispatch_strategy: _Optional[str] = ..., durability: _Optional[str] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., wal_segments: _Optional[int] = ..., msgs_in_total: _Optional[int] = ..., bytes_in_total: _Optional[int] = ..., msg_rate_in: _Optional[float] = ..., bytes_rate_in: _Optional[float] = ..., producers: _Optional[int] = ..., subscriptions: _Optional[_Iterable[_Union[SubscriptionStats, _Mapping]]] = ..., log_writer: _Optional[str] = ..., log_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., reserved_to: _Optional[int] = ..., state: _Optional[str] = ..., accepted_gaps: _Optional[_Iterable[_Union[AcceptedGap, _Mapping]]] = ...) -> None: ...
+    local_first_offset: int
+    has_uploaded: bool
+    uploaded_first_offset: int
+    uploaded_next_offset: int
+    def __init__(self, name: _Optional[str] = ..., broker_id: _Optional[str] = ..., dispatch_strategy: _Optional[str] = ..., durability: _Optional[str] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., wal_segments: _Optional[int] = ..., msgs_in_total: _Optional[int] = ..., bytes_in_total: _Optional[int] = ..., msg_rate_in: _Optional[float] = ..., bytes_rate_in: _Optional[float] = ..., producers: _Optional[int] = ..., subscriptions: _Optional[_Iterable[_Union[SubscriptionStats, _Mapping]]] = ..., log_writer: _Optional[str] = ..., log_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., reserved_to: _Optional[int] = ..., state: _Optional[str] = ..., accepted_gaps: _Optional[_Iterable[_Union[AcceptedGap, _Mapping]]] = ..., local_first_offset: _Optional[int] = ..., has_uploaded: _Optional[bool] = ..., uploaded_first_offset: _Optional[int] = ..., uploaded_next_offset: _Optional[int] = ...) -> None: ...
 
 class BrokerStatsRequest(_message.Message):
     __slots__ = ()
