@@ -25,6 +25,7 @@ from danube_common.leadership import LeaderInfo, read_leaders
 from danube_common.load import LoadReport
 from danube_common.log_state import AcceptedGap, LogRecords, LogState
 from danube_common.metadata.store import Compare, Op
+from danube_common.observability import record_context
 from danube_common.placement import Resolver
 from danube_common.policies import SubscriptionPolicyRecord, topic_policies
 from danube_common.records import BrokerRecord, Ownership, TopicRecord, check_dispatch, now_ms
@@ -174,7 +175,9 @@ class Catalog:
         known = {b.broker_id for b in await self._res.list_brokers()} | set(await self._admin_states())
         if broker_id not in known:
             raise BrokerNotFound(f"broker {broker_id!r} is not registered; see `danube-admin brokers list`")
-        await self._res.store.put(self._res.keys.broker_state(broker_id), {"state": state, "at_ms": now_ms()})
+        # The drain's moves are traces of their own, linked to this call's (record_context).
+        doc = {"state": state, "at_ms": now_ms(), **record_context.current()}
+        await self._res.store.put(self._res.keys.broker_state(broker_id), doc)
         log.info("broker %s: admin state set to %s", broker_id, state)
         for view in await self.list_brokers():
             if view.record.broker_id == broker_id:
@@ -196,7 +199,12 @@ class Catalog:
         request_id = f"{now_ms():013d}-{secrets.token_hex(3)}"
         await self._res.store.put(
             self._res.keys.rebalance_request(request_id),
-            {"requested_at_ms": now_ms(), "by": "danube-admin", "dry_run": dry_run},
+            {
+                "requested_at_ms": now_ms(),
+                "by": "danube-admin",
+                "dry_run": dry_run,
+                **record_context.current(),
+            },
         )
         log.info("rebalance requested (%s), request %s", "dry run" if dry_run else "apply", request_id)
         return request_id
@@ -273,7 +281,9 @@ class Catalog:
                 )
             if to_broker == own.broker_id:
                 raise FailedPrecondition(f"topic {topic} is already on broker {to_broker}")
-        await self._res.store.put(self._res.keys.move_request(topic), {"to": to_broker, "at_ms": now_ms()})
+        # The load manager's move span is a child of this call's (record_context).
+        request = {"to": to_broker, "at_ms": now_ms(), **record_context.current()}
+        await self._res.store.put(self._res.keys.move_request(topic), request)
         log.info(
             "move of topic %s from broker %s requested (to %s)", topic, own.broker_id, to_broker or "any"
         )
