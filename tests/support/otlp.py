@@ -139,7 +139,9 @@ class OtlpReceiver:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def env(self, *, sampler: str = "parentbased_always_on", sampler_arg: str | None = None) -> dict[str, str]:
+    def env(
+        self, *, sampler: str = "parentbased_always_on", sampler_arg: str | None = None
+    ) -> dict[str, str]:
         """The environment that makes a process export here, in batches every 100 ms."""
         out = {
             "OTEL_EXPORTER_OTLP_ENDPOINT": self.endpoint,
