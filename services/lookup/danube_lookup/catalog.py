@@ -211,10 +211,12 @@ class Catalog:
 
     async def list_plans(self, limit: int = 0) -> tuple[list[tuple[str, Any]], list[str]]:
         k = self._res.keys
-        kvs, _ = await self._res.store.get_prefix(k.rebalance_plans_prefix())
-        plans = sorted(((kv.key, kv.json()) for kv in kvs), key=lambda p: p[0], reverse=True)
+        # Requests first: the planner deletes a request in the transaction that writes its plan, so
+        # a request not pending any more is always answered by a plan in the read that follows.
         reqs, _ = await self._res.store.get_prefix(k.rebalance_requests_prefix())
         pending = [kv.key[len(k.rebalance_requests_prefix()) :] for kv in reqs]
+        kvs, _ = await self._res.store.get_prefix(k.rebalance_plans_prefix())
+        plans = sorted(((kv.key, kv.json()) for kv in kvs), key=lambda p: p[0], reverse=True)
         return (plans[:limit] if limit else plans), pending
 
     async def apply_plan(self, plan_id: str) -> tuple[str, Any]:
