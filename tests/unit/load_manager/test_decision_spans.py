@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan
 
 from danube_common.keys import Keys
 from danube_common.leadership import Leadership
@@ -18,7 +17,15 @@ from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 from danube_load_manager.app import LoadManager
 from danube_load_manager.config import LoadManagerConfig
-from danube_load_manager.decide import DropMoveRequest, MarkDrained, Move, Place, Replace, Snapshot
+from danube_load_manager.decide import (
+    DropMoveRequest,
+    MarkDrained,
+    Move,
+    Place,
+    Replace,
+    Snapshot,
+    next_actions,
+)
 from danube_load_manager.spans import describe
 from danube_load_manager.view import ControlView
 from tests.support import wait_until
@@ -142,10 +149,6 @@ async def lead_of(store: MemoryStore, keys: Keys) -> Leadership:
     return Leadership("load-manager", "lm1", term, key, "127.0.0.1:1")
 
 
-def by_name(spans: tuple[ReadableSpan, ...], name: str) -> ReadableSpan:
-    return one(spans, name)
-
-
 async def test_a_pass_continues_the_requests_traces_and_hands_them_on(
     rig: tuple[Resources, ControlView, LoadManager],
 ) -> None:
@@ -182,7 +185,7 @@ async def test_a_pass_continues_the_requests_traces_and_hands_them_on(
         assert wrote > 0
     spans = exporter.get_finished_spans()
 
-    place = by_name(spans, "place /default/new")
+    place = one(spans, "place /default/new")
     assert children(spans, lookup) == [place]  # type: ignore[arg-type]
     assert place.attributes["danube.lm.applied"] is True and place.attributes["danube.lm.term"] == lead.term
     assert place.attributes["danube.broker.to"] in ("b1", "b2")
@@ -191,12 +194,12 @@ async def test_a_pass_continues_the_requests_traces_and_hands_them_on(
     assignment = await store.get_json(keys.assignment(owner["broker_id"], placed))
     assert owner["traceparent"] == assignment["traceparent"] == traceparent(place)
 
-    move = by_name(spans, "move /default/moved")
+    move = one(spans, "move /default/moved")
     assert children(spans, admin_move) == [move]  # type: ignore[arg-type]
     mark = await store.get_json(keys.assignment("b1", moved))
     assert mark["moving_to"] == "b2" and mark["traceparent"] == traceparent(move)
 
-    plan_move = by_name(spans, "move /default/planned")
+    plan_move = one(spans, "move /default/planned")
     assert plan_move.parent is None, "a plan's move is a trace of its own"
     assert [ln.context.span_id for ln in plan_move.links] == [cycle.get_span_context().span_id]
     assert plan_move.attributes["danube.plan.id"] == "p1"
@@ -226,3 +229,16 @@ async def test_no_span_and_no_context_while_tracing_is_off(
     assert "traceparent" not in owner
     got = await res.get_owner(topic)
     assert isinstance(got, Ownership) and got.broker_id == owner["broker_id"]
+
+
+def test_a_decision_keeps_the_scores_it_chose_by() -> None:
+    brokers = {b: BrokerRecord(b, f"{b}:1", f"http://{b}:1") for b in ("b1", "b2")}
+    owners = {"/default/x": Ownership("/default/x", "b1", 5)}
+    actions = next_actions(
+        snap(brokers=brokers, owners=owners, unassigned=frozenset({"/default/new"})), now_s=0, last_move_s={}
+    )
+    assert actions == [Place("/default/new", "b2")]
+    place = actions[0]
+    assert isinstance(place, Place) and [b for b, _ in place.scores] == ["b1", "b2"]
+    scores = dict(place.scores)
+    assert scores["b2"] < scores["b1"], "the chosen broker is the least loaded"

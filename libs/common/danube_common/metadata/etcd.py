@@ -8,6 +8,11 @@ Services open it with :meth:`EtcdStore.from_config`, which applies the TLS of ``
 (``ca_file``, the client certificate ``cert_file``/``key_file`` for etcd's
 ``--client-cert-auth``, ``server_name``). A TLS failure is reported with what to check (the CA,
 the client certificate, the name), not only gRPC's text.
+
+Tracing: while a sampled span is current, each unary call is a CLIENT child span (``etcd Range``,
+``etcd Txn``, ...) naming the key(s) it touches, never a value (:func:`span_attributes`); with no
+sampled span current (background loops) nothing is recorded. Watches and lease keep-alives are
+streams: no spans.
 """
 
 from __future__ import annotations

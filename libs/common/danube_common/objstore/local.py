@@ -20,6 +20,9 @@ its process no longer runs, or any host and older than a day).
 
 ETags are ``<inode>-<mtime_ns>-<size>`` in hex: a rewrite (even with the same bytes) changes
 them. Deleting leaves empty directories behind; ``list`` ignores them.
+
+Tracing: while a sampled span is current, each operation is a CLIENT child span named like S3's
+(``local PutObject``, ``local GetObject``, ...) with the root and key.
 """
 
 from __future__ import annotations

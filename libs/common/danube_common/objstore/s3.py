@@ -20,6 +20,9 @@
   ``b""`` at exactly the end and ``InvalidObjectRange`` beyond it (see ``base``).
 - Errors: :func:`s3_error` maps an S3 error code and HTTP status to our classes;
   :meth:`S3ObjectStore._translate` maps everything else botocore and aiohttp raise.
+- Tracing: while a sampled span is current, each request is a CLIENT child span named after the
+  S3 operation (``s3 PutObject``, ``s3 GetObject``, ...) with the bucket and key; otherwise
+  nothing is recorded.
 """
 
 from __future__ import annotations
