@@ -17,12 +17,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from opentelemetry.trace import Span
+
 from danube_common.keys import Keys
 from danube_common.leadership import Leadership
 from danube_common.load import LoadReport
 from danube_common.load_history import LoadHistoryReader
 from danube_common.metadata.store import Compare, KeyValue, MetadataStore, Op
+from danube_common.observability import record_context
 from danube_common.records import BrokerRecord, now_ms
+from danube_planner import spans
 from danube_planner.aggregate import aggregate
 from danube_planner.config import PlannerConfig
 from danube_planner.model import (
@@ -82,6 +86,8 @@ class ClusterState:
     #: Every request asked for a dry run (``{"dry_run": true}``): the plan is written ``proposed``
     #: (the load manager does not execute it; ``danube-admin rebalance --apply ID`` does).
     dry_run: bool = False
+    #: The trace contexts the requests carry (the cycle links to them).
+    request_traces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +177,7 @@ async def read_cluster(store: MetadataStore, keys: Keys) -> ClusterState:
         plans=plans,
         requests=requests,
         dry_run=dry_run,
+        request_traces=tuple(tp for kv in request_kvs if (tp := record_context.traceparent_of(_json(kv)))),
     )
 
 
@@ -231,17 +238,49 @@ class Planner:
 
     async def cycle(self, lead: Leadership | None, *, now: int | None = None) -> CycleResult:
         """One cycle (see the module docstring). ``lead=None``: unfenced (``--once`` without a
-        leader service)."""
+        leader service). A ``planner cycle`` trace while tracing is on (:mod:`danube_planner.spans`)."""
+        with spans.cycle(
+            {
+                "danube.planner.candidate_id": self._cfg.candidate_id,
+                "danube.planner.engine": self._engine.name,
+                "danube.planner.term": lead.term if lead is not None else None,
+                "danube.planner.fenced": lead is not None,
+            }
+        ) as span:
+            result = await self._cycle(lead, now, span)
+            agg = result.aggregates
+            spans.annotate(
+                span,
+                {
+                    "danube.planner.brokers": len(agg.brokers),
+                    "danube.planner.topics": len(agg.topics),
+                    "danube.planner.samples": agg.samples,
+                    "danube.planner.imbalance": agg.cv,
+                    "danube.plan.id": result.plan_id,
+                    "danube.plan.moves": len(result.plan_result.moves) if result.plan_result else None,
+                    "danube.plan.imbalance_after": result.plan_result.cv_after
+                    if result.plan_result
+                    else None,
+                    "danube.planner.written": result.written,
+                },
+            )
+            return result
+
+    async def _cycle(self, lead: Leadership | None, now: int | None, span: Span | None) -> CycleResult:
         cfg, k = self._cfg, self._keys
         t0 = time.monotonic()
         now_ms_ = now if now is not None else now_ms()
-        state = await read_cluster(self._store, k)
+        with spans.stage("read cluster"):
+            state = await read_cluster(self._store, k)
+        spans.link_requests(span, state.request_traces)
         t_read = time.monotonic()
         from_ms = now_ms_ - int(cfg.history_window_s * 1000)
         hist_keys: list[str] = []
         hist_lines: list[str] = []
         if self._history is not None and cfg.history_window_s > 0:
-            hist_keys, hist_lines = await self._history.read_window_lines(from_ms, now_ms_)
+            with spans.stage("read load history", {"danube.planner.window_s": cfg.history_window_s}) as read:
+                hist_keys, hist_lines = await self._history.read_window_lines(from_ms, now_ms_)
+                spans.annotate(read, {"danube.planner.history_objects": len(hist_keys)})
         t_hist = time.monotonic()
         inputs = PlannerInputs(
             now_ms=now_ms_,
@@ -290,6 +329,8 @@ class Planner:
                 )
                 if state.dry_run:
                     plan["status"] = "proposed"
+                # The load manager's moves of this plan link to this cycle's trace.
+                plan.update(record_context.current())
         timings = {
             "read_etcd_ms": (t_read - t0) * 1000,
             "read_history_ms": (t_hist - t_read) * 1000,
@@ -305,9 +346,10 @@ class Planner:
             planner={**planner_info, "compute_ms": round(timings["compute_ms"], 1)},
             plan=summary,
         )
-        written = await self._write(lead, report, plan_id, plan, state, now_ms_)
-        if written:
-            await self.prune(now_ms_)
+        with spans.stage("write report and plan", {"danube.plan.id": plan_id} if plan_id else None):
+            written = await self._write(lead, report, plan_id, plan, state, now_ms_)
+            if written:
+                await self.prune(now_ms_)
         timings["write_ms"] = (time.monotonic() - t_compute) * 1000
         self.cycles += 1
         log.info(
@@ -333,17 +375,22 @@ class Planner:
             owners=inputs.owners,
             broker_states=inputs.broker_states,
         )
-        agg = self._engine.aggregate(inputs, self.params)
+        with spans.stage("compute report", {"danube.planner.engine": self._engine.name}):
+            agg = self._engine.aggregate(inputs, self.params)
         if live_plan(state.plans, inputs.now_ms) is not None:
             return agg, None
-        result = compute_plan(
-            agg.active_scores(),
-            candidates(agg, state.owners),
-            now_ms=inputs.now_ms,
-            limits=self.limits,
-            pinned=state.pinned,
-            last_moved_ms=last_moves(state.plans, inputs.now_ms),
-        )
+        with spans.stage("compute plan", {"danube.planner.candidates": len(agg.topics)}) as planning:
+            result = compute_plan(
+                agg.active_scores(),
+                candidates(agg, state.owners),
+                now_ms=inputs.now_ms,
+                limits=self.limits,
+                pinned=state.pinned,
+                last_moved_ms=last_moves(state.plans, inputs.now_ms),
+            )
+            spans.annotate(
+                planning, {"danube.plan.moves": len(result.moves), "danube.plan.stopped": result.stopped}
+            )
         return agg, result
 
     async def _write(

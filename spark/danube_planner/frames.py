@@ -21,6 +21,7 @@ from pyspark.sql import types as T
 
 from danube_common.load import MSG_COST_BYTES, TOPIC_FIELDS
 from danube_common.load_score import DIMENSIONS, FLOORS, ScoreWeights
+from danube_planner import spans
 from danube_planner.model import (
     AggregateParams,
     Aggregates,
@@ -327,19 +328,33 @@ def aggregate_spark(
         states = states_frame(spark, inp.broker_states)
         brokers = broker_table(topics, samples, states, current).cache()
         cached.append(brokers)
-        means = score_means(brokers)
+        # Each action below runs Spark jobs: a span each (children of "compute report").
+        with spans.stage("spark score means"):
+            means = score_means(brokers)
         scored = with_scores(brokers, means, params.weights).cache()
         cached.append(scored)
         loads = topic_loads(topics, scored, means, params.weights).cache()
         cached.append(loads)
+        with spans.stage("spark collect brokers"):
+            broker_rows = [_broker(r) for r in scored.orderBy("broker_id").collect()]
+        with spans.stage("spark collect topics"):
+            topic_rows_ = [_topic(r) for r in loads.orderBy("topic").collect()]
+        with spans.stage("spark collect namespaces"):
+            namespace_rows = [_namespace(r) for r in namespace_table(loads, params.max_namespaces).collect()]
+        with spans.stage("spark collect hot topics"):
+            hot = [_topic(r) for r in hot_topics(loads, params.hot_topics).collect()]
+        with spans.stage("spark imbalance"):
+            cv = imbalance(scored)
+        with spans.stage("spark count samples"):
+            n_samples = samples.count()
         return Aggregates(
-            brokers=[_broker(r) for r in scored.orderBy("broker_id").collect()],
-            topics=[_topic(r) for r in loads.orderBy("topic").collect()],
-            namespaces=[_namespace(r) for r in namespace_table(loads, params.max_namespaces).collect()],
-            hot_topics=[_topic(r) for r in hot_topics(loads, params.hot_topics).collect()],
+            brokers=broker_rows,
+            topics=topic_rows_,
+            namespaces=namespace_rows,
+            hot_topics=hot,
             means=means,
-            cv=imbalance(scored),
-            samples=samples.count(),
+            cv=cv,
+            samples=n_samples,
         )
     finally:
         for df in cached:

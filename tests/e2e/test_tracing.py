@@ -8,22 +8,16 @@ links of the spans it received.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 
 import pytest
 
 from danube_local.cluster import LocalCluster
-from tests.e2e.conftest import cli, subprocess_env
+from tests.e2e.conftest import cli
+from tests.e2e.traced import admin, app_env, one, run, traced_cluster
 from tests.support.otlp import OtlpReceiver, ReceivedSpan, children
 
 pytestmark = [pytest.mark.e2e]
-
-ENV = {
-    "DANUBE_BROKER_REGISTRATION_TTL_S": "3",
-    "DANUBE_BROKER_MOVE_TIMEOUT_S": "20",
-    "DANUBE_LOAD_MANAGER_RECONCILE_INTERVAL_S": "0.5",
-}
 
 
 @pytest.fixture(scope="module")
@@ -34,29 +28,8 @@ def otlp() -> Iterator[OtlpReceiver]:
 
 @pytest.fixture(scope="module")
 def cluster(otlp: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(
-        brokers=2,
-        leaders=1,
-        load_managers=1,
-        uploaders=True,  # a reliable topic's move flushes its log to object storage
-        workdir=tmp_path_factory.mktemp("traced"),
-        extra_env={**ENV, **otlp.env()},
-    )
-    c.start(timeout_s=90)
-    try:
+    with traced_cluster(otlp, tmp_path_factory.mktemp("traced")) as c:
         yield c
-    finally:
-        c.stop()
-
-
-def run(args: list[str], *, env: dict[str, str], timeout_s: float = 60) -> str:
-    res = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout_s)
-    assert res.returncode == 0, f"{args[0]} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}"
-    return res.stdout
-
-
-def app_env(otlp: OtlpReceiver, service: str, **sampler: str) -> dict[str, str]:
-    return {**subprocess_env(), **otlp.env(**sampler), "OTEL_SERVICE_NAME": service}
 
 
 def produce(cluster: LocalCluster, otlp: OtlpReceiver, topic: str, count: int, **sampler: str) -> None:
@@ -75,17 +48,8 @@ def consume(cluster: LocalCluster, otlp: OtlpReceiver, topic: str, count: int, s
     )  # fmt: skip
 
 
-def admin(cluster: LocalCluster, *args: str) -> str:
-    return run([cli("danube-admin"), "--admin-url", cluster.admin_url, *args], env=subprocess_env())
-
-
 def sends(otlp: OtlpReceiver, topic: str) -> list[ReceivedSpan]:
     return otlp.find(lambda s: s.name == f"send {topic}" and s.service == "app-producer")
-
-
-def one(spans: list[ReceivedSpan], what: str) -> ReceivedSpan:
-    assert len(spans) == 1, f"expected one {what}, got {[str(s) for s in spans]}"
-    return spans[0]
 
 
 def test_a_message_trace_runs_from_send_to_processing(cluster: LocalCluster, otlp: OtlpReceiver) -> None:

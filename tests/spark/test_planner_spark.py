@@ -24,6 +24,7 @@ from danube_planner.model import AggregateParams, Aggregates, PlannerInputs
 from danube_planner.rebalance import PlanLimits, compute_plan
 from danube_planner.sparkenv import create_session
 from tests.support.score_table import CASES, Case
+from tests.support.tracing import capture_spans, children, one
 from tests.unit.planner.helpers import NOW, Synthetic, zipf_cluster
 from tests.unit.planner.test_aggregate import table_inputs
 from tests.unit.planner.test_cycle import publish
@@ -165,7 +166,8 @@ async def test_one_cycle_on_spark(spark: Any, skewed: Synthetic) -> None:
 
     cfg = PlannerConfig(engine="spark", leader_endpoints=[], max_moves_per_cycle=BUDGET, spark=SETTINGS)
     t0 = time.monotonic()
-    result = await Planner(cfg, store, keys, None, SessionEngine()).cycle(None, now=NOW)
+    with capture_spans() as exporter:
+        result = await Planner(cfg, store, keys, None, SessionEngine()).cycle(None, now=NOW)
     print(
         f"one cycle (Spark engine, 10 brokers x 300 topics): {1000 * (time.monotonic() - t0):.0f} ms {result.timings_ms}"
     )
@@ -174,3 +176,16 @@ async def test_one_cycle_on_spark(spark: Any, skewed: Synthetic) -> None:
     assert result.plan["imbalance_after"] <= 0.15 < result.plan["imbalance_before"]
     assert await store.get_json(keys.rebalance_plan(result.plan_id)) == result.plan  # type: ignore[arg-type]
     await store.aclose()
+    # The trace: each Spark action (a job) is a span under the cycle's "compute report".
+    spans = exporter.get_finished_spans()
+    compute = one(spans, "compute report")
+    assert one(spans, "planner cycle").attributes["danube.plan.id"] == result.plan_id  # type: ignore[index]
+    assert [s.name for s in children(spans, compute)] == [
+        "spark score means",
+        "spark collect brokers",
+        "spark collect topics",
+        "spark collect namespaces",
+        "spark collect hot topics",
+        "spark imbalance",
+        "spark count samples",
+    ]

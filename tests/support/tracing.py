@@ -1,15 +1,20 @@
-"""Recording spans in-process, for unit tests of instrumented code.
+"""Spans in memory for unit tests: a TracerProvider with an InMemorySpanExporter for one test.
 
-OpenTelemetry allows one tracer provider per process; :func:`recording_spans` installs a fresh
-one with an in-memory exporter for the duration of a test, turns the hot paths' checks on
-(``tracing.ENABLED``) and afterwards resets OpenTelemetry's globals as its own test utilities do,
-so the next test starts with tracing off and no provider.
+::
+
+    with capture_spans() as exporter:
+        ...
+    names = [s.name for s in exporter.get_finished_spans()]
+
+While it is installed, ``tracing.ENABLED`` is True (the
+instrumented code makes spans); afterwards OpenTelemetry's global provider is reset (as its own
+test utilities do) and ``tracing.ENABLED`` is False again, so the next test starts clean.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -27,9 +32,8 @@ def _reset_globals() -> None:
 
 
 @contextlib.contextmanager
-def recording_spans(sampler: Sampler | None = None) -> Iterator[InMemorySpanExporter]:
-    """Every span ended while the block runs lands in the yielded exporter
-    (``get_finished_spans()``)."""
+def capture_spans(sampler: Sampler | None = None) -> Iterator[InMemorySpanExporter]:
+    """Install an in-memory provider for the block (spans are exported as each ends)."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider(sampler=sampler) if sampler is not None else TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -43,5 +47,27 @@ def recording_spans(sampler: Sampler | None = None) -> Iterator[InMemorySpanExpo
         _reset_globals()
 
 
-def by_name(spans: tuple[ReadableSpan, ...] | list[ReadableSpan], name: str) -> list[ReadableSpan]:
+def named(spans: Iterable[ReadableSpan], name: str) -> list[ReadableSpan]:
     return [s for s in spans if s.name == name]
+
+
+def one(spans: Iterable[ReadableSpan], name: str) -> ReadableSpan:
+    found = named(spans, name)
+    assert len(found) == 1, f"expected one span {name!r}, got {[s.name for s in spans]}"
+    return found[0]
+
+
+def parent_of(span: ReadableSpan) -> int | None:
+    """The parent's span id (None for a root span)."""
+    return span.parent.span_id if span.parent is not None else None
+
+
+def children(spans: Iterable[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
+    pid = parent.context.span_id
+    return [s for s in spans if s.parent is not None and s.parent.span_id == pid]
+
+
+def traceparent(span: ReadableSpan) -> str:
+    """The W3C ``traceparent`` of ``span`` (as a record or a message would carry it)."""
+    ctx = span.context
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"

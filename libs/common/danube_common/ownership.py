@@ -13,6 +13,11 @@ A move takes three steps, each a transaction fenced on the epoch the previous on
 3. or, when sealing fails, :meth:`OwnershipTxns.abort_move` keeps the topic where it was.
 
 docs/ownership.md has the whole protocol: who calls these, and what each fault does to them.
+
+Tracing: the records written by :meth:`OwnershipTxns.assign_if_unowned`, :meth:`~OwnershipTxns.mark_moving`
+and :meth:`~OwnershipTxns.hand_over` carry the ``traceparent`` of the caller's current span when it
+is sampled (:mod:`danube_common.observability.record_context`), so the broker that acts on them
+(loads the topic, hands it over) continues the same trace.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 
 from danube_common.keys import Keys
 from danube_common.metadata.store import Compare, KeyValue, MetadataStore, Op
+from danube_common.observability import record_context
 from danube_common.records import Ownership, now_ms
 from danube_common.topic_name import TopicName
 
@@ -67,11 +73,12 @@ class OwnershipTxns:
     async def assign_if_unowned(self, topic: TopicName, broker_id: str) -> Ownership:
         """Make ``broker_id`` the owner unless someone already is; return the actual owner."""
         okey = self.keys.owner(topic)
+        ctx = record_context.current()  # the lookup's (or the claiming call's) trace, if sampled
         res = await self.store.txn(
             [Compare.absent(okey)],
             [
-                Op.put(okey, {"broker_id": broker_id, "assigned_at_ms": now_ms()}),
-                Op.put(self.keys.assignment(broker_id, topic), {"assigned_at_ms": now_ms()}),
+                Op.put(okey, {"broker_id": broker_id, "assigned_at_ms": now_ms(), **ctx}),
+                Op.put(self.keys.assignment(broker_id, topic), {"assigned_at_ms": now_ms(), **ctx}),
                 Op.delete(self.keys.unassigned(topic)),
             ],
             [Op.get(okey)],
@@ -110,7 +117,12 @@ class OwnershipTxns:
         """
         t = TopicName.parse(own.topic)
         ts = now_ms()
-        mark = {"moving_to": to_broker, "assigned_at_ms": ts, **({"by": by} if by else {})}
+        mark = {
+            "moving_to": to_broker,
+            "assigned_at_ms": ts,
+            **({"by": by} if by else {}),
+            **record_context.current(),  # the owner's hand-over span is a child of the caller's
+        }
         res = await self.store.txn(
             [
                 *fence,
@@ -134,14 +146,16 @@ class OwnershipTxns:
         ``LogRecords.close_txn``'s compare and put)."""
         t = TopicName.parse(own.topic)
         ts = now_ms()
+        ctx = record_context.current()  # the new owner's load span is a child of the hand-over's
         ops = [
             Op.put(
                 self.keys.owner(t),
-                {"broker_id": own.moving_to, "assigned_at_ms": ts, "moved_from": own.broker_id},
+                {"broker_id": own.moving_to, "assigned_at_ms": ts, "moved_from": own.broker_id, **ctx},
             ),
             Op.delete(self.keys.assignment(own.broker_id, t)),
             Op.put(
-                self.keys.assignment(own.moving_to, t), {"assigned_at_ms": ts, "moved_from": own.broker_id}
+                self.keys.assignment(own.moving_to, t),
+                {"assigned_at_ms": ts, "moved_from": own.broker_id, **ctx},
             ),
         ]
         compares, extra = close if close is not None else ([], [])

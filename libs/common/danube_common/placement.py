@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from danube_common.cluster_view import ClusterView
 from danube_common.errors import NoBrokerAvailable, TopicNotFound
 from danube_common.fallback_placement import place_new_topic, take_over_dead_owner
+from danube_common.observability import record_context
 from danube_common.records import BrokerRecord, Ownership, now_ms
 from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
@@ -154,7 +155,11 @@ class Resolver:
         await self._request(topic)
 
     async def _request(self, topic: TopicName) -> None:
-        if await self._res.store.create(self._res.keys.unassigned(topic), {"requested_at_ms": now_ms()}):
+        request = {
+            "requested_at_ms": now_ms(),
+            **record_context.current(),
+        }  # the load manager's span is its child
+        if await self._res.store.create(self._res.keys.unassigned(topic), request):
             self.counts["requested"] += 1
             log.info("asked the load manager to place topic %s", topic)
 

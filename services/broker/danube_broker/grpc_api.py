@@ -242,14 +242,16 @@ class ConsumerApi(pb_grpc.ConsumerServiceServicer):
                 if batch is None:
                     return
                 spans = _deliveries(consumer, batch) if tracing.ENABLED else None
-                for msg in batch:
-                    out = pb.StreamMessage()
-                    out.CopyFrom(msg)
-                    out.subscription_name = subscription
-                    if not out.request_id:
-                        out.request_id = request.request_id
-                    yield out
-                broker_tracing.end_all(spans)
+                try:
+                    for msg in batch:
+                        out = pb.StreamMessage()
+                        out.CopyFrom(msg)
+                        out.subscription_name = subscription
+                        if not out.request_id:
+                            out.request_id = request.request_id
+                        yield out
+                finally:  # also when the client ends the stream as the frame goes out
+                    broker_tracing.end_all(spans)
         finally:
             self._reg.stream_closed(consumer, session)
 
@@ -266,12 +268,14 @@ class ConsumerApi(pb_grpc.ConsumerServiceServicer):
                 if batch is None:
                     return
                 spans = _deliveries(consumer, batch) if tracing.ENABLED else None
-                frames = _frames(batch)
-                for start, end in consumer.take_skipped():
-                    frames[0].skipped.add(start_offset=start, next_offset=end)
-                for frame in frames:
-                    yield frame
-                broker_tracing.end_all(spans)
+                try:
+                    frames = _frames(batch)
+                    for start, end in consumer.take_skipped():
+                        frames[0].skipped.add(start_offset=start, next_offset=end)
+                    for frame in frames:
+                        yield frame
+                finally:  # also when the client ends the stream as the frame goes out
+                    broker_tracing.end_all(spans)
         finally:
             self._reg.stream_closed(consumer, session)
 

@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import logging
 
+from danube_broker import ownership_spans
 from danube_broker.cloud import UploaderClient
 from danube_broker.metrics import BrokerEvents
 from danube_broker.registry import BrokerRegistry
@@ -90,12 +91,13 @@ class TopicMover:
     def in_progress(self) -> list[str]:
         return list(self._moves)
 
-    def on_move(self, topic: TopicName, own: Ownership) -> None:
-        """Our assignment of ``topic`` was marked ``moving_to`` at epoch ``own.epoch``."""
+    def on_move(self, topic: TopicName, own: Ownership, *, traceparent: str = "") -> None:
+        """Our assignment of ``topic`` was marked ``moving_to`` at epoch ``own.epoch``;
+        ``traceparent``: the context the mark carries (the hand-over is a span of that trace)."""
         name = str(topic)
         if name in self._moves:
             return
-        task = asyncio.create_task(self._move(topic, own), name=f"move-{name}")
+        task = asyncio.create_task(self._move(topic, own, traceparent), name=f"move-{name}")
         self._moves[name] = task
         task.add_done_callback(self._done)
 
@@ -113,7 +115,17 @@ class TopicMover:
                 "topic %s: a move to %s was interrupted by a restart; kept here", topic, own.moving_to
             )
 
-    async def _move(self, topic: TopicName, own: Ownership) -> None:
+    async def _move(self, topic: TopicName, own: Ownership, traceparent: str = "") -> None:
+        name = str(topic)
+        with ownership_spans.handing_over(name, own, traceparent) as span:
+            next_offset = await self._hand_over(topic, own)
+            ownership_spans.annotate(
+                span, {"danube.move.outcome": self.outcomes.get(name), "danube.log.next_offset": next_offset}
+            )
+
+    async def _hand_over(self, topic: TopicName, own: Ownership) -> int | None:
+        """The move (see the module docstring); returns where the topic's log ends (reliable
+        topics that got that far), for the trace."""
         name = str(topic)
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -125,6 +137,7 @@ class TopicMover:
             if t is not None:
                 t.epoch = max(t.epoch, own.epoch)
                 self._reg.seal(t, not_owned(name, f"moving to broker {own.moving_to}"))
+                ownership_spans.event("sealed", reliable=t.is_reliable)
                 deadline = start + self._timeout_s
                 # With object storage and an uploader, a flush replaces the drain.
                 flusher = self._flusher() if t.is_reliable else None
@@ -132,15 +145,19 @@ class TopicMover:
                     uploaded = await self._flush(t, flusher, deadline)
                     if uploaded is None:
                         await self._abandon(t, own, why="object storage did not confirm the log's upload")
-                        return
-                elif t.is_reliable and not await self._drain(t, deadline):
-                    await self._abandon(t, own)
-                    return
+                        return None
+                    ownership_spans.event("flushed to object storage", uploaded_next_offset=uploaded)
+                elif t.is_reliable:
+                    if not await self._drain(t, deadline):
+                        await self._abandon(t, own)
+                        return None
+                    ownership_spans.event("drained")
                 reliable = t.reliable
                 if reliable is not None:
                     next_offset = reliable.log.next_offset
                 self._reg.unload(name, not_owned(name, f"moved to broker {own.moving_to}"))
                 await self._reg.tasks.before_open(name)
+                ownership_spans.event("unloaded and closed")
                 if reliable is not None:
                     next_offset = reliable.local.next_offset  # closed: what the log really holds
                     if flusher is not None and uploaded is not None and next_offset > uploaded:
@@ -155,7 +172,7 @@ class TopicMover:
                 exc,
             )
             self._outcome(name, "failed")
-            return
+            return next_offset
         if handed:
             self._outcome(name, "handed over")
             log.info(
@@ -170,6 +187,7 @@ class TopicMover:
             log.warning(
                 "topic %s: ownership changed during its move to %s; not handed over", name, own.moving_to
             )
+        return next_offset
 
     def _outcome(self, topic: str, outcome: str) -> None:
         self.outcomes[topic] = outcome

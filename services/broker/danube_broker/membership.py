@@ -7,6 +7,8 @@
 - Assignments: ``/{cluster}/assignments/{id}/...`` listed once, then watched from the list's
   revision + 1, so no change is missed; puts load topics, deletes unload them. The epoch of
   an assignment is its key's mod_revision, which is the owner key's (one transaction writes both).
+  An assignment that carries a ``traceparent`` (the load manager's decision, or the previous
+  owner's hand-over) makes the topic's load, or its hand-over, a span of that trace.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from danube_broker.registry import BrokerRegistry
 from danube_common.errors import MetadataUnavailable
 from danube_common.metadata.lease import KeptLease
 from danube_common.metadata.store import WatchCompacted
+from danube_common.observability import tracing
+from danube_common.observability.record_context import traceparent_of
 from danube_common.ownership import LogClose
 from danube_common.records import BrokerRecord, Ownership
 from danube_common.resources import Resources
@@ -129,11 +133,12 @@ class Membership:
             parsed = self._keys.parse_assignment(kv.key)
             if parsed is None or parsed[0] != self.broker_id:
                 continue
-            moving_to = _moving_to(kv.json())
+            value = kv.json()
+            moving_to = _moving_to(value)
             if moving_to and self.mover is not None:
                 marked = Ownership(str(parsed[1]), self.broker_id, kv.mod_revision, moving_to)
                 if str(parsed[1]) in self._registry.topics:
-                    self.mover.on_move(parsed[1], marked)
+                    self.mover.on_move(parsed[1], marked, traceparent=traceparent_of(value))
                 else:  # marked while we were away (a restart): we hold nothing of it yet, so keep it
                     await self.mover.abandon_at_start(parsed[1], marked)
                 continue
@@ -153,15 +158,20 @@ class Membership:
                     if parsed is None or parsed[0] != self.broker_id:
                         continue
                     if ev.kind == "put":
-                        moving_to = _moving_to(ev.json())
+                        value = ev.json()
+                        moving_to = _moving_to(value)
+                        # The writer's trace (a load manager's decision, the old owner's hand-over).
+                        tp = traceparent_of(value) if tracing.ENABLED else ""
                         if moving_to and self.mover is not None:
                             self.mover.on_move(
-                                parsed[1], Ownership(str(parsed[1]), self.broker_id, ev.revision, moving_to)
+                                parsed[1],
+                                Ownership(str(parsed[1]), self.broker_id, ev.revision, moving_to),
+                                traceparent=tp,
                             )
                         else:
-                            if self.events is not None and _moved_from(ev.json()):
+                            if self.events is not None and _moved_from(value):
                                 self.events.moved("in", "handed_over")
-                            self._registry.on_assigned(parsed[1], ev.revision)
+                            self._registry.on_assigned(parsed[1], ev.revision, traceparent=tp)
                     else:
                         self._registry.on_unassigned(parsed[1], ev.revision)
             except WatchCompacted:

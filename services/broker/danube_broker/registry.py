@@ -28,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Literal, TypeVar
 
+from danube_broker import ownership_spans
 from danube_broker import tracing as broker_tracing
 from danube_broker.background import TopicTasks
 from danube_broker.config import BrokerConfig
@@ -146,8 +147,9 @@ class BrokerRegistry:
             self.reliable.retention_gate = tiering.retention_gate
 
     # ------------------------------------------------------------------ ownership
-    def on_assigned(self, topic: TopicName, epoch: int) -> None:
-        """The assignment watch saw ``topic`` assigned to us at ``epoch``."""
+    def on_assigned(self, topic: TopicName, epoch: int, *, traceparent: str = "") -> None:
+        """The assignment watch saw ``topic`` assigned to us at ``epoch``; ``traceparent``: the
+        context the assignment carries (its load is a span of that trace)."""
         name = str(topic)
         loaded = self.topics.get(name)
         if loaded is not None:
@@ -156,17 +158,26 @@ class BrokerRegistry:
         if self.shutting_down or self._unassigned_at.get(name, 0) >= epoch:
             return
         t = self._load(topic, epoch)
-        self.tasks.open(t, self._activate(t))
+        self.tasks.open(t, self._activate(t, traceparent))
 
-    async def _activate(self, topic: Topic) -> None:
+    async def _activate(self, topic: Topic, traceparent: str = "") -> None:
         """A topic the watch loaded: open it now if it is reliable (restores subscriptions)."""
-        try:
-            record = await self._res.get_topic(topic.topic_name)
-            if record is not None and record.dispatch_strategy == "reliable":
-                await self._adopt(topic, record)
-        except DanubeError as exc:
-            if not topic.closed:
-                log.warning("topic %s: could not open it yet (%s); the next client retries", topic.name, exc)
+        with ownership_spans.loading(
+            topic.name, traceparent, epoch=topic.epoch, broker_id=self.broker_id
+        ) as span:
+            try:
+                record = await self._res.get_topic(topic.topic_name)
+                if record is not None and record.dispatch_strategy == "reliable":
+                    await self._adopt(topic, record)
+                ownership_spans.annotate(
+                    span, {"danube.topic.dispatch": record.dispatch_strategy if record else None}
+                )
+            except DanubeError as exc:
+                tracing.record_failure(span, exc)
+                if not topic.closed:
+                    log.warning(
+                        "topic %s: could not open it yet (%s); the next client retries", topic.name, exc
+                    )
 
     async def _adopt(
         self, topic: Topic, record: TopicRecord, requested: str | None = None, *, client: bool = False

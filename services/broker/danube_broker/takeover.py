@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from danube_broker import ownership_spans
 from danube_broker.config import BrokerConfig
 from danube_broker.dispatch.reliable.log_port import TopicLogPort
 from danube_broker.wal import Durability, TopicLog, WalObserver
@@ -173,7 +174,21 @@ class LogOpening:
 
     async def run(self) -> Opened:
         """Open the log; raises TopicNotOwned when ownership moves away meanwhile,
-        HistoryConflict when the records contradict each other."""
+        HistoryConflict when the records contradict each other. An ``open log {topic}`` span
+        when a sampled span is current (a traced load or client call)."""
+        with ownership_spans.opening_log(str(self.topic)) as span:
+            opened = await self._run()
+            ownership_spans.annotate(
+                span,
+                {
+                    "danube.log.start_offset": opened.stint.start_offset,
+                    "danube.ownership.epoch": opened.stint.epoch,
+                    "danube.log.reserved_to": opened.reservation.reserved_to,
+                },
+            )
+            return opened
+
+    async def _run(self) -> Opened:
         while True:
             self._check_owned()
             view = await self._records.read(self.topic, incarnation=self.incarnation)
@@ -269,6 +284,7 @@ class LogOpening:
             await self._refresh_epoch()
             return None
         stint, reservation = result
+        ownership_spans.event("log stint recorded", start_offset=start.offset, how=start.note)
         log.info(
             "topic %s: log opened at offset %d (%s; epoch %d, offsets reserved below %d)",
             self.topic,
@@ -333,6 +349,7 @@ class LogOpening:
         state = wait.state
         if self.waiting is None or self.waiting.writer != state.writer:
             self.waiting = Waiting(state.writer, time.monotonic(), wait.reason, self._unclean_after_s)
+            ownership_spans.event("waiting for the previous writer's log end", writer=state.writer)
             log.warning(
                 "topic %s: %s; waiting for it (clients are told to retry)%s",
                 self.topic,

@@ -4,7 +4,10 @@ Each transaction compares the election key's create_revision with our term (the 
 fence) **and** re-checks what the decision relied on (the owner key's epoch, the target broker
 still registered, the dead broker still gone), so a stale view or a deposed load manager makes
 it fail harmlessly. Owner keys written here say who wrote them (``by: {lm, term}``): the
-history of etcd then shows that no two load managers ever assigned at once.
+history of etcd then shows that no two load managers ever assigned at once. The owner and
+assignment keys also carry the ``traceparent`` of the decision's span when it is sampled
+(:mod:`danube_load_manager.spans`), so the broker that loads or hands over the topic continues
+its trace.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 from danube_common.keys import Keys
 from danube_common.metadata.store import Compare, MetadataStore, Op
+from danube_common.observability import record_context
 from danube_common.records import Ownership, now_ms
 from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
@@ -52,11 +56,12 @@ class Executor:
     async def _place(self, a: Place, fence: Compare, by: dict[str, Any]) -> Outcome:
         k, t = self._keys, TopicName.parse(a.topic)
         ts = now_ms()
+        ctx = record_context.current()
         res = await self._store.txn(
             [fence, Compare.absent(k.owner(t)), Compare.exists(k.broker(a.to))],
             [
-                Op.put(k.owner(t), {"broker_id": a.to, "assigned_at_ms": ts, "by": by}),
-                Op.put(k.assignment(a.to, t), {"assigned_at_ms": ts}),
+                Op.put(k.owner(t), {"broker_id": a.to, "assigned_at_ms": ts, "by": by, **ctx}),
+                Op.put(k.assignment(a.to, t), {"assigned_at_ms": ts, **ctx}),
                 Op.delete(k.unassigned(t)),
             ],
         )
@@ -67,6 +72,7 @@ class Executor:
     async def _replace(self, a: Replace, fence: Compare, by: dict[str, Any]) -> Outcome:
         k, t = self._keys, TopicName.parse(a.topic)
         ts = now_ms()
+        ctx = record_context.current()
         res = await self._store.txn(
             [
                 fence,
@@ -75,8 +81,10 @@ class Executor:
                 Compare.exists(k.broker(a.to)),
             ],
             [
-                Op.put(k.owner(t), {"broker_id": a.to, "assigned_at_ms": ts, "by": by, "replaced": a.dead}),
-                Op.put(k.assignment(a.to, t), {"assigned_at_ms": ts}),
+                Op.put(
+                    k.owner(t), {"broker_id": a.to, "assigned_at_ms": ts, "by": by, "replaced": a.dead, **ctx}
+                ),
+                Op.put(k.assignment(a.to, t), {"assigned_at_ms": ts, **ctx}),
                 Op.delete(k.assignment(a.dead, t)),
                 Op.delete(k.unassigned(t)),
             ],

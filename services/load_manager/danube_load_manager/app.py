@@ -46,6 +46,7 @@ from danube_common.service import (
     wait_for_stop,
     write_ready_file,
 )
+from danube_load_manager import spans
 from danube_load_manager.actions import Executor
 from danube_load_manager.config import LoadManagerConfig
 from danube_load_manager.decide import Action, Limits, Move, Snapshot, next_actions
@@ -140,7 +141,11 @@ class LoadManager:
             if lead.lost.is_set():
                 break
             try:
-                out = await self._executor.apply(action, fence=lead.fence(), term=lead.term)
+                with spans.applying(
+                    action, snap, term=lead.term, candidate_id=self._cfg.candidate_id
+                ) as span:
+                    out = await self._executor.apply(action, fence=lead.fence(), term=lead.term)
+                    spans.finish(span, out)
             except DanubeError as exc:
                 log.warning("could not apply %s: %s", action, exc)
                 self.refused += 1

@@ -47,6 +47,11 @@ class Snapshot:
     #: Rebalancing plans (the Spark planner's), by plan id, and their mod_revisions.
     plans: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     plan_revisions: Mapping[str, int] = field(default_factory=dict)
+    #: The ``traceparent`` carried by each placement request, move request (by topic) and admin
+    #: state (by broker id), when the writer's span was sampled: decisions continue those traces.
+    placement_traces: Mapping[str, str] = field(default_factory=dict)
+    move_traces: Mapping[str, str] = field(default_factory=dict)
+    drain_traces: Mapping[str, str] = field(default_factory=dict)
 
     def state_of(self, broker_id: str) -> str:
         """Effective state: the broker's own ``draining`` (shutting down) wins, then the admin's."""
@@ -65,10 +70,16 @@ class Snapshot:
         return counts
 
 
+#: The candidates' load scores when a target was picked, ``(broker_id, score)`` by broker id
+#: (lower is less loaded): why the decision chose ``to``. Empty when no scoring was involved.
+Scores = tuple[tuple[str, float], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class Place:
     topic: str
     to: str
+    scores: Scores = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +90,7 @@ class Replace:
     dead: str
     epoch: int
     to: str
+    scores: Scores = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +102,7 @@ class Move:
     reason: str
     #: (plan_id, index of the move in the plan) for a move of a rebalancing plan.
     plan: tuple[str, int] | None = None
+    scores: Scores = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +148,7 @@ def next_actions(
         to = placer.pick()
         if to is None:
             break  # no active broker: nothing can be re-placed yet
-        actions.append(Replace(name, orphan.broker_id, orphan.epoch, to))
+        actions.append(Replace(name, orphan.broker_id, orphan.epoch, to, placer.last_scores))
 
     for name in sorted(snap.unassigned):
         if name in snap.owners:
@@ -143,7 +156,7 @@ def next_actions(
         to = placer.pick()
         if to is None:
             break
-        actions.append(Place(name, to))
+        actions.append(Place(name, to, placer.last_scores))
 
     in_flight = sum(1 for o in snap.owners.values() if o.moving_to)
     budget = max(0, limits.max_moves_in_flight - in_flight)
@@ -173,7 +186,8 @@ def next_actions(
             actions.append(DropMoveRequest(name, "no other active broker"))
             continue
         placer.moved_away(own.broker_id)
-        actions.append(Move(name, own.broker_id, own.epoch, to, "requested"))
+        scored = () if wanted else placer.last_scores
+        actions.append(Move(name, own.broker_id, own.epoch, to, "requested", scores=scored))
         budget -= 1
 
     started = {a.topic for a in actions if isinstance(a, Move)}
@@ -213,6 +227,15 @@ def next_actions(
             if to is None:
                 break
             placer.moved_away(broker_id)
-            actions.append(Move(name, broker_id, current.epoch, to, f"draining broker {broker_id}"))
+            actions.append(
+                Move(
+                    name,
+                    broker_id,
+                    current.epoch,
+                    to,
+                    f"draining broker {broker_id}",
+                    scores=placer.last_scores,
+                )
+            )
             budget -= 1
     return actions

@@ -16,10 +16,17 @@ from danube_common.load_score import BrokerLoad, ScoreWeights, scores
 
 def pick(loads: Sequence[BrokerLoad], weights: ScoreWeights = ScoreWeights()) -> str | None:
     """The least-loaded broker's id; None when there is no candidate."""
+    return pick_scored(loads, weights)[0]
+
+
+def pick_scored(
+    loads: Sequence[BrokerLoad], weights: ScoreWeights = ScoreWeights()
+) -> tuple[str | None, dict[str, float]]:
+    """:func:`pick`, and the score of every candidate it chose from (why it chose)."""
     if not loads:
-        return None
+        return None, {}
     s = scores(loads, weights)
-    return min(loads, key=lambda b: (round(s[b.broker_id], 9), b.topics, b.broker_id)).broker_id
+    return min(loads, key=lambda b: (round(s[b.broker_id], 9), b.topics, b.broker_id)).broker_id, s
 
 
 class Placer:
@@ -35,6 +42,8 @@ class Placer:
         self._weights = weights
         self._topics = {b: topic_counts.get(b, 0) for b in candidates}
         self._reports = reports
+        #: The candidates' scores at the last pick (for the decision's trace).
+        self.last_scores: tuple[tuple[str, float], ...] = ()
 
     def loads(self, exclude: str = "") -> list[BrokerLoad]:
         return [
@@ -42,7 +51,8 @@ class Placer:
         ]
 
     def pick(self, *, exclude: str = "") -> str | None:
-        choice = pick(self.loads(exclude), self._weights)
+        choice, s = pick_scored(self.loads(exclude), self._weights)
+        self.last_scores = tuple(sorted(s.items()))
         if choice is not None:
             self._topics[choice] += 1
         return choice

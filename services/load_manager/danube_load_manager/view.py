@@ -16,6 +16,7 @@ from danube_common.keys import Keys
 from danube_common.load import LoadReport
 from danube_common.metadata.follow import WatchedCache
 from danube_common.metadata.store import KeyValue, MetadataStore, WatchEvent
+from danube_common.observability.record_context import traceparent_of
 from danube_common.records import BrokerRecord, Ownership
 from danube_load_manager.decide import Snapshot
 
@@ -32,6 +33,10 @@ class ControlView(WatchedCache):
         self.move_requests: dict[str, str] = {}
         #: plan_id -> (plan document, mod_revision)
         self.plans: dict[str, tuple[dict[str, Any], int]] = {}
+        #: The ``traceparent`` of each placement request, move request and admin state that has one.
+        self.placement_traces: dict[str, str] = {}
+        self.move_traces: dict[str, str] = {}
+        self.drain_traces: dict[str, str] = {}
 
     # ------------------------------------------------------------------ the cache
     def _listed_prefixes(self) -> Sequence[str]:
@@ -49,6 +54,7 @@ class ControlView(WatchedCache):
     def _reset(self) -> None:
         self.brokers, self.admin_states, self.reports = {}, {}, {}
         self.owners, self.unassigned, self.move_requests, self.plans = {}, set(), {}, {}
+        self.placement_traces, self.move_traces, self.drain_traces = {}, {}, {}
 
     def _put(self, key: str, item: KeyValue | WatchEvent, revision: int) -> None:
         k = self._keys
@@ -58,10 +64,9 @@ class ControlView(WatchedCache):
                 self.brokers[broker_id] = BrokerRecord.from_json(item.json())
         elif key.startswith(k.broker_states_prefix()):
             value = item.json() or {}
-            self.admin_states[key[len(k.broker_states_prefix()) :]] = (
-                str(value.get("state", "active")),
-                revision,
-            )
+            broker_id = key[len(k.broker_states_prefix()) :]
+            self.admin_states[broker_id] = (str(value.get("state", "active")), revision)
+            _keep(self.drain_traces, broker_id, value)
         elif key.startswith(k.load_prefix()):
             report = LoadReport.from_json(item.json())
             self.reports[report.broker_id] = report
@@ -69,9 +74,11 @@ class ControlView(WatchedCache):
             self.owners[str(topic)] = Ownership.of(str(topic), item.json(), revision)
         elif (topic := k.parse_topic_suffix(k.unassigned_prefix(), key)) is not None:
             self.unassigned.add(str(topic))
+            _keep(self.placement_traces, str(topic), item.json())
         elif (topic := k.parse_topic_suffix(k.move_requests_prefix(), key)) is not None:
             value = item.json() or {}
             self.move_requests[str(topic)] = str(value.get("to") or "")
+            _keep(self.move_traces, str(topic), value)
         elif key.startswith(k.rebalance_plans_prefix()):
             doc = item.json()
             if isinstance(doc, dict):
@@ -83,14 +90,17 @@ class ControlView(WatchedCache):
             self.brokers.pop(key[len(k.brokers_prefix()) :], None)
         elif key.startswith(k.broker_states_prefix()):
             self.admin_states.pop(key[len(k.broker_states_prefix()) :], None)
+            self.drain_traces.pop(key[len(k.broker_states_prefix()) :], None)
         elif key.startswith(k.load_prefix()):
             self.reports.pop(key[len(k.load_prefix()) :], None)
         elif (topic := k.parse_owner(key)) is not None:
             self.owners.pop(str(topic), None)
         elif (topic := k.parse_topic_suffix(k.unassigned_prefix(), key)) is not None:
             self.unassigned.discard(str(topic))
+            self.placement_traces.pop(str(topic), None)
         elif (topic := k.parse_topic_suffix(k.move_requests_prefix(), key)) is not None:
             self.move_requests.pop(str(topic), None)
+            self.move_traces.pop(str(topic), None)
         elif key.startswith(k.rebalance_plans_prefix()):
             self.plans.pop(key[len(k.rebalance_plans_prefix()) :], None)
 
@@ -106,4 +116,16 @@ class ControlView(WatchedCache):
             move_requests=dict(self.move_requests),
             plans={p: doc for p, (doc, _) in self.plans.items()},
             plan_revisions={p: rev for p, (_, rev) in self.plans.items()},
+            placement_traces=dict(self.placement_traces),
+            move_traces=dict(self.move_traces),
+            drain_traces=dict(self.drain_traces),
         )
+
+
+def _keep(traces: dict[str, str], name: str, value: object) -> None:
+    """Remember the ``traceparent`` a record carries (forget an older one if it has none)."""
+    tp = traceparent_of(value)
+    if tp:
+        traces[name] = tp
+    else:
+        traces.pop(name, None)

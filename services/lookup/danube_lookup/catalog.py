@@ -25,6 +25,7 @@ from danube_common.leadership import LeaderInfo, read_leaders
 from danube_common.load import LoadReport
 from danube_common.log_state import AcceptedGap, LogRecords, LogState
 from danube_common.metadata.store import Compare, Op
+from danube_common.observability import record_context
 from danube_common.placement import Resolver
 from danube_common.policies import SubscriptionPolicyRecord, topic_policies
 from danube_common.records import BrokerRecord, Ownership, TopicRecord, check_dispatch, now_ms
@@ -174,7 +175,9 @@ class Catalog:
         known = {b.broker_id for b in await self._res.list_brokers()} | set(await self._admin_states())
         if broker_id not in known:
             raise BrokerNotFound(f"broker {broker_id!r} is not registered; see `danube-admin brokers list`")
-        await self._res.store.put(self._res.keys.broker_state(broker_id), {"state": state, "at_ms": now_ms()})
+        # The drain's moves are traces of their own, linked to this call's (record_context).
+        doc = {"state": state, "at_ms": now_ms(), **record_context.current()}
+        await self._res.store.put(self._res.keys.broker_state(broker_id), doc)
         log.info("broker %s: admin state set to %s", broker_id, state)
         for view in await self.list_brokers():
             if view.record.broker_id == broker_id:
@@ -196,17 +199,24 @@ class Catalog:
         request_id = f"{now_ms():013d}-{secrets.token_hex(3)}"
         await self._res.store.put(
             self._res.keys.rebalance_request(request_id),
-            {"requested_at_ms": now_ms(), "by": "danube-admin", "dry_run": dry_run},
+            {
+                "requested_at_ms": now_ms(),
+                "by": "danube-admin",
+                "dry_run": dry_run,
+                **record_context.current(),
+            },
         )
         log.info("rebalance requested (%s), request %s", "dry run" if dry_run else "apply", request_id)
         return request_id
 
     async def list_plans(self, limit: int = 0) -> tuple[list[tuple[str, Any]], list[str]]:
         k = self._res.keys
-        kvs, _ = await self._res.store.get_prefix(k.rebalance_plans_prefix())
-        plans = sorted(((kv.key, kv.json()) for kv in kvs), key=lambda p: p[0], reverse=True)
+        # Requests first: the planner deletes a request in the transaction that writes its plan, so
+        # a request not pending any more is always answered by a plan in the read that follows.
         reqs, _ = await self._res.store.get_prefix(k.rebalance_requests_prefix())
         pending = [kv.key[len(k.rebalance_requests_prefix()) :] for kv in reqs]
+        kvs, _ = await self._res.store.get_prefix(k.rebalance_plans_prefix())
+        plans = sorted(((kv.key, kv.json()) for kv in kvs), key=lambda p: p[0], reverse=True)
         return (plans[:limit] if limit else plans), pending
 
     async def apply_plan(self, plan_id: str) -> tuple[str, Any]:
@@ -273,7 +283,9 @@ class Catalog:
                 )
             if to_broker == own.broker_id:
                 raise FailedPrecondition(f"topic {topic} is already on broker {to_broker}")
-        await self._res.store.put(self._res.keys.move_request(topic), {"to": to_broker, "at_ms": now_ms()})
+        # The load manager's move span is a child of this call's (record_context).
+        request = {"to": to_broker, "at_ms": now_ms(), **record_context.current()}
+        await self._res.store.put(self._res.keys.move_request(topic), request)
         log.info(
             "move of topic %s from broker %s requested (to %s)", topic, own.broker_id, to_broker or "any"
         )

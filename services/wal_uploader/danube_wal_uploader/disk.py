@@ -34,6 +34,7 @@ import google_crc32c
 from google.protobuf.message import DecodeError
 
 from danube_common.errors import CorruptData, InvalidTopicName
+from danube_common.observability.messages import TRACEPARENT, is_sampled
 from danube_common.pb.DanubeApi_pb2 import StreamMessage
 from danube_common.topic_name import TopicName
 from danube_common.wal.codec import FRAME_HEADER_BYTES, Frame, StopReason, scan
@@ -99,6 +100,27 @@ class Built:
     reached: bool = True
     #: Highest sequence id per producer name among the object's records.
     producer_sequences: dict[str, int] = field(default_factory=dict)
+    #: The sampled trace contexts of its messages (collected only when asked: tracing on).
+    traces: MessageTraces | None = None
+
+
+@dataclass(slots=True)
+class MessageTraces:
+    """The trace contexts of the sampled messages among an object's records: the first
+    ``limit`` kept as ``(offset, traceparent)`` (an upload span links to them), all counted."""
+
+    limit: int
+    kept: list[tuple[int, str]] = field(default_factory=list)
+    #: Sampled messages seen (kept or not).
+    sampled: int = 0
+
+    def note(self, offset: int, message: StreamMessage) -> None:
+        attrs = message.attributes
+        if not is_sampled(attrs):
+            return
+        self.sampled += 1
+        if len(self.kept) < self.limit:
+            self.kept.append((offset, attrs[TRACEPARENT]))
 
 
 @dataclass(slots=True)
@@ -253,11 +275,15 @@ class TopicDir:
 
     # ------------------------------------------------------------------ reading
 
-    def build(self, segment: LocalSegment, start: int, end: int, *, fsync: bool = False) -> Built:
+    def build(
+        self, segment: LocalSegment, start: int, end: int, *, fsync: bool = False, trace_links: int = 0
+    ) -> Built:
         """The object holding ``[start, end)`` of ``segment``: exactly those frames when the
         segment is sealed (else CorruptData), up to the last intact frame below ``end`` when it
         is open. ``fsync`` first flushes the file (used when the broker is dead: what is
-        uploaded is then durable here too). Raises FileNotFoundError when the file is gone."""
+        uploaded is then durable here too). ``trace_links`` > 0: collect the trace contexts of
+        sampled messages (:class:`MessageTraces`, that many kept). Raises FileNotFoundError when
+        the file is gone."""
         path = self.path / segment_name(segment.first_offset)
         points = [p for p in self._points.get(segment.first_offset, []) if p[0] <= start]
         follow = self._follow.get(segment.first_offset)
@@ -265,9 +291,9 @@ class TopicDir:
             points.append(follow)
         hint = max(points, default=None)
         try:
-            built = _build(path, segment, start, end, hint=hint, fsync=fsync)
+            built = _build(path, segment, start, end, hint=hint, fsync=fsync, trace_links=trace_links)
         except _BadHint:
-            built = _build(path, segment, start, end, hint=None, fsync=fsync)
+            built = _build(path, segment, start, end, hint=None, fsync=fsync, trace_links=trace_links)
         if built.end > built.start:
             self._remember(segment.first_offset, built.end, built.end_position)
         return built
@@ -316,7 +342,14 @@ def _pread_exact(fd: int, size: int, pos: int) -> bytes:
 
 
 def _build(
-    path: Path, segment: LocalSegment, start: int, end: int, *, hint: tuple[int, int] | None, fsync: bool
+    path: Path,
+    segment: LocalSegment,
+    start: int,
+    end: int,
+    *,
+    hint: tuple[int, int] | None,
+    fsync: bool,
+    trace_links: int = 0,
 ) -> Built:
     first = segment.first_offset
     with open(path, "rb", buffering=0) as f:
@@ -351,11 +384,12 @@ def _build(
     p_start = pos
     max_pt = 0
     seqs: dict[str, int] = {}
+    traces = MessageTraces(trace_links) if trace_links > 0 else None
     while off < end:
         r = scan(data, pos, expected_offset=off, max_frames=min(_SCAN_FRAMES, end - off))
         if r.frames:
             max_pt = max(max_pt, max(fr.publish_time_ms for fr in r.frames))
-            _note_sequences(seqs, r.frames)
+            _note_sequences(seqs, r.frames, traces)
             off, pos = r.frames[-1].offset + 1, r.end
         elif base and pos == from_pos - base and r.stop.is_damage:
             raise _BadHint
@@ -373,12 +407,15 @@ def _build(
     else:
         obj = b"".join((encode_header(start, header.created_ms), memoryview(data)[p_start:pos]))
     del data
-    return Built(start, off, obj, google_crc32c.value(obj), max_pt, base + pos, producer_sequences=seqs)
+    return Built(
+        start, off, obj, google_crc32c.value(obj), max_pt, base + pos, producer_sequences=seqs, traces=traces
+    )
 
 
-def _note_sequences(seqs: dict[str, int], frames: list[Frame]) -> None:
+def _note_sequences(seqs: dict[str, int], frames: list[Frame], traces: MessageTraces | None = None) -> None:
     """Fold the frames' (producer name, sequence id) into ``seqs`` (records that do not decode
-    are skipped: the object is still byte-exact, only deduplication learns less)."""
+    are skipped: the object is still byte-exact, only deduplication learns less), and the
+    sampled messages' trace contexts into ``traces`` when given."""
     decode = StreamMessage.FromString
     for fr in frames:
         try:
@@ -387,3 +424,5 @@ def _note_sequences(seqs: dict[str, int], frames: list[Frame]) -> None:
             continue
         if m.sequence_id and m.sequence_id > seqs.get(m.producer_name, 0):
             seqs[m.producer_name] = m.sequence_id
+        if traces is not None:
+            traces.note(fr.offset, m)

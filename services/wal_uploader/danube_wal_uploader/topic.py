@@ -57,6 +57,7 @@ from danube_common.objstore import ObjectStore, backoff_delays
 from danube_common.storage import SegmentDescriptor, object_key
 from danube_common.topic_name import TopicName
 from danube_common.wal.segment import HEADER_BYTES
+from danube_wal_uploader import spans
 from danube_wal_uploader.disk import Built, TopicDir
 from danube_wal_uploader.metrics import TopicProgress, Totals
 from danube_wal_uploader.next_step import (
@@ -211,7 +212,7 @@ class TopicUploader:
         return res.gets[0], res.gets[1]
 
     async def _step(self, open_limit: int | None) -> Outcome:
-        store, keys = self.ctx.store, self.ctx.keys
+        store = self.ctx.store
         segments = await _blocking(self.dir.list)
         incarnation = await _blocking(self.dir.incarnation)
         state_kv, cp_kv = await self._read_records()
@@ -253,38 +254,60 @@ class TopicUploader:
         if isinstance(step, Idle):
             return Outcome(step)
         assert isinstance(step, Upload)
+        return await self._upload(step, segments, open_limit, incarnation, state_kv, cp_kv)
+
+    async def _upload(
+        self,
+        step: Upload,
+        segments: list[LocalSegment],
+        open_limit: int | None,
+        incarnation: int | None,
+        state_kv: KeyValue,
+        cp_kv: KeyValue | None,
+    ) -> Outcome:
+        """Build the object, PUT it, then describe it and move the checkpoint in one transaction
+        (an ``upload`` span around it all while tracing is on: :mod:`danube_wal_uploader.spans`)."""
+        store, keys = self.ctx.store, self.ctx.keys
         seg = next(s for s in segments if s.first_offset == step.segment)
-        async with self.ctx.uploads:
-            built = await _blocking(self._build, seg, step, open_limit == UNBOUNDED and not step.sealed)
-            if built.end == built.start:
-                return Outcome(Idle("no new frames"))
-            key = object_key(
-                self.name, built.start, built.end, incarnation=incarnation, revision=state_kv.mod_revision
+        with contextlib.ExitStack() as traced:
+            async with self.ctx.uploads:
+                started_ns = time.time_ns()
+                fsync = open_limit == UNBOUNDED and not step.sealed
+                built = await _blocking(self._build, seg, step, fsync, spans.trace_links())
+                if built.end == built.start:
+                    return Outcome(Idle("no new frames"))
+                key = object_key(
+                    self.name, built.start, built.end, incarnation=incarnation, revision=state_kv.mod_revision
+                )
+                span = traced.enter_context(spans.uploading(str(self.name), built, key, start_ns=started_ns))
+                await self.ctx.objects.put(key, built.data)
+            desc = SegmentDescriptor(
+                topic=str(self.name),
+                start_offset=built.start,
+                next_offset=built.end,
+                object_key=key,
+                size_bytes=len(built.data),
+                crc32c=built.crc32c,
+                max_publish_time_ms=built.max_publish_time_ms,
+                uploaded_at_ms=now_ms(),
+                broker_id=self.ctx.broker_id,
+                sealed=step.sealed and built.end == seg.next_offset,
+                incarnation=incarnation,
+                producer_sequences=built.producer_sequences,
             )
-            await self.ctx.objects.put(key, built.data)
-        desc = SegmentDescriptor(
-            topic=str(self.name),
-            start_offset=built.start,
-            next_offset=built.end,
-            object_key=key,
-            size_bytes=len(built.data),
-            crc32c=built.crc32c,
-            max_publish_time_ms=built.max_publish_time_ms,
-            uploaded_at_ms=now_ms(),
-            broker_id=self.ctx.broker_id,
-            sealed=step.sealed and built.end == seg.next_offset,
-            incarnation=incarnation,
-            producer_sequences=built.producer_sequences,
-        )
-        desc_key = keys.segment(self.name, built.start)
-        res = await store.txn(
-            [
-                Compare.absent(desc_key),
-                _fence(self._cp_key, cp_kv),
-                Compare.mod_revision_is(self._state_key, state_kv.mod_revision),
-            ],
-            [Op.put(desc_key, desc.to_json()), Op.put(self._cp_key, self._cp_value(built.end, incarnation))],
-        )
+            desc_key = keys.segment(self.name, built.start)
+            res = await store.txn(
+                [
+                    Compare.absent(desc_key),
+                    _fence(self._cp_key, cp_kv),
+                    Compare.mod_revision_is(self._state_key, state_kv.mod_revision),
+                ],
+                [
+                    Op.put(desc_key, desc.to_json()),
+                    Op.put(self._cp_key, self._cp_value(built.end, incarnation)),
+                ],
+            )
+            spans.described(span, recorded=res.succeeded)
         if not res.succeeded:
             log.info(
                 "topic %s: [%d, %d) was uploaded but etcd changed meanwhile (another writer, or the log "
@@ -318,9 +341,9 @@ class TopicUploader:
             f"{state.incarnation} (a deleted topic of the same name): nothing of it is uploaded"
         )
 
-    def _build(self, seg: LocalSegment, step: Upload, fsync: bool) -> Built:
+    def _build(self, seg: LocalSegment, step: Upload, fsync: bool, trace_links: int) -> Built:
         """Blocking (thread). The open segment of a dead broker is fsync'ed first."""
-        return self.dir.build(seg, step.start, step.end, fsync=fsync)
+        return self.dir.build(seg, step.start, step.end, fsync=fsync, trace_links=trace_links)
 
     async def _descriptors(self) -> list[SegmentDescriptor]:
         kvs, _ = await self.ctx.store.get_prefix(self.ctx.keys.segments_prefix(self.name))

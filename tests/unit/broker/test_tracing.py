@@ -15,7 +15,7 @@ from danube_broker.wal.model import COMMIT_OBSERVER, CommitRound
 from danube_common.observability import tracing
 from danube_common.observability.messages import inject
 from danube_common.pb import DanubeApi_pb2 as pb
-from tests.support.tracing import by_name, recording_spans
+from tests.support.tracing import capture_spans, named
 from tests.unit.wal.helpers import cfg
 
 pytestmark = pytest.mark.unit
@@ -38,7 +38,7 @@ def batch(sampled: set[int], n: int = 4) -> tuple[list[pb.StreamMessage], list[o
 
 
 def test_publish_spans_for_the_sampled_messages_with_their_commit_round() -> None:
-    with recording_spans() as exporter:
+    with capture_spans() as exporter:
         msgs, sends = batch({1, 3})
         with broker_tracing.publishing(TOPIC, "p1", msgs) as spans:
             assert spans is not None
@@ -48,34 +48,34 @@ def test_publish_spans_for_the_sampled_messages_with_their_commit_round() -> Non
             spans.finished(None, 20)
         assert COMMIT_OBSERVER.get() is None, "the observer is only set while publishing"
         finished = exporter.get_finished_spans()
-    publishes = by_name(finished, f"publish {TOPIC}")
+    publishes = named(finished, f"publish {TOPIC}")
     assert [p.attributes["messaging.danube.offset"] for p in publishes] == [21, 23]  # type: ignore[index]
     for publish, send in zip(publishes, sends, strict=True):
         assert publish.kind == SpanKind.SERVER
         assert publish.parent is not None and publish.parent.span_id == send.get_span_context().span_id  # type: ignore[attr-defined]
         assert publish.attributes["messaging.batch.message_count"] == 4  # type: ignore[index]
-    commits = by_name(finished, "wal commit")
+    commits = named(finished, "wal commit")
     assert {c.parent.span_id for c in commits} == {p.context.span_id for p in publishes}  # type: ignore[union-attr]
     for c in commits:
         assert (c.start_time, c.end_time) == (1_000_000, 3_000_000)
         assert c.attributes["danube.wal.round.records"] == 40  # type: ignore[index]
-    fsyncs = by_name(finished, "fsync")
+    fsyncs = named(finished, "fsync")
     assert len(fsyncs) == 2
     assert all(f.end_time == 3_000_000 and f.start_time == 2_500_000 for f in fsyncs)
 
 
 def test_a_refused_batch_fails_its_spans() -> None:
-    with recording_spans() as exporter:
+    with capture_spans() as exporter:
         msgs, _ = batch({0})
         with broker_tracing.publishing(TOPIC, "p", msgs) as spans:
             assert spans is not None
             spans.failed(StorageFailed("disk broke"))
-        (publish,) = by_name(exporter.get_finished_spans(), f"publish {TOPIC}")
+        (publish,) = named(exporter.get_finished_spans(), f"publish {TOPIC}")
     assert publish.status.status_code == StatusCode.ERROR
 
 
 def test_nothing_without_a_sampled_message_or_with_tracing_off() -> None:
-    with recording_spans() as exporter:
+    with capture_spans() as exporter:
         msgs, _ = batch(set())
         with broker_tracing.publishing(TOPIC, "p", msgs) as spans:
             assert spans is None and COMMIT_OBSERVER.get() is None
@@ -85,18 +85,18 @@ def test_nothing_without_a_sampled_message_or_with_tracing_off() -> None:
         with broker_tracing.publishing(TOPIC, "p", sampled) as spans:
             assert spans is None
         assert broker_tracing.start_deliveries(TOPIC, "s", "c", sampled) is None
-        assert not by_name(exporter.get_finished_spans(), f"publish {TOPIC}")
+        assert not named(exporter.get_finished_spans(), f"publish {TOPIC}")
 
 
 def test_deliveries_are_children_of_the_send() -> None:
-    with recording_spans() as exporter:
+    with capture_spans() as exporter:
         msgs, sends = batch({2})
         msgs[2].msg_id.topic_offset = 7
         msgs[2].redelivery_count = 2
         spans = broker_tracing.start_deliveries(TOPIC, "audit", "c-1", msgs)
         assert spans is not None and len(spans) == 1
         broker_tracing.end_all(spans)
-        (deliver,) = by_name(exporter.get_finished_spans(), f"deliver {TOPIC}")
+        (deliver,) = named(exporter.get_finished_spans(), f"deliver {TOPIC}")
     assert deliver.parent is not None and deliver.parent.span_id == sends[0].get_span_context().span_id  # type: ignore[attr-defined]
     attrs = deliver.attributes
     assert attrs is not None

@@ -19,7 +19,7 @@ from danube_sdk import tracing as sdk_tracing
 from danube_sdk.batch import Batch
 from danube_sdk.tracing import ProcessSpans, active_tracer, start_send
 from danube_sdk.types import Message
-from tests.support.tracing import by_name, recording_spans
+from tests.support.tracing import capture_spans, named
 
 pytestmark = pytest.mark.unit
 
@@ -31,7 +31,7 @@ def test_no_provider_no_tracer() -> None:
 
 async def test_send_spans_end_with_the_offsets_the_broker_gave() -> None:
     loop = asyncio.get_running_loop()
-    with recording_spans() as exporter:
+    with capture_spans() as exporter:
         tracer = active_tracer()
         assert tracer is not None
         batch = Batch(0.0, None, loop.create_future())
@@ -42,7 +42,7 @@ async def test_send_spans_end_with_the_offsets_the_broker_gave() -> None:
             batch.spans = [*(batch.spans or []), (i, span)]
             batch.futures.append(loop.create_future())
         batch.resolve("/default/t", 10, 7, offsets=[10, 4, 11])  # the second was a duplicate
-        spans = by_name(exporter.get_finished_spans(), "send /default/t")
+        spans = named(exporter.get_finished_spans(), "send /default/t")
     assert [s.attributes["messaging.danube.offset"] for s in spans] == [10, 4, 11]  # type: ignore[index]
     assert all(s.kind == SpanKind.PRODUCER for s in spans)
     assert spans[0].attributes["messaging.client.id"] == "p1"  # type: ignore[index]
@@ -51,7 +51,7 @@ async def test_send_spans_end_with_the_offsets_the_broker_gave() -> None:
 
 async def test_a_failed_batch_fails_its_spans() -> None:
     loop = asyncio.get_running_loop()
-    with recording_spans() as exporter:
+    with capture_spans() as exporter:
         tracer = active_tracer()
         assert tracer is not None
         batch = Batch(0.0, None, loop.create_future())
@@ -65,7 +65,7 @@ async def test_a_failed_batch_fails_its_spans() -> None:
 
 
 def test_an_unsampled_message_carries_no_sampled_context() -> None:
-    with recording_spans(sampler=ALWAYS_OFF) as exporter:
+    with capture_spans(sampler=ALWAYS_OFF) as exporter:
         tracer = active_tracer()
         assert tracer is not None
         attrs: dict[str, str] = {}
@@ -83,7 +83,7 @@ def _received(tracer_parent: object, offset: int, topic: str = "/default/t") -> 
 
 
 def test_process_spans_are_children_of_the_send_and_end_when_settled() -> None:
-    with recording_spans() as exporter:
+    with capture_spans() as exporter:
         tracer = active_tracer()
         assert tracer is not None
         send = tracer.start_span("send /default/t")
@@ -97,7 +97,7 @@ def test_process_spans_are_children_of_the_send_and_end_when_settled() -> None:
         assert len(exporter.get_finished_spans()) == 3
         spans.close()  # 3 was never settled
         send.end()
-        done = by_name(exporter.get_finished_spans(), "process /default/t")
+        done = named(exporter.get_finished_spans(), "process /default/t")
     settled = {
         s.attributes["messaging.danube.offset"]: s.attributes["messaging.danube.settlement"] for s in done
     }  # type: ignore[index]
@@ -111,7 +111,7 @@ def test_process_spans_are_children_of_the_send_and_end_when_settled() -> None:
 
 def test_open_process_spans_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sdk_tracing, "_MAX_OPEN", 2)
-    with recording_spans() as exporter:
+    with capture_spans() as exporter:
         tracer = active_tracer()
         assert tracer is not None
         send = tracer.start_span("send")
@@ -124,7 +124,7 @@ def test_open_process_spans_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None
         # Delivered again before it was settled: the old span ends, a new one starts.
         spans.received(_received(send, 2))
         assert (
-            by_name(exporter.get_finished_spans(), "process /default/t")[-1].attributes[  # type: ignore[index]
+            named(exporter.get_finished_spans(), "process /default/t")[-1].attributes[  # type: ignore[index]
                 "messaging.danube.settlement"
             ]
             == "redelivered"
@@ -132,7 +132,7 @@ def test_open_process_spans_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_a_message_without_a_sampled_context_gets_no_span() -> None:
-    with recording_spans() as exporter:
+    with capture_spans() as exporter:
         tracer = active_tracer()
         assert tracer is not None
         spans = ProcessSpans(tracer, "s")
@@ -179,7 +179,7 @@ def test_new_traces_are_decided_by_one_draw_and_exported_like_any_span() -> None
 
     from danube_sdk.tracing import SendSampler
 
-    with recording_spans(sampler=ParentBased(TraceIdRatioBased(0.3))) as exporter:
+    with capture_spans(sampler=ParentBased(TraceIdRatioBased(0.3))) as exporter:
         tracer = active_tracer()
         assert tracer is not None
         sends = SendSampler.for_provider(tracer)
@@ -191,7 +191,7 @@ def test_new_traces_are_decided_by_one_draw_and_exported_like_any_span() -> None
         for s in started:
             if s is not None:
                 s.end()
-        assert len(by_name(exporter.get_finished_spans(), "send /default/t")) == 2
+        assert len(named(exporter.get_finished_spans(), "send /default/t")) == 2
         # Inside a span of the application's (here: a request traced upstream, sampled), the
         # message joins that trace: the parent decides, the draw is not consulted.
         sends._random = lambda: 0.99
@@ -200,6 +200,6 @@ def test_new_traces_are_decided_by_one_draw_and_exported_like_any_span() -> None
             span = sends.start("/default/t", "p", {}, 1)
         assert span is not None
         span.end()
-        joined = by_name(exporter.get_finished_spans(), "send /default/t")[-1]
+        joined = named(exporter.get_finished_spans(), "send /default/t")[-1]
         assert joined.parent is not None and joined.parent.span_id == 0xDEF
         assert joined.context.trace_id == 0xABC

@@ -8,6 +8,11 @@ Services open it with :meth:`EtcdStore.from_config`, which applies the TLS of ``
 (``ca_file``, the client certificate ``cert_file``/``key_file`` for etcd's
 ``--client-cert-auth``, ``server_name``). A TLS failure is reported with what to check (the CA,
 the client certificate, the name), not only gRPC's text.
+
+Tracing: while a sampled span is current, each unary call is a CLIENT child span (``etcd Range``,
+``etcd Txn``, ...) naming the key(s) it touches, never a value (:func:`span_attributes`); with no
+sampled span current (background loops) nothing is recorded. Watches and lease keep-alives are
+streams: no spans.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import grpc
 import grpc.aio
 from aetcd import rpc
 from aetcd.utils import prefix_range_end
+from opentelemetry.trace import SpanKind
 
 from danube_common.config import EtcdConfig
 from danube_common.errors import InvalidArgument, MetadataUnavailable, Timeout
@@ -34,6 +40,7 @@ from danube_common.metadata.store import (
     WatchEvent,
     encode_value,
 )
+from danube_common.observability import tracing
 from danube_common.security.tls import TlsMaterial, load_pem_files
 
 log = logging.getLogger(__name__)
@@ -51,6 +58,42 @@ _OPS = {"==": rpc.Compare.EQUAL, "!=": rpc.Compare.NOT_EQUAL, "<": rpc.Compare.L
 _PAGE_KEYS = 1000
 #: Largest answer accepted from etcd (a page of big values, a large transaction).
 _MAX_RECEIVE_BYTES = 64 * 1024 * 1024
+
+
+_TRACER_NAME = "danube.etcd"
+#: Keys named on the span of one transaction, at most (its op count is always there).
+_SPAN_KEYS = 16
+
+
+def _op_key(op: Any) -> bytes:
+    which = op.WhichOneof("request")
+    return bytes(getattr(op, which).key) if which else b""
+
+
+def span_attributes(method: str, request: Any, target: str) -> dict[str, Any]:
+    """The attributes of the span of one etcd call: the key(s) it names, never a value."""
+    attrs: dict[str, Any] = {
+        "db.system": "etcd",
+        "db.system.name": "etcd",
+        "db.operation.name": method,
+        "server.address": target,
+    }
+    if method == "Txn":
+        keys = [bytes(c.key) for c in request.compare]
+        for branch in (request.success, request.failure):
+            keys.extend(_op_key(op) for op in branch)
+        unique = list(dict.fromkeys(k.decode(errors="replace") for k in keys if k))
+        attrs["db.etcd.keys"] = unique[:_SPAN_KEYS]
+        attrs["db.etcd.txn.compares"] = len(request.compare)
+        attrs["db.etcd.txn.success_ops"] = len(request.success)
+        attrs["db.etcd.txn.failure_ops"] = len(request.failure)
+    elif method in ("Range", "Put", "DeleteRange"):
+        attrs["db.etcd.key"] = bytes(request.key).decode(errors="replace")
+        if method != "Put" and request.range_end:
+            attrs["db.etcd.prefix"] = True
+    elif method == "LeaseGrant":
+        attrs["db.etcd.lease.ttl_s"] = int(request.TTL)
+    return attrs
 
 
 def _target(endpoints: Sequence[str]) -> str:
@@ -173,11 +216,27 @@ class EtcdStore(MetadataStore):
     def tls(self) -> bool:
         return self._tls
 
-    async def _call(self, fn: Any, request: Any) -> Any:
+    async def _call(self, method: str, fn: Any, request: Any) -> Any:
+        """One unary etcd call (``method``: its name in etcd's API, e.g. ``Txn``) with the
+        deadline, errors translated; a CLIENT child span when a sampled span is current."""
+        if tracing.in_sampled_span():
+            return await self._traced_call(method, fn, request)
         try:
             return await fn(request, timeout=self._timeout)
         except grpc.aio.AioRpcError as exc:
             raise self._translate(exc) from exc
+
+    async def _traced_call(self, method: str, fn: Any, request: Any) -> Any:
+        with tracing.tracer(_TRACER_NAME).start_as_current_span(
+            f"etcd {method}", kind=SpanKind.CLIENT, attributes=span_attributes(method, request, self._target)
+        ) as span:
+            try:
+                resp = await fn(request, timeout=self._timeout)
+            except grpc.aio.AioRpcError as exc:
+                raise self._translate(exc) from exc
+            if method == "Txn":
+                span.set_attribute("db.etcd.txn.succeeded", bool(resp.succeeded))
+            return resp
 
     def _translate(self, exc: grpc.aio.AioRpcError) -> Exception:
         if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -205,7 +264,7 @@ class EtcdStore(MetadataStore):
 
     # ---- reads and writes
     async def get(self, key: str) -> KeyValue | None:
-        resp = await self._call(self._kv_stub.Range, rpc.RangeRequest(key=key.encode()))
+        resp = await self._call("Range", self._kv_stub.Range, rpc.RangeRequest(key=key.encode()))
         return _kv(resp.kvs[0]) if resp.kvs else None
 
     async def get_prefix(self, prefix: str) -> tuple[list[KeyValue], int]:
@@ -225,7 +284,7 @@ class EtcdStore(MetadataStore):
                 limit=_PAGE_KEYS,
                 revision=revision,
             )
-            resp = await self._call(self._kv_stub.Range, req)
+            resp = await self._call("Range", self._kv_stub.Range, req)
             if not revision:
                 revision = int(resp.header.revision)
             out.extend(_kv(kv) for kv in resp.kvs)
@@ -235,17 +294,21 @@ class EtcdStore(MetadataStore):
 
     async def put(self, key: str, value: bytes | str | dict[str, Any] | list[Any], *, lease: int = 0) -> int:
         req = rpc.PutRequest(key=key.encode(), value=encode_value(value), lease=lease)
-        resp = await self._call(self._kv_stub.Put, req)
+        resp = await self._call("Put", self._kv_stub.Put, req)
         return int(resp.header.revision)
 
     async def delete(self, key: str) -> bool:
-        resp = await self._call(self._kv_stub.DeleteRange, rpc.DeleteRangeRequest(key=key.encode()))
+        resp = await self._call(
+            "DeleteRange", self._kv_stub.DeleteRange, rpc.DeleteRangeRequest(key=key.encode())
+        )
         return bool(resp.deleted)
 
     async def delete_prefix(self, prefix: str) -> int:
         k = prefix.encode()
         resp = await self._call(
-            self._kv_stub.DeleteRange, rpc.DeleteRangeRequest(key=k, range_end=prefix_range_end(k))
+            "DeleteRange",
+            self._kv_stub.DeleteRange,
+            rpc.DeleteRangeRequest(key=k, range_end=prefix_range_end(k)),
         )
         return int(resp.deleted)
 
@@ -289,7 +352,7 @@ class EtcdStore(MetadataStore):
             success=[self._op(o) for o in success],
             failure=[self._op(o) for o in failure],
         )
-        resp = await self._call(self._kv_stub.Txn, req)
+        resp = await self._call("Txn", self._kv_stub.Txn, req)
         gets: list[KeyValue | None] = []
         for r in resp.responses:
             if r.WhichOneof("response") == "response_range":
@@ -299,7 +362,7 @@ class EtcdStore(MetadataStore):
 
     # ---- leases
     async def grant_lease(self, ttl_s: int) -> int:
-        resp = await self._call(self._lease_stub.LeaseGrant, rpc.LeaseGrantRequest(TTL=ttl_s))
+        resp = await self._call("LeaseGrant", self._lease_stub.LeaseGrant, rpc.LeaseGrantRequest(TTL=ttl_s))
         if resp.error:
             raise MetadataUnavailable(f"etcd refused a lease: {resp.error}")
         return int(resp.ID)
@@ -316,12 +379,16 @@ class EtcdStore(MetadataStore):
             raise self._translate(exc) from exc
 
     async def revoke_lease(self, lease_id: int) -> None:
+        await self._call("LeaseRevoke", self._revoke, rpc.LeaseRevokeRequest(ID=lease_id))
+
+    async def _revoke(self, request: Any, *, timeout: float) -> Any:
+        """LeaseRevoke, where an unknown lease (NOT_FOUND) is not an error."""
         try:
-            await self._lease_stub.LeaseRevoke(rpc.LeaseRevokeRequest(ID=lease_id), timeout=self._timeout)
+            return await self._lease_stub.LeaseRevoke(request, timeout=timeout)
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
-                return
-            raise self._translate(exc) from exc
+                return None
+            raise
 
     # ---- watches
     async def watch_prefix(

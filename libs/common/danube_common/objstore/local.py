@@ -20,6 +20,9 @@ its process no longer runs, or any host and older than a day).
 
 ETags are ``<inode>-<mtime_ns>-<size>`` in hex: a rewrite (even with the same bytes) changes
 them. Deleting leaves empty directories behind; ``list`` ignores them.
+
+Tracing: while a sampled span is current, each operation is a CLIENT child span named like S3's
+(``local PutObject``, ``local GetObject``, ...) with the root and key.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from os import PathLike
 from pathlib import Path
+from typing import Any, TypeVar
+
+from opentelemetry.trace import SpanKind
 
 from danube_common.objstore.base import (
     TMP_SEGMENT_PREFIX,
@@ -59,8 +65,12 @@ from danube_common.objstore.errors import (
     ObjectStoreUnavailable,
     PreconditionFailed,
 )
+from danube_common.observability import tracing
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_TRACER_NAME = "danube.objstore"
 
 _COPY_CHUNK_BYTES = 1024 * 1024
 #: Temporary files older than this are removed at open whatever wrote them.
@@ -171,25 +181,25 @@ class LocalObjectStore(ObjectStore):
         def write(fd: int) -> None:
             _write_all(fd, data)
 
-        return await asyncio.to_thread(self._write_sync, key, write, if_absent)
+        return await self._run("PutObject", key, self._write_sync, key, write, if_absent)
 
     async def put_file(self, key: str, path: str | PathLike[str], *, if_absent: bool = False) -> ObjectInfo:
         """Copy the file at ``path`` in. An ``OSError`` about ``path`` itself (missing,
         unreadable) propagates unchanged: it is the caller's file, not the store's."""
         full_key(self.prefix, key)
         self._check_open()
-        return await asyncio.to_thread(self._put_file_sync, key, Path(path), if_absent)
+        return await self._run("PutObject", key, self._put_file_sync, key, Path(path), if_absent)
 
     async def get(self, key: str, *, start: int | None = None, end: int | None = None) -> bytes:
         full_key(self.prefix, key)
         lo, hi = check_range(key, start, end)
         self._check_open()
-        return await asyncio.to_thread(self._get_sync, key, lo, hi)
+        return await self._run("GetObject", key, self._get_sync, key, lo, hi)
 
     async def head(self, key: str) -> ObjectInfo:
         full_key(self.prefix, key)
         self._check_open()
-        return await asyncio.to_thread(self._head_sync, key)
+        return await self._run("HeadObject", key, self._head_sync, key)
 
     async def list(
         self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
@@ -199,15 +209,26 @@ class LocalObjectStore(ObjectStore):
         self._check_open()
         if limit == 0:
             return []
-        return await asyncio.to_thread(self._list_sync, prefix, start_after, limit)
+        return await self._run("ListObjects", prefix + "*", self._list_sync, prefix, start_after, limit)
 
     async def delete(self, key: str) -> None:
         full_key(self.prefix, key)
         self._check_open()
-        await asyncio.to_thread(self._delete_sync, key)
+        await self._run("DeleteObject", key, self._delete_sync, key)
 
     async def aclose(self) -> None:
         self._closed = True
+
+    async def _run(self, operation: str, key: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a thread; a CLIENT child span (``local PutObject`` ...) when a sampled
+        span is current (the same operation names as S3's)."""
+        if not tracing.in_sampled_span():
+            return await asyncio.to_thread(fn, *args)
+        attrs = {"danube.objstore.root": str(self.root), "danube.objstore.key": self.prefix + key}
+        with tracing.tracer(_TRACER_NAME).start_as_current_span(
+            f"local {operation}", kind=SpanKind.CLIENT, attributes=attrs
+        ):
+            return await asyncio.to_thread(fn, *args)
 
     # ------------------------------------------------------------------ helpers (run in threads)
 

@@ -20,6 +20,9 @@
   ``b""`` at exactly the end and ``InvalidObjectRange`` beyond it (see ``base``).
 - Errors: :func:`s3_error` maps an S3 error code and HTTP status to our classes;
   :meth:`S3ObjectStore._translate` maps everything else botocore and aiohttp raise.
+- Tracing: while a sampled span is current, each request is a CLIENT child span named after the
+  S3 operation (``s3 PutObject``, ``s3 GetObject``, ...) with the bucket and key; otherwise
+  nothing is recorded.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import contextlib
 import email.utils
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from os import PathLike
 from typing import Any
@@ -38,6 +41,7 @@ import aioboto3
 import aiohttp
 import botocore.exceptions as bex
 from aiobotocore.config import AioConfig
+from opentelemetry.trace import SpanKind
 
 from danube_common.objstore.base import (
     ObjectInfo,
@@ -62,8 +66,30 @@ from danube_common.objstore.errors import (
     ObjectStoreUnavailable,
     PreconditionFailed,
 )
+from danube_common.observability import tracing
 
 log = logging.getLogger(__name__)
+
+_TRACER_NAME = "danube.objstore"
+#: S3's names of the operations behind our requests' short names (their spans' names).
+_S3_OPERATIONS = {
+    "put": "PutObject",
+    "get": "GetObject",
+    "head": "HeadObject",
+    "list": "ListObjectsV2",
+    "delete": "DeleteObject",
+    "check": "HeadBucket",
+    "create-bucket": "CreateBucket",
+    "create-multipart-upload": "CreateMultipartUpload",
+    "upload-part": "UploadPart",
+    "complete-multipart-upload": "CompleteMultipartUpload",
+}
+
+
+def s3_operation(op: str) -> str:
+    """S3's name of a request (``upload-part 2/5`` -> ``UploadPart``)."""
+    return _S3_OPERATIONS.get(op.split(" ", 1)[0], op)
+
 
 #: Seconds an abort of a failed multipart upload may take before we leave it to a lifecycle rule.
 _ABORT_TIMEOUT_S = 10.0
@@ -358,15 +384,37 @@ class S3ObjectStore(ObjectStore):
 
     @contextlib.asynccontextmanager
     async def _request(self, op: str, key: str | None) -> AsyncIterator[None]:
-        """One S3 request: the hard time cap, and every failure translated to our errors."""
+        """One S3 request: the hard time cap, and every failure translated to our errors; a
+        CLIENT child span (``s3 PutObject`` ...) when a sampled span is current."""
         self._check_open()
-        try:
-            async with asyncio.timeout(self._cfg.request_timeout_s):
-                yield
-        except ObjectStoreError:
-            raise
-        except Exception as exc:
-            raise self._translate(exc, op, key) from exc
+        with self._span(op, key):
+            try:
+                async with asyncio.timeout(self._cfg.request_timeout_s):
+                    yield
+            except ObjectStoreError:
+                raise
+            except Exception as exc:
+                raise self._translate(exc, op, key) from exc
+
+    @contextlib.contextmanager
+    def _span(self, op: str, key: str | None) -> Iterator[None]:
+        if not tracing.in_sampled_span():
+            yield
+            return
+        operation = s3_operation(op)
+        attrs: dict[str, Any] = {
+            "rpc.system": "aws-api",
+            "rpc.service": "S3",
+            "rpc.method": operation,
+            "aws.s3.bucket": self.bucket,
+            "server.address": self.endpoint,
+        }
+        if key is not None:
+            attrs["aws.s3.key"] = self._full(key)
+        with tracing.tracer(_TRACER_NAME).start_as_current_span(
+            f"s3 {operation}", kind=SpanKind.CLIENT, attributes=attrs
+        ):
+            yield
 
     def _translate(self, exc: Exception, op: str, key: str | None) -> ObjectStoreError:
         where = self._where(key)

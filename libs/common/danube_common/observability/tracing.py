@@ -47,6 +47,12 @@ def enabled() -> bool:
     return ENABLED
 
 
+def in_sampled_span() -> bool:
+    """Is tracing on and a sampled (recording) span current? Instrumented calls made on behalf
+    of a span (etcd, object storage) check this before building a span's attributes."""
+    return ENABLED and trace.get_current_span().is_recording()
+
+
 _TRACERS: dict[str, tuple[object, Tracer]] = {}
 
 
@@ -260,7 +266,7 @@ def child_span(
     """A span for a call made on behalf of the current span (etcd, S3, a broker RPC), or None:
     nothing is recorded when tracing is off or no sampled span is current, so background loops
     (lease keep-alives, load reports) do not start traces of their own."""
-    if not ENABLED or not trace.get_current_span().is_recording():
+    if not in_sampled_span():
         yield None
         return
     with tr.start_as_current_span(name, kind=kind, attributes=attributes) as span:

@@ -16,7 +16,7 @@ from danube_common.grpc_util import bind, new_server, open_channel
 from danube_common.observability import tracing
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
-from tests.support.tracing import by_name, recording_spans
+from tests.support.tracing import capture_spans, named
 
 pytestmark = pytest.mark.unit
 
@@ -50,7 +50,7 @@ async def _serve() -> tuple[grpc.aio.Server, str]:
 
 
 async def test_client_and_server_spans_join_one_trace() -> None:
-    with recording_spans() as exporter:
+    with capture_spans() as exporter:
         server, addr = await _serve()
         channel = open_channel(addr)
         try:
@@ -65,7 +65,7 @@ async def test_client_and_server_spans_join_one_trace() -> None:
             await channel.close()
             await server.stop(None)
         spans = exporter.get_finished_spans()
-    calls = by_name(spans, HEALTH)
+    calls = named(spans, HEALTH)
     clients = [s for s in calls if s.kind == SpanKind.CLIENT]
     servers = [s for s in calls if s.kind == SpanKind.SERVER]
     assert len(clients) == 2 and len(servers) == 2
@@ -85,11 +85,11 @@ async def test_client_and_server_spans_join_one_trace() -> None:
     assert failed[0].attributes is not None and failed[0].attributes["danube.error.code"] == "TOPIC_NOT_FOUND"
     failed_client = next(s for s in clients if s.attributes and s.attributes["rpc.grpc.status_code"] == 5)
     assert failed_client.status.status_code == StatusCode.ERROR
-    assert not by_name(spans, "danube.ConsumerService/ReceiveMessages"), "streams get no RPC span"
+    assert not named(spans, "danube.ConsumerService/ReceiveMessages"), "streams get no RPC span"
 
 
 async def test_with_tracing_off_nothing_is_intercepted() -> None:
-    with recording_spans() as exporter:
+    with capture_spans() as exporter:
         tracing.set_enabled_for_tests(False)  # a provider exists, but this process has tracing off
         server, addr = await _serve()
         channel = open_channel(addr)

@@ -22,7 +22,7 @@ from danube_common.observability.messages import (
     span_context_of,
 )
 from danube_common.observability.tracing import ExporterChoice, exporter_from_env
-from tests.support.tracing import by_name, recording_spans
+from tests.support.tracing import capture_spans, named
 
 pytestmark = pytest.mark.unit
 
@@ -77,7 +77,7 @@ def test_tracing_is_off_unless_configured() -> None:
 
 
 def test_child_spans_only_under_a_sampled_parent() -> None:
-    with recording_spans() as spans:
+    with capture_spans() as spans:
         tr = tracing.tracer("t")
         with tracing.child_span(tr, "orphan") as span:
             assert span is None, "no current span: background work starts no trace"
@@ -87,15 +87,15 @@ def test_child_spans_only_under_a_sampled_parent() -> None:
         with tr.start_as_current_span("parent2"), tracing.child_span(tr, "off") as span:
             assert span is None, "tracing off: nothing, even under a span"
         finished = spans.get_finished_spans()
-    child = by_name(finished, "etcd Range")[0]
-    parent = by_name(finished, "parent")[0]
+    child = named(finished, "etcd Range")[0]
+    parent = named(finished, "parent")[0]
     assert child.parent is not None and child.parent.span_id == parent.context.span_id
     assert child.kind == trace.SpanKind.CLIENT
-    assert not by_name(finished, "orphan") and not by_name(finished, "off")
+    assert not named(finished, "orphan") and not named(finished, "off")
 
 
 def test_record_failure_keeps_the_danube_code() -> None:
-    with recording_spans() as spans:
+    with capture_spans() as spans:
         span = tracing.tracer("t").start_span("call")
         tracing.record_failure(span, TopicNotFound("topic /default/x does not exist"))
         span.end()
@@ -136,7 +136,7 @@ def test_no_context_no_parent() -> None:
 
 
 def test_inject_then_extract_round_trips_the_span_and_its_state() -> None:
-    with recording_spans():
+    with capture_spans():
         span = tracing.tracer("t").start_span("send /default/t")
         attrs: dict[str, str] = {"app": "kept"}
         inject(span, attrs)
@@ -151,7 +151,7 @@ def test_inject_then_extract_round_trips_the_span_and_its_state() -> None:
 
 
 def test_an_unsampled_span_injects_an_unsampled_context() -> None:
-    with recording_spans(sampler=ALWAYS_OFF):
+    with capture_spans(sampler=ALWAYS_OFF):
         span = tracing.tracer("t").start_span("send")
         attrs: dict[str, str] = {}
         inject(span, attrs)
