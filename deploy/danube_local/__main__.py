@@ -460,7 +460,9 @@ def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
 
     tracing: LocalTracing | None = None
     if args.traces:
-        tracing = LocalTracing(workdir=args.workdir, port=args.traces_port, endpoint=args.otlp_endpoint)
+        # A collector named in the environment is where the services export, as --otlp-endpoint.
+        endpoint = args.otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
+        tracing = LocalTracing(workdir=args.workdir, port=args.traces_port, endpoint=endpoint)
         try:
             tracing.start()
         except OSError as exc:

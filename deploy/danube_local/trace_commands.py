@@ -43,6 +43,7 @@ class LocalTracing:
 
     def __init__(self, *, workdir: Path, port: int, endpoint: str | None, host: str = "127.0.0.1") -> None:
         self.sink: TraceSink | None = None
+        self._workdir = Path(workdir)
         if endpoint is None:
             self.sink = TraceSink(host, port, path=spans_file(workdir))
         self._endpoint = endpoint
@@ -69,7 +70,10 @@ class LocalTracing:
 
     def env(self) -> dict[str, str]:
         """Every service's tracing settings: export here; their own root spans (RPCs, control
-        plane) always sampled, messages as their producers decided."""
+        plane) always sampled, messages as their producers decided. Settings of an external
+        collector's already in the environment (TLS, headers, sampler) are kept."""
+        if self.sink is None:
+            return {k: v for k, v in exporter_env(self.endpoint).items() if k not in os.environ}
         return exporter_env(self.endpoint)
 
     def steps(self) -> str:
@@ -82,7 +86,14 @@ class LocalTracing:
             "    (or OTEL_TRACES_SAMPLER=traceidratio OTEL_TRACES_SAMPLER_ARG=0.01)",
         ]
         if self.sink is not None:
-            lines.append("  then: danube-local traces --topic /default/demo   # a message's trace as a tree")
+            where = (
+                ""
+                if self._workdir == Path(".danube-local")
+                else f" --workdir {shlex.quote(str(self._workdir))}"
+            )
+            lines.append(
+                f"  then: danube-local traces{where} --topic /default/demo   # a message's trace as a tree"
+            )
         return "\n".join(lines)
 
 

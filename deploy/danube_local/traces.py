@@ -252,11 +252,11 @@ class TraceSink:
 def exporter_env(
     endpoint: str, *, sampler: str = "parentbased_always_on", sampler_arg: str | None = None
 ) -> dict[str, str]:
-    """``OTEL_*`` settings that export every process's spans to ``endpoint`` (OTLP/gRPC,
-    plaintext) in batches every 100 ms."""
+    """``OTEL_*`` settings that export every process's spans to ``endpoint`` (OTLP/gRPC;
+    plaintext unless it is ``https://``) in batches every 100 ms."""
     out = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
-        "OTEL_EXPORTER_OTLP_INSECURE": "true",
+        "OTEL_EXPORTER_OTLP_INSECURE": "false" if endpoint.startswith("https://") else "true",
         "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
         "OTEL_BSP_SCHEDULE_DELAY": "100",
         "OTEL_TRACES_SAMPLER": sampler,
