@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 import grpc
 import grpc.aio
 
+from danube_common.grpc_wrap import rewrap
+
 log = logging.getLogger(__name__)
 
 # Trailing-metadata keys carried with every error status.
@@ -402,31 +404,13 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(
-                _wrap_unary(handler.stream_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_stream:
-            return grpc.stream_stream_rpc_method_handler(
-                _wrap_stream(handler.stream_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler
+        return rewrap(
+            handler,
+            unary_unary=_wrap_unary,
+            stream_unary=_wrap_unary,
+            unary_stream=_wrap_stream,
+            stream_stream=_wrap_stream,
+        )
 
 
 def _wrap_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:

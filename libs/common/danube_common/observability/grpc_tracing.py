@@ -23,6 +23,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from danube_common.errors import MD_ERROR_CODE
+from danube_common.grpc_wrap import rewrap
 from danube_common.observability import tracing
 
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -53,19 +54,11 @@ class ServerTracingInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return handler
         method = handler_call_details.method
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                _traced(method, handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(
-                _traced(method, handler.stream_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler
+
+        def traced(behavior: Callable[..., Any]) -> Callable[..., Any]:
+            return _traced(method, behavior)
+
+        return rewrap(handler, unary_unary=traced, stream_unary=traced)
 
 
 def _traced(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:

@@ -49,6 +49,7 @@ import grpc.aio
 from google.protobuf import descriptor, descriptor_pool, message_factory
 
 from danube_common.errors import DanubeError, PermissionDenied, status_metadata
+from danube_common.grpc_wrap import rewrap
 from danube_common.security.config import AuthConfig
 from danube_common.security.handles import check_handle_use
 from danube_common.security.principal import (
@@ -310,27 +311,13 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         method = handler_call_details.method
         if handler is None:
             return self._unserved(method)
-        kwargs = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                self._unary_unary(method, handler.unary_unary), **kwargs
-            )
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(
-                self._unary_stream(method, handler.unary_stream), **kwargs
-            )
-        if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(
-                self._stream_unary(method, handler.stream_unary), **kwargs
-            )
-        if handler.stream_stream:
-            return grpc.stream_stream_rpc_method_handler(
-                self._stream_stream(method, handler.stream_stream), **kwargs
-            )
-        return handler
+        return rewrap(
+            handler,
+            unary_unary=lambda b: self._unary_unary(method, b),
+            unary_stream=lambda b: self._unary_stream(method, b),
+            stream_unary=lambda b: self._stream_unary(method, b),
+            stream_stream=lambda b: self._stream_stream(method, b),
+        )
 
     def _unserved(self, method: str) -> grpc.RpcMethodHandler | None:
         """A method with a rule that this server does not serve: refuse the caller as the serving
