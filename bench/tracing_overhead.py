@@ -1,4 +1,4 @@
-"""What tracing costs on the publish path: msg/s with tracing off, at 1 % and at 100 % of
+"""What tracing costs on the publish path: msg/s with tracing off, at 0.1 %, 1 % and 100 % of
 messages sampled, in one run.
 
     .venv/bin/python bench/tracing_overhead.py [--messages 50000] [--rounds 3]
@@ -10,8 +10,8 @@ real TraceService server). For each round and each mode, a fresh producer proces
 can (pipelined, batched):
 
 - **off**: the plain cluster, no OTEL_* in the producer: no provider, no interceptor anywhere;
-- **1 %**: the traced cluster, the producer samples 1 % of messages
-  (``OTEL_TRACES_SAMPLER=traceidratio``, arg 0.01): every message pays the sampling decision,
+- **0.1 %**, **1 %**: the traced cluster, the producer samples that share of messages
+  (``OTEL_TRACES_SAMPLER=traceidratio``, arg 0.001 / 0.01): every message pays the sampling decision,
   sampled ones get send / publish / wal commit / fsync / deliver spans;
 - **100 %**: the traced cluster, every message sampled.
 
@@ -46,6 +46,7 @@ print(json.dumps(res))
 
 MODES: dict[str, dict[str, str] | None] = {
     "off": None,
+    "0.1%": {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.001"},
     "1%": {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"},
     "100%": {"OTEL_TRACES_SAMPLER": "always_on"},
 }
