@@ -33,13 +33,13 @@ _TRACER_NAME = "danube_broker"
 
 
 def _sampled(msgs: Sequence[Msg]) -> list[int]:
-    """Indexes of the messages that carry a sampled context (``is_sampled``, inlined: this runs
-    for every message of every batch while tracing is on)."""
-    return [
-        i
-        for i, m in enumerate(msgs)
-        if (tp := m.attributes.get(TRACEPARENT)) is not None and tp[-1:] in _SAMPLED_FLAGS
-    ]
+    """Indexes of the messages that carry a sampled context. This runs for every message of
+    every batch while tracing is on: a membership test first (the cheapest look into a
+    protobuf map), the flags only for messages that carry a context at all."""
+    carrying = [i for i, m in enumerate(msgs) if TRACEPARENT in m.attributes]
+    if not carrying:
+        return carrying
+    return [i for i in carrying if msgs[i].attributes[TRACEPARENT][-1:] in _SAMPLED_FLAGS]
 
 
 #: The last hex digit of a W3C traceparent whose "sampled" bit (flags & 1) is set.
