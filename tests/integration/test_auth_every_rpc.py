@@ -41,6 +41,7 @@ import contextlib
 import dataclasses
 import inspect
 import secrets
+import ssl
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import grpc
 import grpc.aio
 import pytest
@@ -277,6 +279,8 @@ class Cluster:
     ca: CertifiedKey
     etcd_endpoint: str
     name: str
+    #: Each service's HTTP endpoint (``https://host:port``): /metrics, /healthz, the console.
+    http: dict[str, str] = field(default_factory=dict)
     _channels: dict[tuple[str, str | None], grpc.aio.Channel] = field(default_factory=dict)
     _tokens: dict[tuple[str, str], str] = field(default_factory=dict)
     _own_envs: dict[str, Env] = field(default_factory=dict)
@@ -436,6 +440,7 @@ async def cluster(
                         "admin_listen_addr": "127.0.0.1:0",
                         "etcd": etcd,
                         "shutdown_grace_s": 0.5,
+                        "http_listen_addr": "127.0.0.1:0",
                         **_security(files, "lookup", "lookup"),
                     }
                 )
@@ -449,6 +454,7 @@ async def cluster(
                         "listen_addr": "127.0.0.1:0",
                         "etcd": etcd,
                         "shutdown_grace_s": 0.5,
+                        "http_listen_addr": "127.0.0.1:0",
                         **_security(files, "leader-0", "leader"),
                     }
                 )
@@ -471,6 +477,7 @@ async def cluster(
                         "shutdown_grace_s": 0.5,
                         # Clients: TLS + a token (no certificate); services: mTLS, here.
                         "internal_listen_addr": "127.0.0.1:0",
+                        "http_listen_addr": "127.0.0.1:0",
                         **_security(files, f"broker-{BROKER_ID}", "broker"),
                     }
                 )
@@ -486,6 +493,7 @@ async def cluster(
                         "leader_endpoints": [leader.addr],
                         "etcd": etcd,
                         "shutdown_grace_s": 0.5,
+                        "http_listen_addr": "127.0.0.1:0",
                         **_security(files, "load-manager-0", "load-manager"),
                     }
                 )
@@ -502,6 +510,7 @@ async def cluster(
                         "object_store": {"backend": "local", "local_dir": str(tmp / "objects")},
                         "etcd": etcd,
                         "shutdown_grace_s": 0.5,
+                        "http_listen_addr": "127.0.0.1:0",
                         **_security(files, f"wal-uploader-{BROKER_ID}", "wal-uploader"),
                     }
                 )
@@ -522,6 +531,13 @@ async def cluster(
             name,
         )
         stack.push_async_callback(c.aclose)
+        c.http = {
+            "lookup": lookup.http_url,
+            "leader": leader.http_url,
+            "broker": broker.http_url,
+            "load-manager": load_manager.http_url,
+            "wal-uploader": uploader.http_url,
+        }
         producers = pb_grpc.ProducerServiceStub(c.channel("broker"))
         consumers = pb_grpc.ConsumerServiceStub(c.channel("broker"))
 
@@ -919,3 +935,93 @@ async def test_revoked_binding_stops_a_running_consumer(cluster: Cluster, method
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reader
+
+
+# ---------------------------------------------------------------------------- the HTTP endpoints
+
+#: Each credential's answer from /metrics, which needs ``lookup`` on the cluster.
+HTTP_STATUS = {
+    Cred.NO_TOKEN: 401,
+    Cred.MALFORMED: 401,
+    Cred.EXPIRED: 401,
+    Cred.FOREIGN_KEY: 401,
+    Cred.UNBOUND: 403,
+    Cred.LACKS_PERMISSION: 403,
+    Cred.CLAIMS_INTERNAL: 403,
+    Cred.PERMITTED: 200,
+}
+HTTP_SERVICES = ("lookup", "broker", "leader", "load-manager", "wal-uploader")
+#: What a service's own /metrics holds besides the process metrics (one family each).
+OWN_METRIC = {
+    "lookup": b"danube_lookup_",
+    "broker": b"danube_broker_topics_owned",
+    "leader": b"danube_leader_",
+    "load-manager": b"danube_leader_election_state",
+    "wal-uploader": b"danube_wal_uploader_",
+}
+
+
+async def _lookup_rule_and_grant(cluster: Cluster) -> tuple[Rule, Grant]:
+    """``lookup`` on the cluster, as the admin API's ListBrokers asks for it."""
+    rpc = next(r for r in ALL_RPCS if r.path == "/danube.admin.v1.BrokerAdmin/ListBrokers")
+    rule = rule_of(rpc)
+    assert rule.permission is Permission.LOOKUP
+    return rule, grant_for(rule, await build_request(rpc, cluster.env), cluster.env)
+
+
+async def _http(
+    cluster: Cluster, url: str, headers: Metadata, *, method: str = "GET", body: object = None
+) -> tuple[int, bytes]:
+    ssl_ctx = ssl.create_default_context(cafile=str(cluster.files.ca_cert))
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)) as session,
+        session.request(method, url, headers=dict(headers), json=body, ssl=ssl_ctx) as resp,
+    ):
+        return resp.status, await resp.read()
+
+
+@module_loop
+@pytest.mark.parametrize("cred", list(Cred))
+@pytest.mark.parametrize("service", HTTP_SERVICES)
+async def test_metrics_endpoint_with_credential(cluster: Cluster, service: str, cred: Cred) -> None:
+    rule, grant = await _lookup_rule_and_grant(cluster)
+    status, body = await _http(
+        cluster, f"{cluster.http[service]}/metrics", cluster.metadata(cred, rule, grant)
+    )
+    assert status == HTTP_STATUS[cred], body.decode(errors="replace")
+    if status == 200:
+        assert b"process_cpu_seconds_total" in body and OWN_METRIC[service] in body
+    else:
+        assert b"danube_" not in body, "a refusal shows no metric"
+
+
+@module_loop
+@pytest.mark.parametrize("service", HTTP_SERVICES)
+async def test_healthz_is_open_and_plaintext_is_refused(cluster: Cluster, service: str) -> None:
+    assert await _http(cluster, f"{cluster.http[service]}/healthz", ()) == (200, b"ok\n")
+    plain = cluster.http[service].replace("https://", "http://")
+    with pytest.raises(aiohttp.ClientError):
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)) as session:
+            await session.get(f"{plain}/metrics")
+
+
+@module_loop
+@pytest.mark.parametrize("cred", list(Cred))
+async def test_console_api_is_the_admin_apis_rbac(cluster: Cluster, cred: Cred) -> None:
+    """The console's API carries the caller's token to the admin API: a read needs what
+    ListBrokers needs; an action (a move) needs ``manage_cluster``, which a reader lacks."""
+    rule, grant = await _lookup_rule_and_grant(cluster)
+    status, body = await _http(
+        cluster, f"{cluster.http['lookup']}/api/brokers", cluster.metadata(cred, rule, grant)
+    )
+    assert status == HTTP_STATUS[cred], body.decode(errors="replace")
+    if cred is Cred.PERMITTED:
+        topic = cluster.env.topic.lstrip("/")
+        status, body = await _http(
+            cluster,
+            f"{cluster.http['lookup']}/api/topics/{topic}/move",
+            cluster.metadata(cred, rule, grant),
+            method="POST",
+            body={},
+        )
+        assert status == 403 and b"PERMISSION_DENIED" in body, body.decode(errors="replace")
