@@ -47,9 +47,6 @@ from tests.support import unique, wait_until
 
 log = logging.getLogger(__name__)
 
-#: A pause or partition this much longer than the registration TTL outlives the lease.
-PAST_LEASE_S = REGISTRATION_TTL_S + 3.0
-
 
 @dataclass
 class Ctx:
@@ -76,6 +73,16 @@ class Ctx:
     async def owner(self, topic: str) -> str | None:
         return await self.fc.owner(self.res, topic)
 
+    async def logs_taken_over(self, timeout_s: float = 60.0) -> None:
+        """Wait until another broker holds the log of every topic (an open stint of its own in
+        etcd): a frozen victim woken after this finds its lease, its ownership and its logs gone."""
+
+        async def taken() -> bool:
+            states = [await _state(self.res, t) for t in self.topics]
+            return all(s is not None and s.open and s.writer != self.victim for s in states)
+
+        await wait_until(taken, timeout_s=timeout_s, interval_s=0.1, what="the logs taken over")
+
     async def owned_elsewhere(self, topic: str, than: str, timeout_s: float = 60.0) -> str:
         async def moved() -> str | None:
             o = await self.owner(topic)
@@ -101,7 +108,7 @@ async def pause_past_lease(ctx: Ctx) -> None:
     name = f"broker-{ctx.victim}"
     ctx.fc.pause(name)
     await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
-    await asyncio.sleep(max(0.0, PAST_LEASE_S - REGISTRATION_TTL_S))  # stay frozen past the takeover
+    await ctx.logs_taken_over()  # stay frozen past the takeover of its logs
     ctx.fc.resume(name)  # it wakes with its lease gone: it must not acknowledge anything, and exits
     await ctx.acks_flow()
 
@@ -162,7 +169,7 @@ async def pause_during_move(ctx: Ctx) -> None:
     await ctx.fc.admin("topics", "move", ctx.topics[0])
     ctx.fc.pause(name)
     await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
-    await asyncio.sleep(max(0.0, PAST_LEASE_S - REGISTRATION_TTL_S))
+    await ctx.logs_taken_over()
     ctx.fc.resume(name)
     await ctx.acks_flow()
 
@@ -173,7 +180,7 @@ async def pause_during_drain(ctx: Ctx) -> None:
     await ctx.fc.admin("brokers", "drain", ctx.victim)
     ctx.fc.pause(name)
     await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
-    await asyncio.sleep(max(0.0, PAST_LEASE_S - REGISTRATION_TTL_S))
+    await ctx.logs_taken_over()
     ctx.fc.resume(name)
     await ctx.acks_flow()
     await ctx.fc.admin("brokers", "activate", ctx.victim)
@@ -195,7 +202,13 @@ async def load_manager_pause(ctx: Ctx) -> None:
     assert leader is not None, "no load manager leads"
     name = next(s.name for s in ctx.fc.c.load_managers if s.name.endswith(leader.candidate_id.split("-")[-1]))
     ctx.fc.pause(name)
-    await asyncio.sleep(LEADERSHIP_TTL_S + 1.0)
+
+    async def standby_leads() -> bool:
+        now = (await read_leaders(ctx.res.store, ctx.res.keys)).get(LOAD_MANAGER_ROLE)
+        return now is not None and now.term > leader.term
+
+    # Frozen past its leadership: the standby has been elected (a term after the frozen one's).
+    await wait_until(standby_leads, timeout_s=LEADERSHIP_TTL_S + 30, interval_s=0.1, what="the standby leads")
     await ctx.fc.kill(ctx.victim)
     await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
     ctx.fc.resume(name)
@@ -299,7 +312,7 @@ async def _place_on(ctx_fc: FaultCluster, res: Resources, topics: list[str]) -> 
             lambda t=topic: ctx_fc.owner(res, t), timeout_s=30, interval_s=0.1, what=f"{topic} placed"
         )
         if current != owner:
-            await ctx_fc.admin("topics", "move", topic, "--to", owner)
+            await ctx_fc.move_topic(topic, to=str(owner))
             await wait_until(
                 lambda t=topic: _is(ctx_fc.owner(res, t), owner), timeout_s=40, interval_s=0.1, what="moved"
             )
@@ -398,6 +411,7 @@ async def run_scenario(
 
     rng = random.Random(seed)
     t0 = time.monotonic()
+    log.info("%s: creating the topics", name)
     tag = name.replace("_", "-")
     topics = [f"/default/{unique(f'{tag}-fsync')}", f"/default/{unique(f'{tag}-cloud')}"]
     await fc.create_topic(topics[0], durability="fsync")
@@ -449,7 +463,12 @@ async def run_scenario(
                 await asyncio.gather(
                     *(
                         final_read(
-                            fc.service_url, t, expect_at_least=expected.get(t, 0), timeout_s=60, idle_s=1.5
+                            fc.service_url,
+                            t,
+                            expect_at_least=expected.get(t, 0),
+                            timeout_s=60,
+                            idle_s=1.5,
+                            admin_addr=fc.admin_addr,
                         )
                         for t in topics
                     )

@@ -143,7 +143,9 @@ async def test_retried_sequence_ids_are_deduplicated_across_a_move_and_a_failove
         assert last == 12 and ack.duplicates == 2
     finally:
         await fc.restart(second_owner)
-    read = await final_read(fc.service_url, topic, expect_at_least=12, timeout_s=30, idle_s=1.5)
+    read = await final_read(
+        fc.service_url, topic, expect_at_least=12, timeout_s=30, idle_s=1.5, admin_addr=fc.admin_addr
+    )
     assert [off for off, _ in read] == list(range(12)), "each message stored once, offsets unbroken"
 
 
@@ -176,5 +178,7 @@ async def test_a_deleted_topic_created_again_starts_empty(fc: FaultCluster) -> N
         assert new is not None and new.incarnation != old.incarnation
     _, ack = await _publish(fc, topic, [1])
     assert (ack.first_offset, ack.duplicates) == (0, 0), "a new log: offset 0, no memory of old sequence ids"
-    read = await final_read(fc.service_url, topic, expect_at_least=1, timeout_s=30, idle_s=1.5)
+    read = await final_read(
+        fc.service_url, topic, expect_at_least=1, timeout_s=30, idle_s=1.5, admin_addr=fc.admin_addr
+    )
     assert [(off, msg) for off, msg in read] == [(0, None)], "nothing of the deleted topic comes back"
