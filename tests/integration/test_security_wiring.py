@@ -221,7 +221,9 @@ async def test_missing_certificate_refuses_to_start(
     assert str(missing) in err.value.message and "does not exist" in err.value.message
 
     # The process path: the config is refused before anything runs, exit status 2.
-    code = await asyncio.to_thread(service_main, lambda: cfg, lookup_run, name=lambda c: "lookup")
+    code = await asyncio.to_thread(
+        service_main, lambda: cfg, lookup_run, name=lambda c: "lookup", service="danube-lookup"
+    )
     assert code == 2
     assert f"tls.cert_file {str(missing)!r} does not exist" in capsys.readouterr().err
 

@@ -194,7 +194,9 @@ async def test_missing_etcd_files_refuse_to_start(
     missing = tmp_path / "nowhere" / "ca.pem"
     etcd = etcd_cfg(tls_etcd, pki, ca_file=str(missing))
     cfg = LookupConfig(listen_addr="127.0.0.1:0", admin_listen_addr="127.0.0.1:0", etcd=etcd)
-    code = await asyncio.to_thread(service_main, lambda: cfg, lookup_run, name=lambda c: "lookup")
+    code = await asyncio.to_thread(
+        service_main, lambda: cfg, lookup_run, name=lambda c: "lookup", service="danube-lookup"
+    )
     assert code == 2
     assert f"etcd.ca_file {str(missing)!r} does not exist" in capsys.readouterr().err
 
