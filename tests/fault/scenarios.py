@@ -31,7 +31,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,7 @@ from tests.fault.cluster import LEADERSHIP_TTL_S, REGISTRATION_TTL_S, FaultClust
 from tests.fault.history import History, Verdict, check
 from tests.fault.workload import DEFAULT_SUBSCRIPTIONS, Workload, final_read
 from tests.support import unique, wait_until
+from tests.unit.wal_uploader.helpers import UploaderClient
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,20 @@ class Ctx:
     async def owner(self, topic: str) -> str | None:
         return await self.fc.owner(self.res, topic)
 
+    async def acks_stalled(self, *, quiet_s: float, timeout_s: float = 30.0) -> None:
+        """Wait until no topic has had a new acknowledged send for ``quiet_s``."""
+        last = self.workload.acked_per_topic()
+        changed = time.monotonic()
+
+        def quiet() -> bool:
+            nonlocal last, changed
+            now = self.workload.acked_per_topic()
+            if now != last:
+                last, changed = now, time.monotonic()
+            return time.monotonic() - changed >= quiet_s
+
+        await wait_until(quiet, timeout_s=timeout_s, interval_s=0.05, what=f"acks stalled for {quiet_s}s")
+
     async def logs_taken_over(self, timeout_s: float = 60.0) -> None:
         """Wait until another broker holds the log of every topic (an open stint of its own in
         etcd): a frozen victim woken after this finds its lease, its ownership and its logs gone."""
@@ -94,6 +109,21 @@ class Ctx:
 
 
 Scenario = Callable[[Ctx], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def uploader_errors(fc: FaultCluster, broker: str) -> AsyncIterator[Callable[[int], Awaitable[bool]]]:
+    """``errors(n)``: has broker's WAL uploader counted ``n`` more failed uploads than on entry?"""
+    client = UploaderClient(fc.c.uploaders[broker].addr)
+    try:
+        base = (await client.status()).upload_errors_total
+
+        async def errors(n: int) -> bool:
+            return (await client.status()).upload_errors_total >= base + n
+
+        yield errors
+    finally:
+        await client.aclose()
 
 
 # ---------------------------------------------------------------------- the faults
@@ -127,10 +157,13 @@ async def etcd_restart(ctx: Ctx) -> None:
 
 
 async def object_store_errors(ctx: Ctx) -> None:
-    ctx.fc.object_store("refuse")
-    await asyncio.sleep(2.5)
-    ctx.fc.object_store("blackhole")
-    await asyncio.sleep(2.5)
+    """S3 refuses connections, then swallows requests; each phase lasts until the victim's
+    uploader counted an upload failed by it (a refused one, then one timed out)."""
+    async with uploader_errors(ctx.fc, ctx.victim) as errors:
+        ctx.fc.object_store("refuse")
+        await wait_until(lambda: errors(1), timeout_s=30, interval_s=0.1, what="a refused upload counted")
+        ctx.fc.object_store("blackhole")
+        await wait_until(lambda: errors(2), timeout_s=30, interval_s=0.1, what="a timed-out upload counted")
     ctx.fc.object_store("pass")
     await ctx.acks_flow()
 
@@ -141,7 +174,7 @@ async def disk_full(ctx: Ctx) -> None:
         await ctx.acks_flow()
         return
     await asyncio.to_thread(ctx.fc.fill_disk, ctx.victim)
-    await asyncio.sleep(2.0)
+    await ctx.acks_stalled(quiet_s=1.0)  # the full disk bites: nothing is acknowledged any more
     ctx.fc.free_disk(ctx.victim)
     await ctx.acks_flow()
 
