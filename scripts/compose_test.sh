@@ -15,9 +15,9 @@
 #   3. the base image danube-base:bookworm, made once from Debian packages
 #      (debootstrap --variant=minbase bookworm, then docker import) and kept: nothing is pulled
 #      from an image registry;
-#   4. FROM it, with --network host: danube-test-etcd:bookworm (Debian's etcd-server),
-#      danube-test-moto:bookworm (moto_server, standing in for MinIO) and danube-py:test
-#      (deploy/Dockerfile);
+#   4. FROM it, with --network host, the three side by side: danube-test-etcd:bookworm
+#      (Debian's etcd-server), danube-test-moto:bookworm (moto_server, standing in for MinIO)
+#      and danube-py:test (deploy/Dockerfile);
 #   5. pytest -m "compose and not compose_secure": tests/e2e/test_compose.py (the whole compose
 #      deployment) and the testcontainers branch of tests/support/containers.py; then
 #      tests/contract with DANUBE_TEST_CONTAINERS=1 (etcd and S3 in containers; not when pytest
@@ -219,6 +219,22 @@ build_image() { # TAG DOCKERFILE CONTEXT
   say "$tag built in $(($(now) - start))s"
 }
 
+# The three images only share the base: built side by side, their downloads (apt, pip) and
+# unpacking overlap instead of queueing. Each one's log is its own file; any failure fails all.
+build_images() {
+  local pids=() pid failed=0
+  build_image "$ETCD_IMAGE" deploy/test/etcd.Dockerfile deploy/test &
+  pids+=($!)
+  build_image "$MOTO_IMAGE" deploy/test/moto.Dockerfile deploy/test &
+  pids+=($!)
+  build_image "$PROJECT_IMAGE" deploy/Dockerfile . &
+  pids+=($!)
+  for pid in "${pids[@]}"; do
+    wait "$pid" || failed=1
+  done
+  return "$failed"
+}
+
 remove_images() {
   if [ "$keep_images" -eq 1 ]; then
     say "keeping $ETCD_IMAGE $MOTO_IMAGE $PROJECT_IMAGE (--keep-images)"
@@ -239,10 +255,7 @@ if [ "$engine_ok" -eq 1 ]; then
   say "Docker engine $(docker info --format '{{.ServerVersion}}' 2>/dev/null) answers ($(($(now) - started_at))s)"
   sweep
   build_start=$(now)
-  if build_base &&
-    build_image "$ETCD_IMAGE" deploy/test/etcd.Dockerfile deploy/test &&
-    build_image "$MOTO_IMAGE" deploy/test/moto.Dockerfile deploy/test &&
-    build_image "$PROJECT_IMAGE" deploy/Dockerfile .; then
+  if build_base && build_images; then
     say "images ready in $(($(now) - build_start))s"
   else
     rc=1

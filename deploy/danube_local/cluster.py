@@ -757,29 +757,28 @@ class LocalCluster:
                 return
             self._stopped = True
         try:
-            # Load managers first (they resign), then the data plane, then the leader service.
-            order = [
-                self.planner,
-                *self.load_managers,
-                self._lookup,
-                *self.brokers,
-                *self.uploaders.values(),
-                *self.leaders,
-            ]
-            services = [s for s in order if s is not None and s.proc is not None]
-            running = [s for s in services if s.running]
-            for s in running:
-                self._progress(f"stopping {s.label} (pid {s.pid})")
-            procs = [s.proc for s in running if s.proc is not None]
-            outcomes = stop_processes(procs, grace_s=self.stop_grace_s, send=self._send_signal)
-            for s, outcome in zip(running, outcomes, strict=True):
-                self._progress(f"stopped  {s.label} ({outcome.how}, exit {outcome.returncode})")
+            # The control plane first, and to the end: once the load managers have resigned,
+            # a stopping broker sees no leader and releases its topics at once, instead of
+            # waiting its lame_duck_timeout_s for a handover to brokers that stop too. Then the
+            # data plane and the leader service together.
+            self._stop_services([self.planner, *self.load_managers])
+            self._stop_services([self._lookup, *self.brokers, *self.uploaders.values(), *self.leaders])
             if self._etcd is not None:
                 self._progress(f"stopping etcd {self._etcd.endpoint}")
                 self._etcd.stop()
                 self._progress("stopped  etcd")
         finally:
             atexit.unregister(self.stop)
+
+    def _stop_services(self, order: list[ServiceProcess | None]) -> None:
+        """SIGTERM the running ones at once, SIGKILL what is left after the grace period."""
+        running = [s for s in order if s is not None and s.proc is not None and s.running]
+        for s in running:
+            self._progress(f"stopping {s.label} (pid {s.pid})")
+        procs = [s.proc for s in running if s.proc is not None]
+        outcomes = stop_processes(procs, grace_s=self.stop_grace_s, send=self._send_signal)
+        for s, outcome in zip(running, outcomes, strict=True):
+            self._progress(f"stopped  {s.label} ({outcome.how}, exit {outcome.returncode})")
 
     def __enter__(self) -> LocalCluster:
         if not self._started:

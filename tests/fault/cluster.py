@@ -28,9 +28,14 @@ from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+import grpc
+import grpc.aio
+
 from danube_common.etcd_server import EtcdProcess
 from danube_common.keys import Keys
 from danube_common.metadata.etcd import EtcdStore
+from danube_common.pb import DanubeAdmin_pb2 as apb
+from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
 from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 from danube_local.cluster import LocalCluster
@@ -188,6 +193,11 @@ class FaultCluster:
         return self.c.service_url
 
     @property
+    def admin_addr(self) -> str:
+        """The lookup's admin API (host:port)."""
+        return self.c.lookup.admin_addr
+
+    @property
     def keys(self) -> Keys:
         return Keys(self.c.cluster)
 
@@ -224,11 +234,21 @@ class FaultCluster:
         return out.decode() + err.decode()
 
     async def create_topic(self, topic: str, *, durability: str = "fsync") -> None:
-        """A reliable topic keeping an hour of history (the final read starts at offset 0)."""
-        await self.admin(
-            "topics", "create", topic, "--dispatch-strategy", "reliable",
-            "--durability", durability, "--retention-time-s", "3600",
-        )  # fmt: skip
+        """A reliable topic keeping an hour of history (the final read starts at offset 0).
+        Set-up, so straight through the admin API (what ``danube-admin topics create`` calls),
+        without a CLI process to start."""
+        req = apb.CreateTopicRequest(
+            name=topic, dispatch_strategy="reliable", durability=durability, retention_time_s=3600
+        )
+        async with grpc.aio.insecure_channel(self.admin_addr) as channel:
+            await apb_grpc.TopicAdminStub(channel).CreateTopic(req, timeout=60)
+
+    async def move_topic(self, topic: str, *, to: str) -> None:
+        """Ask for a move of ``topic`` to broker ``to`` (set-up: the admin API, as ``create_topic``)."""
+        async with grpc.aio.insecure_channel(self.admin_addr) as channel:
+            await apb_grpc.TopicAdminStub(channel).MoveTopic(
+                apb.MoveTopicRequest(name=topic, to_broker=to), timeout=60
+            )
 
     # ------------------------------------------------------------------ faults
     async def _sync(self, fn: Any, *args: Any, **kw: Any) -> Any:

@@ -31,7 +31,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,11 +44,9 @@ from tests.fault.cluster import LEADERSHIP_TTL_S, REGISTRATION_TTL_S, FaultClust
 from tests.fault.history import History, Verdict, check
 from tests.fault.workload import DEFAULT_SUBSCRIPTIONS, Workload, final_read
 from tests.support import unique, wait_until
+from tests.unit.wal_uploader.helpers import UploaderClient
 
 log = logging.getLogger(__name__)
-
-#: A pause or partition this much longer than the registration TTL outlives the lease.
-PAST_LEASE_S = REGISTRATION_TTL_S + 3.0
 
 
 @dataclass
@@ -76,6 +74,30 @@ class Ctx:
     async def owner(self, topic: str) -> str | None:
         return await self.fc.owner(self.res, topic)
 
+    async def acks_stalled(self, *, quiet_s: float, timeout_s: float = 30.0) -> None:
+        """Wait until no topic has had a new acknowledged send for ``quiet_s``."""
+        last = self.workload.acked_per_topic()
+        changed = time.monotonic()
+
+        def quiet() -> bool:
+            nonlocal last, changed
+            now = self.workload.acked_per_topic()
+            if now != last:
+                last, changed = now, time.monotonic()
+            return time.monotonic() - changed >= quiet_s
+
+        await wait_until(quiet, timeout_s=timeout_s, interval_s=0.05, what=f"acks stalled for {quiet_s}s")
+
+    async def logs_taken_over(self, timeout_s: float = 60.0) -> None:
+        """Wait until another broker holds the log of every topic (an open stint of its own in
+        etcd): a frozen victim woken after this finds its lease, its ownership and its logs gone."""
+
+        async def taken() -> bool:
+            states = [await _state(self.res, t) for t in self.topics]
+            return all(s is not None and s.open and s.writer != self.victim for s in states)
+
+        await wait_until(taken, timeout_s=timeout_s, interval_s=0.1, what="the logs taken over")
+
     async def owned_elsewhere(self, topic: str, than: str, timeout_s: float = 60.0) -> str:
         async def moved() -> str | None:
             o = await self.owner(topic)
@@ -87,6 +109,21 @@ class Ctx:
 
 
 Scenario = Callable[[Ctx], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def uploader_errors(fc: FaultCluster, broker: str) -> AsyncIterator[Callable[[int], Awaitable[bool]]]:
+    """``errors(n)``: has broker's WAL uploader counted ``n`` more failed uploads than on entry?"""
+    client = UploaderClient(fc.c.uploaders[broker].addr)
+    try:
+        base = (await client.status()).upload_errors_total
+
+        async def errors(n: int) -> bool:
+            return (await client.status()).upload_errors_total >= base + n
+
+        yield errors
+    finally:
+        await client.aclose()
 
 
 # ---------------------------------------------------------------------- the faults
@@ -101,7 +138,7 @@ async def pause_past_lease(ctx: Ctx) -> None:
     name = f"broker-{ctx.victim}"
     ctx.fc.pause(name)
     await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
-    await asyncio.sleep(max(0.0, PAST_LEASE_S - REGISTRATION_TTL_S))  # stay frozen past the takeover
+    await ctx.logs_taken_over()  # stay frozen past the takeover of its logs
     ctx.fc.resume(name)  # it wakes with its lease gone: it must not acknowledge anything, and exits
     await ctx.acks_flow()
 
@@ -120,10 +157,13 @@ async def etcd_restart(ctx: Ctx) -> None:
 
 
 async def object_store_errors(ctx: Ctx) -> None:
-    ctx.fc.object_store("refuse")
-    await asyncio.sleep(2.5)
-    ctx.fc.object_store("blackhole")
-    await asyncio.sleep(2.5)
+    """S3 refuses connections, then swallows requests; each phase lasts until the victim's
+    uploader counted an upload failed by it (a refused one, then one timed out)."""
+    async with uploader_errors(ctx.fc, ctx.victim) as errors:
+        ctx.fc.object_store("refuse")
+        await wait_until(lambda: errors(1), timeout_s=30, interval_s=0.1, what="a refused upload counted")
+        ctx.fc.object_store("blackhole")
+        await wait_until(lambda: errors(2), timeout_s=30, interval_s=0.1, what="a timed-out upload counted")
     ctx.fc.object_store("pass")
     await ctx.acks_flow()
 
@@ -134,7 +174,7 @@ async def disk_full(ctx: Ctx) -> None:
         await ctx.acks_flow()
         return
     await asyncio.to_thread(ctx.fc.fill_disk, ctx.victim)
-    await asyncio.sleep(2.0)
+    await ctx.acks_stalled(quiet_s=1.0)  # the full disk bites: nothing is acknowledged any more
     ctx.fc.free_disk(ctx.victim)
     await ctx.acks_flow()
 
@@ -162,7 +202,7 @@ async def pause_during_move(ctx: Ctx) -> None:
     await ctx.fc.admin("topics", "move", ctx.topics[0])
     ctx.fc.pause(name)
     await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
-    await asyncio.sleep(max(0.0, PAST_LEASE_S - REGISTRATION_TTL_S))
+    await ctx.logs_taken_over()
     ctx.fc.resume(name)
     await ctx.acks_flow()
 
@@ -173,7 +213,7 @@ async def pause_during_drain(ctx: Ctx) -> None:
     await ctx.fc.admin("brokers", "drain", ctx.victim)
     ctx.fc.pause(name)
     await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
-    await asyncio.sleep(max(0.0, PAST_LEASE_S - REGISTRATION_TTL_S))
+    await ctx.logs_taken_over()
     ctx.fc.resume(name)
     await ctx.acks_flow()
     await ctx.fc.admin("brokers", "activate", ctx.victim)
@@ -195,7 +235,13 @@ async def load_manager_pause(ctx: Ctx) -> None:
     assert leader is not None, "no load manager leads"
     name = next(s.name for s in ctx.fc.c.load_managers if s.name.endswith(leader.candidate_id.split("-")[-1]))
     ctx.fc.pause(name)
-    await asyncio.sleep(LEADERSHIP_TTL_S + 1.0)
+
+    async def standby_leads() -> bool:
+        now = (await read_leaders(ctx.res.store, ctx.res.keys)).get(LOAD_MANAGER_ROLE)
+        return now is not None and now.term > leader.term
+
+    # Frozen past its leadership: the standby has been elected (a term after the frozen one's).
+    await wait_until(standby_leads, timeout_s=LEADERSHIP_TTL_S + 30, interval_s=0.1, what="the standby leads")
     await ctx.fc.kill(ctx.victim)
     await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
     ctx.fc.resume(name)
@@ -299,7 +345,7 @@ async def _place_on(ctx_fc: FaultCluster, res: Resources, topics: list[str]) -> 
             lambda t=topic: ctx_fc.owner(res, t), timeout_s=30, interval_s=0.1, what=f"{topic} placed"
         )
         if current != owner:
-            await ctx_fc.admin("topics", "move", topic, "--to", owner)
+            await ctx_fc.move_topic(topic, to=str(owner))
             await wait_until(
                 lambda t=topic: _is(ctx_fc.owner(res, t), owner), timeout_s=40, interval_s=0.1, what="moved"
             )
@@ -398,6 +444,7 @@ async def run_scenario(
 
     rng = random.Random(seed)
     t0 = time.monotonic()
+    log.info("%s: creating the topics", name)
     tag = name.replace("_", "-")
     topics = [f"/default/{unique(f'{tag}-fsync')}", f"/default/{unique(f'{tag}-cloud')}"]
     await fc.create_topic(topics[0], durability="fsync")
@@ -449,7 +496,12 @@ async def run_scenario(
                 await asyncio.gather(
                     *(
                         final_read(
-                            fc.service_url, t, expect_at_least=expected.get(t, 0), timeout_s=60, idle_s=1.5
+                            fc.service_url,
+                            t,
+                            expect_at_least=expected.get(t, 0),
+                            timeout_s=60,
+                            idle_s=1.5,
+                            admin_addr=fc.admin_addr,
                         )
                         for t in topics
                     )

@@ -51,7 +51,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from functools import partial
 
+import grpc
+import grpc.aio
+
 from danube_common.errors import DanubeError, InvalidArgument
+from danube_common.pb import DanubeAdmin_pb2 as apb
+from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
 from danube_sdk import (
     ClientClosed,
     ClientTimeout,
@@ -363,6 +368,25 @@ class Workload:
                 history.acked(process, topic, subscription, m.offset, msg)
 
 
+async def log_end(admin_addr: str, topic: str, *, timeout_s: float = 10.0) -> int | None:
+    """The next offset of ``topic``'s log as its owner reports it (admin ``GetTopicStats``), or
+    None if no owner answers with a served log within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    async with grpc.aio.insecure_channel(admin_addr) as channel:
+        stub = apb_grpc.TopicAdminStub(channel)
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                st = await stub.GetTopicStats(apb.TopicStatsRequest(name=topic), timeout=min(5.0, remaining))
+            except grpc.aio.AioRpcError as err:
+                log.info("stats of %s: %s; asking again", topic, err.code().name)
+            else:
+                if st.dispatch_strategy == "reliable" and st.state == "":
+                    return int(st.next_offset)
+                log.info("stats of %s: not a served log yet (%r); asking again", topic, st.state)
+            await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+    return None
+
+
 async def final_read(
     service_url: str,
     topic: str,
@@ -371,12 +395,18 @@ async def final_read(
     timeout_s: float,
     idle_s: float = 2.0,
     subscription: str | None = None,
+    admin_addr: str | None = None,
+    past_end_idle_s: float = 0.25,
 ) -> list[tuple[int, MsgId | None]]:
     """Everything ``topic`` keeps, as a new exclusive subscription from ``earliest`` receives it.
 
     Reads until nothing arrived for ``idle_s`` after at least ``expect_at_least`` distinct
     offsets, or until ``timeout_s`` (then returns what it has, so the checker says what is
-    missing). A repeated offset holding the same message (a redelivery after the reader's own
+    missing). With ``admin_addr`` (the lookup's admin API) and nothing writing to the topic any
+    more, the topic's log end is asked once subscribed: the read then ends as soon as it holds
+    the last offset below that end and ``expect_at_least`` distinct offsets, and nothing more
+    came for ``past_end_idle_s`` (if the end is never reached, the idle rule above still ends
+    it). A repeated offset holding the same message (a redelivery after the reader's own
     reconnect) is dropped; a repeated offset holding another message is kept for the checker.
     The subscription is deleted at the end.
     """
@@ -391,10 +421,17 @@ async def final_read(
             sub_type=SubType.EXCLUSIVE,
             initial_position=InitialPosition.EARLIEST,
         )
+        end = None
+        if admin_addr is not None:
+            end = await log_end(admin_addr, topic, timeout_s=min(10.0, timeout_s))
+        highest = -1
         try:
             while (remaining := deadline - time.monotonic()) > 0:
+                at_end = end is not None and highest >= end - 1 and len(seen) >= expect_at_least
                 try:
-                    msgs = await consumer.receive_many(1000, timeout_s=min(idle_s, remaining))
+                    msgs = await consumer.receive_many(
+                        1000, timeout_s=min(past_end_idle_s if at_end else idle_s, remaining)
+                    )
                 except ClientTimeout:
                     if len(seen) >= expect_at_least:
                         break
@@ -404,6 +441,7 @@ async def final_read(
                     if m.offset not in seen or seen[m.offset] != msg:
                         seen.setdefault(m.offset, msg)
                         out.append((m.offset, msg))
+                    highest = max(highest, m.offset)
                     await consumer.ack(m)
             else:
                 log.warning(

@@ -1,6 +1,7 @@
-"""The planner against a real etcd: one cycle as the CLI runs it (``--once``, Spark engine, in a
-subprocess), cycles fenced through the real leader service (in-process), on-demand requests,
-and the CLI's errors when Java cannot be found.
+"""The planner against a real etcd: one cycle as the CLI runs it (``--once`` in a subprocess, with
+the Python engine: tests/spark runs a cycle on the Spark engine and checks it computes the same),
+cycles fenced through the real leader service (in-process), on-demand requests, and the CLI's
+errors when Java cannot be found.
 
 The cluster is written as brokers and the load manager would write it: registrations, load
 reports (``LoadReport.to_json()`` at ``Keys.load(id)``), owner keys with ``assigned_at_ms``; its
@@ -108,8 +109,6 @@ def check_schema(report: dict[str, Any], plan: dict[str, Any] | None) -> None:
         assert report["plan"]["plan_id"] == plan["plan_id"]
 
 
-@pytest.mark.spark
-@pytest.mark.slow
 async def test_once_cli_writes_the_report_and_a_plan(
     etcd_server: EtcdProcess, etcd_store: EtcdStore, keys: Keys, tmp_path: Path
 ) -> None:
@@ -129,7 +128,7 @@ async def test_once_cli_writes_the_report_and_a_plan(
     cmd = [
         sys.executable, "-m", "danube_planner", "--once", "--leader-endpoints", "",
         "--etcd-endpoints", etcd_server.endpoint, "--cluster", keys.cluster,
-        "--history-dir", str(history), "--max-moves", "8", "--master", "local[2]",
+        "--history-dir", str(history), "--max-moves", "8", "--engine", "python",
     ]  # fmt: skip
     env = {**os.environ, "DANUBE_PLANNER_MIN_TOPIC_AGE_S": "0"}
     t0 = time.monotonic()
@@ -139,7 +138,7 @@ async def test_once_cli_writes_the_report_and_a_plan(
     out, _ = await asyncio.wait_for(proc.communicate(), timeout=100)
     log = out.decode(errors="replace")
     print(
-        f"\ndanube-planner --once (Spark, {len(syn.states)} brokers x {len(syn.owners)} topics): {time.monotonic() - t0:.1f} s"
+        f"\ndanube-planner --once ({len(syn.states)} brokers x {len(syn.owners)} topics): {time.monotonic() - t0:.1f} s"
     )
     assert proc.returncode == 0, log
     assert "WITHOUT fencing" in log and "UNFENCED" in log
@@ -149,7 +148,7 @@ async def test_once_cli_writes_the_report_and_a_plan(
     assert len(plans) == 1
     plan = plans[0].json()
     check_schema(report, plan)
-    assert report["planner"]["engine"] == "spark" and report["planner"]["fenced"] is False
+    assert report["planner"]["engine"] == "python" and report["planner"]["fenced"] is False
     assert report["window"]["history_objects"] > 0 and report["window"]["samples"] == 3 * len(syn.states)
     assert report["totals"]["topics"] == len(syn.owners)
     assert 0 < len(plan["moves"]) <= 8

@@ -1,32 +1,36 @@
 """The DataFrame path on a local SparkSession: it computes what the plain-Python path computes,
-and its plan evens out a skewed cluster within the move budget.
+the shared score table's scores, and a plan that evens out a skewed cluster within the move
+budget; and one whole planner cycle on the Spark engine.
 
-One SparkSession (local[2], loopback, UI off) is shared by the module; its start-up and each
-step's wall time are printed (run with -s to see them).
+One Spark engine (the planner's own ``SparkEngine``: local[2], loopback, UI off) is shared by the
+module; its start-up and each step's wall time are printed (run with -s to see them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pyspark.sql import functions as F
 
 from danube_common.keys import Keys
 from danube_common.metadata.memory import MemoryStore
+from danube_planner import frames as fr
 from danube_planner.aggregate import aggregate
+from danube_planner.app import SparkEngine
 from danube_planner.config import PlannerConfig, SparkSettings
 from danube_planner.cycle import Planner, candidates
 from danube_planner.frames import aggregate_spark
 from danube_planner.model import AggregateParams, Aggregates, PlannerInputs
 from danube_planner.rebalance import PlanLimits, compute_plan
-from danube_planner.sparkenv import create_session
-from tests.support.score_table import CASES, Case
+from tests.support.score_table import CASES
 from tests.support.tracing import capture_spans, children, one
 from tests.unit.planner.helpers import NOW, Synthetic, zipf_cluster
-from tests.unit.planner.test_aggregate import table_inputs
+from tests.unit.planner.test_aggregate import owned
 from tests.unit.planner.test_cycle import publish
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(180)]
@@ -37,12 +41,17 @@ SETTINGS = SparkSettings(master="local[2]", shuffle_partitions=2)
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
+def engine() -> Iterator[SparkEngine]:
     t0 = time.monotonic()
-    session = create_session(SETTINGS)
+    made = SparkEngine(PlannerConfig(engine="spark", leader_endpoints=[], spark=SETTINGS))
     print(f"\nSpark session start: {time.monotonic() - t0:.1f} s")
-    yield session
-    session.stop()
+    yield made
+    made.close()
+
+
+@pytest.fixture(scope="module")
+def spark(engine: SparkEngine) -> Any:
+    return engine.session
 
 
 @pytest.fixture(scope="module")
@@ -109,10 +118,52 @@ def test_dataframe_path_computes_the_plain_python_report(both: tuple[Aggregates,
     assert [t.topic for t in frames.hot_topics] == [t.topic for t in plain.hot_topics]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_dataframe_scores_match_the_shared_table(spark: Any, case: Case) -> None:
-    agg = aggregate_spark(spark, table_inputs(case), AggregateParams(weights=case.weights))
-    assert agg.active_scores() == pytest.approx(case.expected)
+def test_dataframe_scores_match_the_shared_table(spark: Any) -> None:
+    """Every case of the table at once: the cases' brokers side by side in one input (ids and
+    topics prefixed with the case's index, so nothing is shared), through the DataFrame steps
+    that make the broker table (the chain of ``aggregate_spark``, whose own wiring the test
+    above holds to the plain-Python report), then each case's means and scores with its
+    weights, collected in one job. A per-broker step never mixes brokers, so each case gets
+    what it would get alone."""
+    syn = Synthetic()
+    for i, case in enumerate(CASES):
+        for b in case.brokers:
+            mine = dataclasses.replace(b, broker_id=f"{i}-{b.broker_id}")
+            syn.states[mine.broker_id] = "active"
+            syn.current.append(mine.report(NOW))
+            owned(syn, mine.broker_id, *mine.topic_names())
+    inp = syn.inputs()
+    parsed = fr.parse_reports(fr.lines_frame(spark, inp.current_lines, inp.history_lines))
+    current = parsed.filter(F.col("current")).drop("current")
+    samples = fr.window_samples(parsed, inp.window_from_ms, inp.window_to_ms)
+    current_rows = fr.topic_rows(current)
+    topics = fr.topic_table(
+        fr.owners_frame(spark, inp.owners),
+        fr.listed_by(current_rows),
+        fr.topic_stats(fr.topic_rows(samples)),
+        fr.remainders(current, current_rows),
+    )
+    brokers = fr.broker_table(topics, samples, fr.states_frame(spark, inp.broker_states), current).cache()
+    try:
+        scored = None
+        for i, case in enumerate(CASES):
+            own = brokers.filter(F.col("broker_id").startswith(f"{i}-"))
+            part = fr.with_scores(own, fr.score_means(own), case.weights).select("broker_id", "score")
+            scored = part if scored is None else scored.unionByName(part)
+        assert scored is not None
+        rows = scored.collect()
+    finally:
+        brokers.unpersist()
+    got: dict[int, dict[str, float]] = {}
+    for r in rows:
+        i, broker = r["broker_id"].split("-", 1)
+        got.setdefault(int(i), {})[broker] = float(r["score"])
+    wrong = [
+        f"{case.name}: {got.get(i)} != {case.expected}"
+        for i, case in enumerate(CASES)
+        if got.get(i) != pytest.approx(case.expected)
+    ]
+    assert not wrong, wrong
 
 
 def test_namespace_breakdown(both: tuple[Aggregates, Aggregates, Any]) -> None:
@@ -150,24 +201,15 @@ def test_plan_brings_the_imbalance_under_target_within_the_budget(
     assert [m.topic for m in same.moves] == [m.topic for m in plan.moves]  # same input, same plan
 
 
-async def test_one_cycle_on_spark(spark: Any, skewed: Synthetic) -> None:
+async def test_one_cycle_on_spark(engine: SparkEngine, skewed: Synthetic) -> None:
     store = MemoryStore()
     keys = Keys("spark-test")
     await publish(store, keys, skewed)
 
-    class SessionEngine:  # the module's session (a SparkEngine would stop it on close)
-        name = "spark"
-
-        def aggregate(self, inp: PlannerInputs, params: AggregateParams) -> Aggregates:
-            return aggregate_spark(spark, inp, params)
-
-        def close(self) -> None:
-            return None
-
     cfg = PlannerConfig(engine="spark", leader_endpoints=[], max_moves_per_cycle=BUDGET, spark=SETTINGS)
     t0 = time.monotonic()
     with capture_spans() as exporter:
-        result = await Planner(cfg, store, keys, None, SessionEngine()).cycle(None, now=NOW)
+        result = await Planner(cfg, store, keys, None, engine).cycle(None, now=NOW)
     print(
         f"one cycle (Spark engine, 10 brokers x 300 topics): {1000 * (time.monotonic() - t0):.0f} ms {result.timings_ms}"
     )

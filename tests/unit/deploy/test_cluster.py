@@ -220,6 +220,27 @@ def test_stop_terminates_services_then_etcd(tmp_path: Path, monkeypatch: pytest.
     assert cluster_mod.atexit.registered == []  # type: ignore[attr-defined]
 
 
+def test_stop_ends_the_load_managers_before_signalling_the_data_plane(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The load managers resign and exit first, so a stopping broker finds no leader to hand
+    its topics over to and does not wait its lame duck out."""
+    lc, sig, _ = running_cluster(tmp_path, monkeypatch)
+    lms = [lc._indexed_service("load_manager", i, []) for i in (1, 2)]
+    lms[0].proc, lms[1].proc = FakeProc(201, term_polls=3), FakeProc(202)  # type: ignore[assignment]
+    lc.load_managers = lms
+    leader = lc._indexed_service("leader", 1, [])
+    leader.proc = FakeProc(301)  # type: ignore[assignment]
+    lc.leaders = [leader]
+    lc.stop()
+    terms = [pid for pid, s in sig.sent if s == signal.SIGTERM]
+    assert terms == [201, 202, 100, 101, 102, 301]
+    lm_exits = [i for i, (pid, s) in enumerate(sig.sent) if pid in (201, 202) and s == signal.SIGKILL]
+    first_data_plane = sig.sent.index((100, signal.SIGTERM))
+    assert len(lm_exits) == 2 and max(lm_exits) < first_data_plane, sig.sent
+    assert all(not s.running for s in [*lms, lc.lookup, *lc.brokers, leader])
+
+
 def test_stop_is_idempotent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     lc, sig, _ = running_cluster(tmp_path, monkeypatch)
     lc.stop()
