@@ -15,7 +15,8 @@ can (pipelined, batched):
   sampled ones get send / publish / wal commit / fsync / deliver spans;
 - **100 %**: the traced cluster, every message sampled.
 
-Modes alternate within each round (so drift of the shared machine hits all of them alike); the
+Modes alternate within each round (so drift of the shared machine hits all of them alike), and each
+mode waits for the sink to go quiet (the traced cluster done exporting) before the next one runs; the
 table shows the median over rounds and the ratio to "off", plus the spans the sink received.
 """
 
@@ -28,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -63,6 +65,21 @@ def run_producer(
         raise RuntimeError(f"producer failed ({out.returncode}):\n{out.stderr[-2000:]}")
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
+
+
+def _quiesce(sink: object, *, quiet_s: float = 1.0, limit_s: float = 60.0) -> None:
+    """Wait until the sink has received no span for ``quiet_s`` (at most ``limit_s``): spans of a
+    mode still being exported (100 % queues ~250k of them) would otherwise load the machine
+    while the next mode is measured."""
+    deadline = time.monotonic() + limit_s
+    last, since = sink.received, time.monotonic()  # type: ignore[attr-defined]
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = sink.received  # type: ignore[attr-defined]
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
 
 
 def main() -> None:
@@ -105,6 +122,7 @@ def main() -> None:
                         )
                         res = run_producer(cluster.service_url, topic, kind == "reliable", args.messages, env)
                         results.setdefault((mode, kind), []).append(res)
+                    _quiesce(sink)  # the traced cluster's exporters finish before the next mode runs
                     spans.setdefault(mode, []).append(sink.received - before)
 
     print()
