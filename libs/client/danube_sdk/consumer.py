@@ -31,8 +31,9 @@ _MAX_BUFFERED_ACK_BATCHES = 10
 class Consumer(Generic[T]):
     """Receives from a topic through a named subscription. Create with ``DanubeClient.subscribe``.
 
-    Messages of all partitions are merged into one queue of ``receiver_queue_size``
-    messages; order is kept within a partition. ``ack`` buffers the offset and returns;
+    Messages of all partitions are merged into one buffer of ``receiver_queue_size``
+    messages, taken round-robin over the partitions; order is kept within a partition, and each
+    partition is guaranteed its share of the buffer (see :mod:`danube_sdk.receive_queue`). ``ack`` buffers the offset and returns;
     buffered acks go out as one ``AckBatch`` per partition every ``ack_flush_interval_ms``
     or ``ack_batch_size`` acks, and on ``flush_acks``/``close``.
     """
@@ -55,7 +56,7 @@ class Consumer(Generic[T]):
         self.partitions = list(partitions)
         self._opts = opts
         self._client_opts = client_opts
-        self._queue = ReceiveQueue(opts.receiver_queue_size)
+        self._queue = ReceiveQueue(opts.receiver_queue_size, partitions=len(partitions))
         self._parts = {
             p: TopicConsumer(
                 conns,

@@ -62,7 +62,8 @@ class ProducerOptions:
 class ConsumerOptions:
     sub_type: SubType = SubType.SHARED
     key_filters: tuple[str, ...] = ()
-    #: Messages buffered client-side across all partitions before reading pauses.
+    #: Messages buffered client-side across all partitions before reading pauses (each
+    #: partition may always buffer its share, receiver_queue_size // partitions).
     receiver_queue_size: int = 1000
     #: Acks are sent in one AckBatch per partition when this many are buffered ...
     ack_batch_size: int = 1000

@@ -92,3 +92,51 @@ async def test_receive_queue_blocks_writers_when_full_and_fails_after_drain() ->
     assert [(await q.get()).offset, (await q.get()).offset] == [1, 2]
     with pytest.raises(Unavailable):
         await q.get()
+
+
+def _pmsg(topic: str, i: int) -> Message:
+    from danube_common.pb import DanubeApi_pb2 as pb
+
+    return Message(pb.StreamMessage(payload=b"%d" % i, msg_id=pb.MsgID(topic_name=topic, topic_offset=i)))
+
+
+async def test_receive_queue_takes_partitions_in_turn_keeping_each_order() -> None:
+    q = ReceiveQueue(100, partitions=3)
+    await q.put_many([_pmsg("/d/t-part-0", i) for i in range(4)])
+    await q.put_many([_pmsg("/d/t-part-1", i) for i in range(2)])
+    await q.put_many([_pmsg("/d/t-part-2", 7)])
+    got = [(m.topic[-1], m.offset) for m in q.take(100)]
+    assert got == [("0", 0), ("1", 0), ("2", 7), ("0", 1), ("1", 1), ("0", 2), ("0", 3)]
+    assert len(q) == 0 and q.get_nowait() is None
+
+
+async def test_receive_queue_busy_partition_uses_the_buffer_but_cannot_starve_another() -> None:
+    q = ReceiveQueue(4, partitions=2)  # share: 2 per partition
+    await q.put_many([_pmsg("/d/a", i) for i in range(4)])  # the whole buffer, the other is idle
+    busy = asyncio.create_task(q.put_many([_pmsg("/d/a", 4)]))
+    other = asyncio.create_task(q.put_many([_pmsg("/d/b", 0), _pmsg("/d/b", 1)]))
+    await asyncio.sleep(0)
+    assert other.done() and not busy.done()  # b is under its share: it may add to a full buffer
+    assert q.buffered("/d/b") == 2 and len(q) == 6
+    # a waits until the buffer is under capacity again.
+    assert [m.topic for m in q.take(2)] == ["/d/a", "/d/b"]
+    await asyncio.sleep(0)
+    assert not busy.done() and len(q) == 4
+    q.get_nowait()
+    await asyncio.wait_for(busy, 1)
+    assert q.buffered("/d/a") == 3
+
+
+async def test_receive_queue_purge_and_fail_release_writers() -> None:
+    q = ReceiveQueue(2, partitions=1)
+    await q.put_many([_pmsg("/d/a", 0), _pmsg("/d/a", 1)])
+    writer = asyncio.create_task(q.put_many([_pmsg("/d/a", 2)]))
+    await asyncio.sleep(0)
+    assert not writer.done()
+    assert q.purge("/d/a") == 2 and len(q) == 0
+    await asyncio.wait_for(writer, 1)
+    assert (await q.get()).offset == 2
+    blocked = [asyncio.create_task(q.put_many([_pmsg("/d/a", i)])) for i in (3, 4, 5)]
+    await asyncio.sleep(0)
+    q.fail(Unavailable("gone"))
+    await asyncio.wait_for(asyncio.gather(*blocked), 1)
