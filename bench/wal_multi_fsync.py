@@ -41,7 +41,10 @@ def syncfs(fd: int) -> None:
 
 class Files:
     def __init__(self, directory: Path, n: int) -> None:
-        self.fds = [os.open(directory / f"f{i:05d}.wal", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644) for i in range(n)]
+        self.fds = [
+            os.open(directory / f"f{i:05d}.wal", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+            for i in range(n)
+        ]
         self.pos = [0] * n
         self.journal = os.open(directory / "journal.wal", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
         self.jpos = 0
