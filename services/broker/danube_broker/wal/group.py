@@ -207,10 +207,12 @@ class CommitGroup:
     async def _run_round(self, jobs: list[CommitJob]) -> None:
         t0 = time.perf_counter()
         t0_ns = time.time_ns()
-        hop = [j for j in jobs if not (j.store.inline_write_ok(len(j.data)) and not j.roll_first)]
+        hop: list[CommitJob] = []
         for job in jobs:
-            if job not in hop:
-                job.run_write()  # durability none, small, opted in: on the loop
+            if job.roll_first or not job.store.inline_write_ok(len(job.data)):
+                hop.append(job)
+            else:
+                job.run_write()  # durability none, small, opted in (inline_write_max_bytes): on the loop
         if hop:
             await asyncio.get_running_loop().run_in_executor(self._executor, self._blocking_round, hop)
         end_ns = time.time_ns()
