@@ -212,3 +212,14 @@ class DanubeCloudDriver(DanubeDriver):
     durability = "cloud: acked after upload to object storage (local-dir store, after the WAL fsync)"
     wal_durability = "cloud"
     with_uploaders = True
+
+
+class DanubePerTopicCommitDriver(DanubeDriver):
+    """``danube`` with ``wal.shared_commit: false``: a WAL writer task per topic (one thread hop
+    and one fsync per topic per commit), as before the broker-wide commit scheduler; for
+    same-run comparisons with ``danube`` (bench/README.md)."""
+
+    name = "danube-pertopic"
+
+    def _configure(self, cluster: Any) -> None:
+        cluster.extra_env["DANUBE_BROKER_WAL__SHARED_COMMIT"] = "false"

@@ -359,6 +359,11 @@ async def test_wal_and_uploads(traffic: Cluster) -> None:
     assert total(brokers, "danube_wal_append_bytes_total") > RELIABLE_N * len(PAYLOAD)
     assert total(brokers, "danube_wal_flush_latency_seconds_count") >= 1
     assert total(brokers, "danube_wal_flush_errors_total") == 0
+    # the broker's shared commit scheduler ran the commits (one round per hop, >= 1 topic each)
+    assert total(brokers, "danube_wal_commit_round_topics_count") >= 1
+    assert total(brokers, "danube_wal_commit_round_topics_sum") >= total(
+        brokers, "danube_wal_commit_round_topics_count"
+    )
     assert total(brokers, "danube_wal_disk_bytes") > 0
     # 60 records of ~100 bytes in 4 KiB segments: some were sealed ...
     assert total(brokers, "danube_wal_file_rotate_total") >= 1

@@ -47,6 +47,7 @@ from danube_broker.schema_gate import SchemaGate
 from danube_broker.stats_api import BrokerStatsApi
 from danube_broker.takeover import close_orphaned_stints
 from danube_broker.tiering import Tiering
+from danube_broker.wal import CommitGroup
 from danube_common.cluster_view import ClusterView
 from danube_common.discovery import DiscoveryServicer
 from danube_common.errors import DanubeError
@@ -168,6 +169,7 @@ async def run(
         security = await start_security(cfg, store, resources.keys)
         tiering: Tiering | None = None
         http: HttpEndpoint | None = None
+        commit_group: CommitGroup | None = None
         try:
             tiering = await Tiering.open(cfg, resources)
             listeners = bind_listeners(cfg, security)
@@ -175,6 +177,14 @@ async def run(
             events = BrokerEvents(metrics)
             registry = BrokerRegistry(cfg, resources, broker_url=f"http://{listeners.addr}", events=events)
             metrics.register(BrokerCollector(registry, max_topics=cfg.metrics.max_topics))
+            if cfg.wal.shared_commit:  # one commit scheduler for every topic's WAL; closed last
+                commit_group = CommitGroup(
+                    max_round_bytes=cfg.wal.max_round_bytes,
+                    fsync_threads=cfg.wal.commit_fsync_threads,
+                    observer=events,
+                    on_failure=registry.tasks.report_failure,
+                )
+                registry.reliable.commit_group = commit_group
             http = await start_http(
                 cfg, security, metrics, service="broker", advertised_host=cfg.advertised_host
             )
@@ -195,6 +205,8 @@ async def run(
                 http=http,
             )
         finally:
+            if commit_group is not None:  # after _serve closed the topics' logs
+                await commit_group.aclose()
             if http is not None:
                 await http.aclose()
             if tiering is not None:

@@ -26,6 +26,9 @@ from danube_broker.stats import SubscriptionStats, TopicStats
 from danube_common.observability import metric_names as mn
 from danube_common.observability.metrics import OTHER_TOPICS, MetricDef, OtherTotals, SeriesBound, add_samples
 
+#: Buckets of "topics per WAL commit round".
+ROUND_LOGS_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+
 if TYPE_CHECKING:
     from danube_broker.registry import BrokerRegistry
 
@@ -156,6 +159,8 @@ class BrokerEvents:
         self._wal_bytes = mn.WAL_APPEND_BYTES.counter(registry)
         self._wal_fsync = mn.WAL_FSYNC_LATENCY.histogram(registry)
         self._wal_failures = mn.WAL_COMMIT_FAILURES.counter(registry)
+        self._wal_round_logs = mn.WAL_ROUND_LOGS.histogram(registry, ROUND_LOGS_BUCKETS)
+        self._wal_round_latency = mn.WAL_ROUND_LATENCY.histogram(registry)
         self._wal_rotations = mn.WAL_SEGMENT_ROTATIONS.counter(registry)
         self._acquired = mn.OWNERSHIP_ACQUIRED.counter(registry)
         self._moves = mn.TOPIC_MOVES.counter(registry)
@@ -177,6 +182,11 @@ class BrokerEvents:
 
     def rotated(self) -> None:
         self._wal_rotations.inc()
+
+    # ---- the WAL's CommitGroup (RoundObserver)
+    def round_committed(self, logs: int, nbytes: int, seconds: float) -> None:
+        self._wal_round_logs.observe(logs)
+        self._wal_round_latency.observe(seconds)
 
     # ---- ownership
     def acquired(self) -> None:

@@ -55,7 +55,7 @@ from danube_broker.stats import TieredStats
 from danube_broker.subscription import Subscription
 from danube_broker.takeover import LogOpener, LogOpening
 from danube_broker.tiering import Tiering
-from danube_broker.wal import Durability, LogClosed, StorageError, StorageFailed, WalObserver
+from danube_broker.wal import CommitGroup, Durability, LogClosed, StorageError, StorageFailed, WalObserver
 from danube_broker.wal.remote import RemoteHistory
 from danube_broker.wal.tiered import TieredLog
 from danube_common.errors import (
@@ -111,6 +111,8 @@ class ReliableContext:
     renewal_wait_s: float = 1.0
     #: Told of every WAL commit and segment roll (the broker's metrics; None: nobody).
     wal_observer: WalObserver | None = None
+    #: The broker's WAL commit scheduler shared by its topics (None: a writer per topic).
+    commit_group: CommitGroup | None = None
 
     async def broker_registered(self, broker_id: str) -> bool:
         """Whether ``broker_id`` holds a registration (its lease is alive)."""
@@ -270,6 +272,7 @@ class ReliableTopic:
             unclean_after_s=policies.unclean_takeover_after_s,
             writer_alive=ctx.broker_registered,
             wal_observer=ctx.wal_observer,
+            commit_group=ctx.commit_group,
         )
         on_opening(opening)
         try:

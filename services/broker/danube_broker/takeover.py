@@ -36,7 +36,7 @@ from pathlib import Path
 from danube_broker import ownership_spans
 from danube_broker.config import BrokerConfig
 from danube_broker.dispatch.reliable.log_port import TopicLogPort
-from danube_broker.wal import Durability, TopicLog, WalObserver
+from danube_broker.wal import CommitGroup, Durability, TopicLog, WalObserver
 from danube_broker.wal.remote import RemoteHistory
 from danube_common.errors import DanubeError, HistoryConflict, TakeoverPending, TopicNotOwned
 from danube_common.log_state import (
@@ -149,9 +149,11 @@ class LogOpening:
         unclean_after_s: float = 0.0,
         writer_alive: Callable[[str], Awaitable[bool]] | None = None,
         wal_observer: WalObserver | None = None,
+        commit_group: CommitGroup | None = None,
     ) -> None:
         self.topic = topic
         self._wal_observer = wal_observer
+        self._commit_group = commit_group
         self.incarnation = incarnation
         self.directory = directory
         self.durability = durability
@@ -255,7 +257,11 @@ class LogOpening:
             await asyncio.to_thread(shutil.rmtree, d, True)
             return None
         return await TopicLog.open(
-            d, cfg=self._cfg.wal, durability=self.durability, observer=self._wal_observer
+            d,
+            cfg=self._cfg.wal,
+            durability=self.durability,
+            observer=self._wal_observer,
+            group=self._commit_group,
         )
 
     async def _start(self, view: LogView, start: Start, local: TopicLogPort | None) -> Opened | None:
@@ -334,6 +340,7 @@ class LogOpening:
             durability=self.durability,
             initial_offset=offset,
             observer=self._wal_observer,
+            group=self._commit_group,
         )
 
     async def _refresh_epoch(self) -> None:

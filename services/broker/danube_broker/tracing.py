@@ -85,6 +85,7 @@ class PublishSpans:
                     "danube.wal.round.records": rnd.records,
                     "danube.wal.round.bytes": rnd.bytes,
                     "danube.wal.round.batches": rnd.batches,
+                    "danube.wal.round.topics": rnd.logs,
                 },
             )
             if rnd.fsync_s > 0:

@@ -111,6 +111,16 @@ WAL_FSYNC_LATENCY = MetricDef(
     "histogram",
     "Duration of one group commit's fsync (topics with durability fsync or cloud).",
 )
+WAL_ROUND_LOGS = MetricDef(
+    "danube_wal_commit_round_topics",
+    "histogram",
+    "Topics whose commits shared one round of the broker's WAL commit scheduler (one thread hop).",
+)
+WAL_ROUND_LATENCY = MetricDef(
+    "danube_wal_commit_round_seconds",
+    "histogram",
+    "Duration of one round of the broker's WAL commit scheduler (writes + fsyncs of every topic in it).",
+)
 WAL_COMMIT_FAILURES = MetricDef(
     "danube_wal_flush_errors", "counter", "Group commits that failed (disk full, I/O error)."
 )
@@ -312,6 +322,8 @@ SECTIONS: tuple[tuple[str, tuple[MetricDef, ...]], ...] = (
             WAL_APPENDS,
             WAL_APPEND_BYTES,
             WAL_FSYNC_LATENCY,
+            WAL_ROUND_LOGS,
+            WAL_ROUND_LATENCY,
             WAL_COMMIT_FAILURES,
             WAL_SEGMENT_ROTATIONS,
             WAL_DISK_BYTES,

@@ -57,3 +57,14 @@ class WalConfig(BaseModel):
     #: the thread pool, so no disk call can ever stall the event loop (e.g. under dirty-page
     #: write-back throttling).
     inline_write_max_bytes: int = Field(default=0, ge=0, le=1024 * 1024)
+    #: One commit scheduler for every topic of the broker (``CommitGroup``): a round commits
+    #: the queued appends of all topics with one thread hop, their fdatasyncs spread over
+    #: ``commit_fsync_threads`` threads. false: each topic has its own writer (one thread hop
+    #: and one fsync per topic per round), as before; kept for comparison.
+    shared_commit: bool = True
+    #: Cap of one shared round's frame bytes over all topics (each topic's share is also
+    #: capped by ``max_batch_bytes_per_commit``); the rest waits for the next round.
+    max_round_bytes: int = Field(default=32 * MIB, gt=0)
+    #: Threads a shared round's fdatasyncs are spread over (ext4 merges concurrent ones into
+    #: one journal commit: bench/wal_multi_fsync.py).
+    commit_fsync_threads: int = Field(default=16, gt=0, le=256)

@@ -1,8 +1,10 @@
 """TopicLog: one topic's write-ahead log (append with group commit, reads, retention).
 
 Threading: all state lives on the event loop; blocking disk work (write + fsync, roll, reads of
-segment files, recovery, deletes) runs in a thread pool. One writer task per log takes every
-batch queued while the previous commit ran and writes them with one write and one fsync.
+segment files, recovery, deletes) runs in a thread pool. A commit scheduler (``CommitGroup``:
+the broker's shared one, else a private one per log) takes every batch queued while the
+previous round ran and writes them with one write and one fsync per log, one thread hop per
+round for all its logs.
 See README.md in this package for the format, the crash analysis and failure behaviour.
 """
 
@@ -11,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ from pathlib import Path
 from danube_broker.wal.cache import TailCache
 from danube_broker.wal.config import Durability, WalConfig
 from danube_broker.wal.errors import DiskFull, LogClosed, StorageError, StorageFailed, storage_error
+from danube_broker.wal.group import CommitGroup, CommitJob
 from danube_broker.wal.model import COMMIT_OBSERVER, CommitRound, LogEntry, WalObserver, WalStats
 from danube_broker.wal.recovery import Recovered
 from danube_broker.wal.segments import DiskOps, merge_sequences
@@ -82,6 +84,7 @@ class TopicLog:
         executor: ThreadPoolExecutor,
         ops: DiskOps,
         observer: WalObserver | None = None,
+        group: CommitGroup | None = None,
     ) -> None:
         self.directory = directory
         self._observer = observer
@@ -110,10 +113,10 @@ class TopicLog:
         self._seq_accepted = dict(rec.producer_sequences)
 
         self._queue: deque[_Batch] = deque()
-        self._inflight: list[_Batch] = []  # the batches of the commit being written
         self._roll_requests: list[asyncio.Future[bool]] = []
         self._pending_bytes = 0
-        self._wake = asyncio.Event()
+        self._round_over = asyncio.Event()  # replaced each time a round served this log
+        self._job: CommitJob | None = None  # this log's part of the round running now
         self._advanced = asyncio.Event()  # replaced each time durable_offset moves
         self._space = asyncio.Event()  # replaced each time pending bytes shrink
         self._committing = False
@@ -128,7 +131,9 @@ class TopicLog:
         self._failed_commits = 0
         self._commit_s: deque[float] = deque(maxlen=_LATENCY_WINDOW)
         self._fsync_s: deque[float] = deque(maxlen=_LATENCY_WINDOW)
-        self._writer = asyncio.create_task(self._run_writer(), name=f"wal-writer:{directory}")
+        #: Without a shared group, a private one: one log per round (a per-log writer task).
+        self._own_group = group is None
+        self._group = group or CommitGroup(executor, fsync_threads=1, name=f"wal-writer:{directory}")
 
     @classmethod
     async def open(
@@ -141,6 +146,7 @@ class TopicLog:
         ops: DiskOps | None = None,
         initial_offset: int = 0,
         observer: WalObserver | None = None,
+        group: CommitGroup | None = None,
     ) -> TopicLog:
         """Open (creating it if needed) the log in ``directory`` and recover it. Holds the
         directory's lock (``wal.lock``) until ``aclose``: waits up to ``cfg.lock_wait_s`` for
@@ -148,7 +154,8 @@ class TopicLog:
 
         ``initial_offset`` is where an empty directory starts (a topic moved here resumes at
         the previous owner's last offset + 1); ignored when segments exist. ``ops`` replaces
-        the OS calls (tests). ``observer`` is told of every commit and roll (metrics)."""
+        the OS calls (tests). ``observer`` is told of every commit and roll (metrics).
+        ``group``: the broker's commit scheduler shared by its logs (None: a private one)."""
         directory = Path(directory)
         executor = executor or default_executor()
         ops = ops or DiskOps()
@@ -161,7 +168,14 @@ class TopicLog:
             executor=executor,
         )
         return cls(
-            directory, rec, cfg=cfg, durability=durability, executor=executor, ops=ops, observer=observer
+            directory,
+            rec,
+            cfg=cfg,
+            durability=durability,
+            executor=executor,
+            ops=ops,
+            observer=observer,
+            group=group,
         )
 
     # ------------------------------------------------------------ offsets
@@ -273,7 +287,7 @@ class TopicLog:
         fut: asyncio.Future[int] = loop.create_future()
         self._queue.append(_Batch(first, data, recs, pts, sizes, seqs, fut, COMMIT_OBSERVER.get()))
         self._pending_bytes += len(data)
-        self._wake.set()
+        self._group.notify(self)
         return fut
 
     def _check_writable(self) -> None:
@@ -281,66 +295,84 @@ class TopicLog:
             raise LogClosed(f"WAL {self.directory} is closed")
         if self._broken is not None:
             raise StorageFailed(self._broken.message)
+        if self._group.closed:
+            raise LogClosed(f"WAL {self.directory}: its commit scheduler is closed")
 
     # ------------------------------------------------------------ the writer (group commit)
 
-    async def _run_writer(self) -> None:
-        try:
-            while True:
-                if self._roll_requests:
-                    await self._serve_roll_requests()
-                elif self._queue:
-                    self._inflight = self._take()
-                    await self._commit(self._inflight)
-                    self._inflight = []
-                elif self._closing:
-                    return
-                else:
-                    self._wake.clear()
-                    await self._wake.wait()
-        except Exception as exc:
-            log.exception("WAL %s: the writer crashed; the log refuses appends from now on", self.directory)
-            self._broken = StorageFailed(f"WAL {self.directory}: writer crashed ({exc!r})")
-            self._fail_commit(self._inflight, self._broken)
-            for fut in self._roll_requests:
-                if not fut.done():
-                    fut.set_exception(StorageFailed(self._broken.message))
-            self._roll_requests.clear()
+    def has_work(self) -> bool:
+        """Batches queued or a roll asked for (the scheduler serves this log in a round)."""
+        return bool(self._queue or self._roll_requests)
 
-    def _take(self) -> list[_Batch]:
-        """Whole batches up to max_batch_bytes_per_commit (at least one)."""
+    def next_commit_bytes(self) -> int:
+        """Bytes the smallest possible share of this log in a round takes (its next batch)."""
+        if self._roll_requests or not self._queue:
+            return 0
+        return len(self._queue[0].data)
+
+    def prepare_commit(self, budget_bytes: int | None) -> CommitJob | None:
+        """The scheduler takes this log's share of a round (event loop): a requested roll, or
+        whole batches up to max_batch_bytes_per_commit and ``budget_bytes`` (at least one)."""
+        if self._roll_requests:
+            requests, self._roll_requests = self._roll_requests, []
+            if self._store.active.frames:
+                self._job = CommitJob(self, self._store, [], b"", self._sync, True, requests)
+                return self._job
+            for fut in requests:  # nothing to seal
+                if not fut.done():
+                    fut.set_result(False)
+        if not self._queue:
+            return None
         q = self._queue
         cap = self._cfg.max_batch_bytes_per_commit
+        if budget_bytes is not None:
+            cap = min(cap, budget_bytes)
         b = q.popleft()
-        out, total = [b], len(b.data)
+        batches, total = [b], len(b.data)
         while q and total + len(q[0].data) <= cap:
             b = q.popleft()
-            out.append(b)
+            batches.append(b)
             total += len(b.data)
-        return out
-
-    async def _commit(self, batches: list[_Batch]) -> None:
         data = batches[0].data if len(batches) == 1 else b"".join([b.data for b in batches])
-        t0 = time.perf_counter()
-        t0_ns = time.time_ns()
         self._committing = True
-        try:
-            if self._store.roll_due(len(data)):
-                await self._store.roll()
-                if self._observer is not None:
-                    self._observer.rotated()
-            seg = self._store.active
-            fsync_s = await self._store.write(data)
-        except OSError as exc:
+        self._job = CommitJob(self, self._store, batches, data, self._sync, self._store.roll_due(len(data)))
+        return self._job
+
+    def finish_commit(self, job: CommitJob, start_ns: int, end_ns: int, seconds: float, logs: int) -> None:
+        """The round that ran ``job`` is over (event loop): account a roll, then complete or
+        fail this log's batches. Raises only on a bug (the scheduler then calls crashed)."""
+        self._job = None
+        self._committing = False
+        if job.rolled is not None:
+            self._store.adopt(*job.rolled)
+            if self._observer is not None:
+                self._observer.rotated()
+        if job.bug is not None:
+            raise job.bug
+        if job.is_roll:
+            err = job.error
+            for fut in job.roll_requests:
+                if fut.done():
+                    continue
+                if err is not None:
+                    fut.set_exception(
+                        storage_error(err, f"WAL {self.directory}: sealing {self._store.active.path.name}")
+                    )
+                else:
+                    fut.set_result(True)
+            return
+        batches = job.batches
+        if job.error is not None:
             end = batches[-1].first + len(batches[-1].pts) - 1
             what = f"WAL {self.directory}: committing offsets {batches[0].first}..{end}"
-            self._fail_commit(batches, storage_error(exc, what))
+            self._fail_commit(batches, storage_error(job.error, what))
             return
-        finally:
-            self._committing = False
-
+        seg = job.seg
+        assert seg is not None
+        data_len = len(job.data)
+        fsync_s = job.fsync_s
         pos = seg.size
-        seg.size = pos + len(data)
+        seg.size = pos + data_len
         cache = self._cache
         for b in batches:
             seg.note_batch(pos, b.first, b.pts, b.sizes)
@@ -352,27 +384,28 @@ class TopicLog:
         last = batches[-1]
         self._durable_offset = last.first + len(last.pts)
         self._disk_full = False
-        self._pending_bytes -= len(data)
+        self._pending_bytes -= data_len
         self._commits += 1
         self._appends += len(batches)
         self._records += self._durable_offset - batches[0].first
-        self._commit_s.append(time.perf_counter() - t0)
+        self._commit_s.append(seconds)
         if self._sync:
             self._fsync_s.append(fsync_s)
         if self._observer is not None:
             self._observer.committed(
-                self._durable_offset - batches[0].first, len(data), fsync_s if self._sync else None
+                self._durable_offset - batches[0].first, data_len, fsync_s if self._sync else None
             )
         observed = [b.observer for b in batches if b.observer is not None]
         if observed:
             rnd = CommitRound(
-                t0_ns,
-                time.time_ns(),
+                start_ns,
+                end_ns,
                 fsync_s if self._sync else 0.0,
                 self._durable_offset - batches[0].first,
-                len(data),
+                data_len,
                 len(batches),
                 self._durability.value,
+                logs,
             )
             for observer in observed:
                 try:
@@ -385,7 +418,29 @@ class TopicLog:
         self._signal_advanced()
         self._signal_space()
 
-    def _fail_commit(self, batches: list[_Batch], err: StorageError) -> None:
+    def crashed(self, exc: BaseException, inflight: list[_Batch]) -> None:
+        """A bug while serving this log (or in the scheduler): fail ``inflight``, the queue and
+        the roll requests; refuse appends from now on (reads keep working). Loud."""
+        log.error(
+            "WAL %s: the writer crashed; the log refuses appends from now on", self.directory, exc_info=exc
+        )
+        self._job = None
+        self._committing = False
+        self._broken = StorageFailed(f"WAL {self.directory}: writer crashed ({exc!r})")
+        self._fail_commit(inflight, self._broken)
+        for fut in self._roll_requests:
+            if not fut.done():
+                fut.set_exception(StorageFailed(self._broken.message))
+        self._roll_requests.clear()
+        self._signal_advanced()
+        self.round_done()
+
+    def round_done(self) -> None:
+        """The scheduler is done with this log for now (wakes ``aclose``)."""
+        ev, self._round_over = self._round_over, asyncio.Event()
+        ev.set()
+
+    def _fail_commit(self, batches: list[_Batch], err: StorageError | LogClosed) -> None:
         """Fail this commit and everything queued behind it; the log stays at durable_offset."""
         failed = [*batches, *self._queue]
         self._queue.clear()
@@ -414,27 +469,8 @@ class TopicLog:
         self._check_writable()
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._roll_requests.append(fut)
-        self._wake.set()
+        self._group.notify(self)
         return await fut
-
-    async def _serve_roll_requests(self) -> None:
-        requests, self._roll_requests = self._roll_requests, []
-        rolled: bool | BaseException = False
-        if self._store.active.frames:
-            try:
-                await self._store.roll()
-                rolled = True
-                if self._observer is not None:
-                    self._observer.rotated()
-            except OSError as exc:
-                rolled = storage_error(exc, f"WAL {self.directory}: sealing {self._store.active.path.name}")
-        for fut in requests:
-            if fut.done():
-                continue
-            if isinstance(rolled, BaseException):
-                fut.set_exception(rolled)
-            else:
-                fut.set_result(rolled)
 
     def _signal_advanced(self) -> None:
         ev, self._advanced = self._advanced, asyncio.Event()
@@ -542,11 +578,18 @@ class TopicLog:
         )
 
     async def aclose(self) -> None:
-        """Commit what is queued, stop the writer, close the files. Idempotent."""
+        """Commit what is queued, close the files (and a private scheduler). Idempotent."""
         self._closing = True
-        self._wake.set()
         self._signal_space()
-        await asyncio.shield(self._writer)
+        while (self.has_work() or self._job is not None) and self._broken is None:
+            if self._group.closed and self._job is None:
+                self._fail_commit([], LogClosed(f"WAL {self.directory}: its commit scheduler is closed"))
+                break
+            waiter = self._round_over
+            self._group.notify(self)
+            await waiter.wait()
+        if self._own_group:
+            await self._group.aclose()
         if not self._closed:
             self._closed = True
             self._store.close()

@@ -42,17 +42,20 @@ class WalStats:
 
 @dataclass(frozen=True, slots=True)
 class CommitRound:
-    """One group commit, as reported to a :data:`COMMIT_OBSERVER` (wall-clock nanoseconds)."""
+    """One log's group commit, as reported to a :data:`COMMIT_OBSERVER` (wall-clock nanoseconds;
+    start and end are those of the scheduler's round)."""
 
     start_ns: int
     end_ns: int
     #: The fsync alone (0 with durability none).
     fsync_s: float
-    #: Records, bytes and batches of the whole round (every batch that shared it).
+    #: Records, bytes and batches of this log's commit (every batch of the log that shared it).
     records: int
     bytes: int
     batches: int
     durability: str
+    #: Logs (topics) whose commits shared the round's thread hop and fsync wave.
+    logs: int = 1
 
 
 #: Set by a caller of ``TopicLog.append``/``enqueue`` (in its context) to learn the commit round

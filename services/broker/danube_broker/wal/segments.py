@@ -203,13 +203,25 @@ class ActiveSegment:
             self.dirty = False
 
     def write(self, data: bytes, ops: DiskOps, sync: bool) -> float:
-        """Write ``data`` at the durable end, then fsync (worker thread). Returns the fsync's
-        seconds. On any failure the segment is marked dirty and the error propagates."""
+        """Write ``data`` at the durable end, then fsync if ``sync`` (worker thread). Returns the
+        fsync's seconds. On any failure the segment is marked dirty and the error propagates."""
+        self.write_unsynced(data, ops, sync)
+        return self.sync(ops) if sync else 0.0
+
+    def write_unsynced(self, data: bytes, ops: DiskOps, sync: bool) -> None:
+        """Repair (``sync``: the cut is fsync'ed), then write ``data`` at the durable end
+        without fsync. On any failure the segment is marked dirty and the error propagates."""
         try:
             self.repair(ops, sync)
             write_all(ops, self.fd, data, self.size)
-            if not sync:
-                return 0.0
+        except BaseException:
+            self.dirty = True
+            raise
+
+    def sync(self, ops: DiskOps) -> float:
+        """fdatasync the written frames (worker thread); returns its seconds. A failure marks
+        the segment dirty (the kernel may have dropped the pages: they are cut and rewritten)."""
+        try:
             t0 = time.perf_counter()
             ops.fsync(self.fd)
             return time.perf_counter() - t0

@@ -114,14 +114,6 @@ class SegmentStore:
 
     # ------------------------------------------------------------ writing (the writer task only)
 
-    async def write(self, data: bytes) -> float:
-        """Write ``data`` at the active segment's durable end (+ fsync per the policy); returns
-        the fsync's seconds. The caller then accounts the frames (``active.size``, index)."""
-        seg = self.active
-        if self._sync or len(data) > self._cfg.inline_write_max_bytes:
-            return await self.in_thread(partial(seg.write, data, self._ops, self._sync))
-        return seg.write(data, self._ops, False)  # opted in: wal.inline_write_max_bytes
-
     def roll_due(self, incoming: int) -> bool:
         """Roll before a commit of ``incoming`` bytes? (size or age; never an empty segment)."""
         seg = self.active
@@ -131,10 +123,26 @@ class SegmentStore:
             return True
         return self._ops.now_ms() - seg.header.created_ms >= self._cfg.segment_max_age_s * 1000
 
-    async def roll(self) -> None:
-        """Seal the active segment and start the next one (raises OSError, nothing changed)."""
-        job = partial(roll, self.active, every=self._cfg.index_every_frames, ops=self._ops, sync=self._sync)
-        sealed, nxt = await self.in_thread(job)
+    def write_blocking(self, seg: ActiveSegment, data: bytes) -> None:
+        """Write ``data`` at ``seg``'s durable end, without fsync (worker thread, or the event
+        loop for a small write with durability none). Marks ``seg`` dirty on failure."""
+        seg.write_unsynced(data, self._ops, self._sync)
+
+    def sync_blocking(self, seg: ActiveSegment) -> float:
+        """fdatasync ``seg`` (worker thread); returns its seconds. Marks it dirty on failure."""
+        return seg.sync(self._ops)
+
+    def inline_write_ok(self, nbytes: int) -> bool:
+        """May a commit of ``nbytes`` be written on the event loop? (durability none, opted in)"""
+        return not self._sync and nbytes <= self._cfg.inline_write_max_bytes
+
+    def roll_blocking(self) -> tuple[SealedSegment, ActiveSegment]:
+        """Seal the active segment and create the next one (worker thread; raises OSError and
+        changes nothing). The caller then hands the result to :meth:`adopt` on the loop."""
+        return roll(self.active, every=self._cfg.index_every_frames, ops=self._ops, sync=self._sync)
+
+    def adopt(self, sealed: SealedSegment, nxt: ActiveSegment) -> None:
+        """Account a roll done by :meth:`roll_blocking` (event loop)."""
         self.sealed.append(sealed)
         self.active = nxt
         log.debug(

@@ -1,0 +1,264 @@
+"""CommitGroup: the broker-wide commit scheduler of the WAL (one per broker process).
+
+A round takes the queued batches of every log with pending appends (each log's own group
+commit, capped per log and per round), then makes them durable with ONE hop to the thread
+pool: every log's frames are written first, then the fdatasyncs run spread over a few threads
+(ext4 merges concurrent ones into one journal commit: bench/wal_multi_fsync.py). Back on the
+event loop each log completes its own batches. A failing write or fsync fails only that log's
+batches (and its queue), never the other logs of the round.
+
+A log without a group gets a private one (one log per round: the old per-log writer).
+Rounds never overlap; work arriving during a round goes into the next one, which starts as
+soon as the round ends (no linger). Logs are served round-robin: a log still holding work after
+its turn goes to the back of the line, so a backlog cannot starve the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from danube_broker.wal.segments import ActiveSegment, SealedSegment
+
+if TYPE_CHECKING:
+    from danube_broker.wal.log import TopicLog, _Batch
+    from danube_broker.wal.store import SegmentStore
+
+log = logging.getLogger(__name__)
+
+#: Default cap of one round's frame bytes over all logs (each log: max_batch_bytes_per_commit).
+DEFAULT_MAX_ROUND_BYTES = 32 * 1024 * 1024
+#: Default number of threads the fdatasyncs of a round are spread over.
+DEFAULT_FSYNC_THREADS = 16
+
+
+class RoundObserver(Protocol):
+    """Told once per round (the broker's metrics), on the event loop."""
+
+    def round_committed(self, logs: int, nbytes: int, seconds: float) -> None:
+        """A round served ``logs`` logs, wrote ``nbytes`` frame bytes and took ``seconds``."""
+
+
+@dataclass(slots=True, eq=False)
+class CommitJob:
+    """One log's share of a round: either its batches (one write + one fsync) or a roll asked
+    for by ``TopicLog.roll()``. Prepared and finished on the loop, run in the worker thread."""
+
+    log: TopicLog
+    store: SegmentStore
+    batches: list[_Batch]
+    data: bytes
+    sync: bool
+    #: Seal the active segment before writing (size/age), or this job is an explicit roll.
+    roll_first: bool
+    roll_requests: list[asyncio.Future[bool]] = field(default_factory=list)
+    # results (set by run_write / run_sync)
+    rolled: tuple[SealedSegment, ActiveSegment] | None = None
+    seg: ActiveSegment | None = None
+    written: bool = False
+    fsync_s: float = 0.0
+    error: OSError | None = None
+    #: An unexpected exception (a bug): the log is broken, the other logs go on.
+    bug: BaseException | None = None
+
+    @property
+    def is_roll(self) -> bool:
+        return not self.batches
+
+    def run_write(self) -> None:
+        """Roll if due, write the frames (no fsync). Never raises: the outcome is recorded."""
+        try:
+            if self.roll_first:
+                self.rolled = self.store.roll_blocking()
+            if self.is_roll:
+                return
+            seg = self.rolled[1] if self.rolled is not None else self.store.active
+            self.seg = seg
+            self.store.write_blocking(seg, self.data)
+            self.written = True
+        except OSError as exc:
+            self.error = exc
+        except Exception as exc:
+            self.bug = exc
+
+    def run_sync(self) -> None:
+        """fdatasync what :meth:`run_write` wrote (a no-op when nothing needs it)."""
+        if not (self.written and self.sync) or self.seg is None:
+            return
+        try:
+            self.fsync_s = self.store.sync_blocking(self.seg)
+        except OSError as exc:
+            self.error = exc
+        except Exception as exc:
+            self.bug = exc
+
+
+def _sync_all(jobs: list[CommitJob]) -> None:
+    for job in jobs:
+        job.run_sync()
+
+
+class CommitGroup:
+    """Use one per broker: pass it to every ``TopicLog.open(group=...)``; ``aclose()`` it after
+    the logs. ``executor`` is the WAL's pool (one hop per round); ``fsync_threads`` (>= 1) the
+    threads a round's fdatasyncs are spread over (its own small pool)."""
+
+    def __init__(
+        self,
+        executor: ThreadPoolExecutor | None = None,
+        *,
+        max_round_bytes: int = DEFAULT_MAX_ROUND_BYTES,
+        fsync_threads: int = DEFAULT_FSYNC_THREADS,
+        observer: RoundObserver | None = None,
+        on_failure: Callable[[str, BaseException], None] | None = None,
+        name: str = "wal-commit-group",
+    ) -> None:
+        from danube_broker.wal.log import default_executor
+
+        if max_round_bytes <= 0 or fsync_threads <= 0:
+            raise ValueError("max_round_bytes and fsync_threads must be positive")
+        self._executor = executor or default_executor()
+        self._max_round_bytes = max_round_bytes
+        self._fsync_threads = fsync_threads
+        self._fsync_pool: ThreadPoolExecutor | None = None
+        self._observer = observer
+        self._on_failure = on_failure
+        self._name = name
+        self._ready: deque[TopicLog] = deque()
+        self._queued: set[TopicLog] = set()  # in _ready
+        self._in_round: set[TopicLog] = set()
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._crashed: BaseException | None = None
+        self.rounds = 0
+        self._task = asyncio.create_task(self._run(), name=name)
+
+    @property
+    def closed(self) -> bool:
+        """True once ``aclose`` was called or the scheduler crashed: logs refuse appends."""
+        return self._closing or self._crashed is not None
+
+    def notify(self, lg: TopicLog) -> None:
+        """``lg`` has work (a batch, a roll request, or it is closing): serve it in a round."""
+        if lg in self._queued or lg in self._in_round:
+            return  # already in line; a log in the current round is looked at again after it
+        self._queued.add(lg)
+        self._ready.append(lg)
+        self._wake.set()
+
+    # ------------------------------------------------------------ the loop
+
+    async def _run(self) -> None:
+        jobs: list[CommitJob] = []
+        try:
+            while True:
+                if not self._ready:
+                    if self._closing:
+                        return
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                jobs = self._take_round()
+                if jobs:
+                    await self._run_round(jobs)
+                jobs = []
+        except Exception as exc:
+            log.exception(
+                "%s: the WAL commit scheduler crashed; its logs refuse appends from now on", self._name
+            )
+            self._crashed = exc
+            for lg in {*(j.log for j in jobs), *self._ready, *self._in_round}:
+                lg.crashed(exc, [b for j in jobs if j.log is lg for b in j.batches])
+            self._ready.clear()
+            self._queued.clear()
+            self._in_round.clear()
+            if self._on_failure is not None:
+                self._on_failure(self._name, exc)
+
+    def _take_round(self) -> list[CommitJob]:
+        """Round-robin over the logs in line, until the round's byte cap (the first log always
+        gets a turn; a log whose next batch does not fit any more waits at the front)."""
+        jobs: list[CommitJob] = []
+        budget = self._max_round_bytes
+        ready = self._ready
+        while ready:
+            lg = ready[0]
+            if jobs and lg.next_commit_bytes() > budget:
+                break
+            ready.popleft()
+            self._queued.discard(lg)
+            job = lg.prepare_commit(budget if jobs else None)
+            if job is None:
+                lg.round_done()  # nothing to do (e.g. closing with an empty queue)
+                continue
+            self._in_round.add(lg)
+            jobs.append(job)
+            budget -= len(job.data)
+            if budget <= 0:
+                break
+        return jobs
+
+    async def _run_round(self, jobs: list[CommitJob]) -> None:
+        t0 = time.perf_counter()
+        t0_ns = time.time_ns()
+        hop: list[CommitJob] = []
+        for job in jobs:
+            if job.roll_first or not job.store.inline_write_ok(len(job.data)):
+                hop.append(job)
+            else:
+                job.run_write()  # durability none, small, opted in (inline_write_max_bytes): on the loop
+        if hop:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._blocking_round, hop)
+        end_ns = time.time_ns()
+        seconds = time.perf_counter() - t0
+        nbytes = 0
+        for job in jobs:
+            self._in_round.discard(job.log)
+            nbytes += len(job.data)
+            try:
+                job.log.finish_commit(job, t0_ns, end_ns, seconds, len(jobs))
+            except Exception as exc:  # a bug in one log's bookkeeping breaks that log only
+                job.log.crashed(exc, job.batches)
+            if job.log.has_work():
+                self.notify(job.log)  # to the back of the line: fairness
+            job.log.round_done()
+        self.rounds += 1
+        if self._observer is not None:
+            try:
+                self._observer.round_committed(len(jobs), nbytes, seconds)
+            except Exception:
+                log.exception("%s: the round observer failed", self._name)
+
+    def _blocking_round(self, jobs: list[CommitJob]) -> None:
+        """Worker thread: every write first, then the fdatasyncs (spread over threads)."""
+        for job in jobs:
+            job.run_write()
+        syncing = [j for j in jobs if j.written and j.sync]
+        k = min(self._fsync_threads, len(syncing))
+        if k <= 1:
+            _sync_all(syncing)
+            return
+        if self._fsync_pool is None:
+            self._fsync_pool = ThreadPoolExecutor(
+                self._fsync_threads - 1, thread_name_prefix="danube-wal-sync"
+            )
+        chunks = [syncing[i::k] for i in range(k)]
+        others: list[Future[None]] = [self._fsync_pool.submit(_sync_all, c) for c in chunks[1:]]
+        _sync_all(chunks[0])
+        for f in others:
+            f.result()  # _sync_all never raises: outcomes are on the jobs
+
+    async def aclose(self) -> None:
+        """Serve what is in line, then stop (idempotent). Close the logs first."""
+        self._closing = True
+        self._wake.set()
+        await asyncio.shield(self._task)
+        if self._fsync_pool is not None:
+            self._fsync_pool.shutdown(wait=True)
+            self._fsync_pool = None

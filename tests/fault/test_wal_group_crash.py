@@ -1,0 +1,216 @@
+"""Crashes under a shared CommitGroup: no acknowledged record is lost, offsets stay gap-free.
+
+1. Power loss, simulated: many topics append through one group (with rolls); at a random
+   moment everything not fdatasync'ed is dropped — each segment file is cut back to its size at
+   its last fsync plus a random part of what came after (a torn, partly written-back tail),
+   files never fsync'ed are emptied — then every log is recovered.
+2. kill -9: a child process runs the same load and prints each acknowledgement; it is killed
+   mid-flight and the parent recovers the directories.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from danube_broker.wal import CommitGroup, DiskOps, Durability, TopicLog
+from tests.unit.wal.helpers import cfg, read_all
+
+pytestmark = pytest.mark.slow
+
+TOPICS = 30
+
+
+class PowerLossOps:
+    """Real OS calls that remember each file's size at its last successful fdatasync. The
+    power goes out at the ``crash_at``-th fsync (in the worker thread, amid a round): the synced
+    sizes are frozen into ``snapshot`` and every call fails from then on."""
+
+    def __init__(self, crash_at: int) -> None:
+        self.synced: dict[str, int] = {}
+        self.snapshot: dict[str, int] = {}
+        self.dead = False
+        self.fsyncs = 0
+        self._crash_at = crash_at
+        self._lock = threading.Lock()
+
+    def _check(self) -> None:
+        if self.dead:
+            raise OSError(errno.EIO, "power lost")
+
+    def pwrite(self, fd: int, data: bytes | memoryview, pos: int) -> int:
+        self._check()
+        return os.pwrite(fd, data, pos)
+
+    def fsync(self, fd: int) -> None:
+        with self._lock:
+            self._check()
+            self.fsyncs += 1
+            if self.fsyncs >= self._crash_at:
+                self.snapshot = dict(self.synced)
+                self.dead = True
+                self._check()
+        os.fdatasync(fd)
+        st = os.fstat(fd)
+        with self._lock:
+            self._check()  # the power went out while this fsync ran: it never returned
+            if stat.S_ISREG(st.st_mode):
+                self.synced[os.readlink(f"/proc/self/fd/{fd}")] = st.st_size
+
+    def ftruncate(self, fd: int, length: int) -> None:
+        self._check()
+        os.ftruncate(fd, length)
+
+    def disk_ops(self) -> DiskOps:
+        return DiskOps(pwrite=self.pwrite, fsync=self.fsync, ftruncate=self.ftruncate)
+
+
+def lose_power(base: Path, synced: dict[str, int], rng: random.Random) -> tuple[int, int]:
+    """Cut every segment file back to what was synced plus a random torn part of the rest.
+    Returns (files cut, bytes dropped)."""
+    cut = dropped = 0
+    for seg in sorted(base.glob("*/*.wal")):
+        size = seg.stat().st_size
+        keep = synced.get(str(seg), 0)
+        if keep < size:
+            new = rng.randint(keep, size)
+            os.truncate(seg, new)
+            cut += 1
+            dropped += size - new
+    return cut, dropped
+
+
+def check_recovered(base: Path, acked: list[tuple[int, int, list[bytes]]]) -> int:
+    """Every acked record is where its ack said; offsets are consecutive. Returns records."""
+
+    async def run() -> int:
+        total = 0
+        for i in range(TOPICS):
+            lg = await TopicLog.open(base / f"t{i}", cfg=cfg(), durability=Durability.FSYNC)
+            entries = await read_all(lg)
+            await lg.aclose()
+            assert [e.offset for e in entries] == list(range(len(entries))), f"gap in t{i}"
+            stored = [e.record for e in entries]
+            for t, first, recs in acked:
+                if t == i:
+                    assert stored[first : first + len(recs)] == recs, f"t{i}: acked records at {first} lost"
+            total += len(entries)
+        return total
+
+    return asyncio.run(run())
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_power_loss_under_a_shared_group_keeps_every_acked_record(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    ops = PowerLossOps(crash_at=rng.randint(300, 1500))
+    acked: list[tuple[int, int, list[bytes]]] = []
+
+    async def run() -> None:
+        group = CommitGroup(fsync_threads=4)
+        c = cfg(segment_max_bytes=4096)
+        logs = [
+            await TopicLog.open(
+                tmp_path / f"t{i}", cfg=c, durability=Durability.FSYNC, ops=ops.disk_ops(), group=group
+            )
+            for i in range(TOPICS)
+        ]
+
+        async def appender(i: int, a: int) -> None:
+            r = random.Random(seed * 1000 + i * 10 + a)
+            n = 0
+            while not ops.dead:
+                recs = [f"t{i}-a{a}-{n}-{k}".encode() * r.randint(1, 8) for k in range(r.randint(1, 4))]
+                n += 1
+                try:
+                    first = await logs[i].append(recs, [n] * len(recs))
+                except Exception:
+                    return  # after the power loss
+                acked.append((i, first, recs))
+
+        await asyncio.gather(*(appender(i, a) for i in range(TOPICS) for a in range(2)))
+        for lg in logs:
+            await lg.aclose()
+        await group.aclose()
+
+    asyncio.run(run())
+    assert ops.dead and len(acked) >= 100
+    cut, dropped = lose_power(tmp_path, ops.snapshot, rng)
+    total = check_recovered(tmp_path, acked)
+    assert total >= sum(len(r) for _, _, r in acked)
+    print(f"seed {seed}: {len(acked)} acks, {cut} files cut ({dropped} bytes), {total} records recovered")
+
+
+CHILD = r"""
+import asyncio, random, sys
+from pathlib import Path
+from danube_broker.wal import CommitGroup, Durability, TopicLog, WalConfig
+
+async def main(base, topics):
+    group = CommitGroup()
+    c = WalConfig(segment_max_bytes=8192)
+    logs = [await TopicLog.open(base / f"t{i}", cfg=c, durability=Durability.FSYNC, group=group)
+            for i in range(topics)]
+    out = sys.stdout
+
+    async def appender(i, a):
+        r = random.Random(i * 10 + a)
+        n = 0
+        while True:
+            size = r.randint(1, 4)
+            first = await logs[i].append([f"t{i}-a{a}-{n}-{k}".encode() for k in range(size)], [n] * size)
+            out.write(f"{i} {a} {n} {first} {size}\n")
+            out.flush()
+            n += 1
+
+    await asyncio.gather(*(appender(i, a) for i in range(topics) for a in range(2)))
+
+asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2])))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_kill9_under_a_shared_group_keeps_every_acked_record(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(tmp_path), str(TOPICS)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        while len(lines) < 2000 and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+        os.kill(proc.pid, signal.SIGKILL)
+        rest, _ = proc.communicate(timeout=30)
+        lines += rest.splitlines(keepends=True)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    acked: list[tuple[int, int, list[bytes]]] = []
+    for line in lines:
+        if not line.endswith("\n"):
+            continue  # cut by the kill
+        i, a, n, first, size = map(int, line.split())
+        acked.append((i, first, [f"t{i}-a{a}-{n}-{k}".encode() for k in range(size)]))
+    assert len(acked) >= 500, len(acked)
+    total = check_recovered(tmp_path, acked)
+    assert total >= sum(len(r) for _, _, r in acked)

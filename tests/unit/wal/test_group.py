@@ -1,0 +1,311 @@
+"""CommitGroup: many logs committed by one scheduler (one thread hop per round).
+
+Real files in tmp_path; faults and held commits through each log's own DiskOps (helpers.Ops).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from danube_broker.wal import CommitGroup, DiskFull, Durability, LogClosed, StorageFailed, TopicLog, WalConfig
+from danube_broker.wal.model import COMMIT_OBSERVER, CommitRound
+from danube_broker.wal.segments import ActiveSegment
+from tests.unit.wal.helpers import EIO, ENOSPC, Ops, cfg, read_all, records
+
+pytestmark = pytest.mark.unit
+
+
+class Rounds:
+    """A RoundObserver that keeps (logs, bytes) of every round."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, int]] = []
+
+    def round_committed(self, logs: int, nbytes: int, seconds: float) -> None:
+        self.seen.append((logs, nbytes))
+
+
+async def open_logs(
+    base: Path,
+    n: int,
+    group: CommitGroup | None,
+    *,
+    durability: Durability = Durability.FSYNC,
+    c: WalConfig | None = None,
+) -> tuple[list[TopicLog], list[Ops]]:
+    ops = [Ops() for _ in range(n)]
+    logs = [
+        await TopicLog.open(
+            base / f"t{i}", cfg=c or cfg(), durability=durability, ops=ops[i].disk_ops(), group=group
+        )
+        for i in range(n)
+    ]
+    return logs, ops
+
+
+async def hold(ops: Ops) -> threading.Event:
+    """Block the next write of ``ops`` (a round in flight); returns the gate to release."""
+    gate = threading.Event()
+    ops.entered.clear()
+    ops.gate = gate
+    return gate
+
+
+async def until_entered(ops: Ops) -> None:
+    assert await asyncio.to_thread(ops.entered.wait, 10), "the held write never started"
+
+
+async def test_many_logs_share_rounds_and_keep_their_own_offsets(tmp_path: Path) -> None:
+    rounds = Rounds()
+    group = CommitGroup(observer=rounds)
+    logs, _ = await open_logs(tmp_path, 20, group)
+
+    async def appender(lg: TopicLog, k: int) -> list[int]:
+        return [await lg.append(records(2, start=10 * j), [j, j]) for j in range(10 + k % 3)]
+
+    results = await asyncio.gather(*(appender(lg, i) for i, lg in enumerate(logs)))
+    for i, (lg, firsts) in enumerate(zip(logs, results, strict=True)):
+        assert firsts == list(range(0, 2 * len(firsts), 2)), i  # call order, no gap
+        assert lg.durable_offset == lg.next_offset == 2 * len(firsts)
+    commits = sum(lg.stats().commits for lg in logs)
+    assert group.rounds < commits  # rounds served several logs at once
+    assert max(n for n, _ in rounds.seen) > 1
+    for lg in logs:
+        await lg.aclose()
+    await group.aclose()
+    # what was acked is on disk
+    for i in range(20):
+        lg = await TopicLog.open(tmp_path / f"t{i}", cfg=cfg(), durability=Durability.FSYNC)
+        assert [e.offset for e in await read_all(lg)] == list(range(2 * len(results[i])))
+        await lg.aclose()
+
+
+async def test_work_arriving_during_a_round_goes_into_the_next_one(tmp_path: Path) -> None:
+    group = CommitGroup()
+    logs, ops = await open_logs(tmp_path, 6, group)
+    gate = await hold(ops[0])
+    first = asyncio.ensure_future(logs[0].append([b"a"], [1]))
+    await until_entered(ops[0])
+    seen: list[CommitRound] = []
+    COMMIT_OBSERVER.set(seen.append)
+    later = [asyncio.ensure_future(lg.append([b"b"], [2])) for lg in logs[1:]]
+    await asyncio.sleep(0)
+    assert group.rounds == 0 and not any(f.done() for f in later)
+    gate.set()
+    assert await first == 0
+    assert await asyncio.gather(*later) == [0] * 5
+    assert group.rounds == 2  # the five waiting logs shared one round
+    assert {r.logs for r in seen} == {5}
+    for lg in logs:
+        await lg.aclose()
+    await group.aclose()
+
+
+@pytest.mark.parametrize(
+    ("where", "err", "cls"),
+    [("write", ENOSPC, DiskFull), ("write", EIO, StorageFailed), ("fsync", EIO, StorageFailed)],
+)
+async def test_a_failing_log_fails_only_its_own_batches(
+    tmp_path: Path, where: str, err: int, cls: type[Exception]
+) -> None:
+    group = CommitGroup()
+    logs, ops = await open_logs(tmp_path, 4, group)
+    for lg in logs:
+        await lg.append([b"ok"], [1])
+    # Log 0 holds a round, so logs 1-3 queue up and share the next one; log 1 fails in it.
+    gate = await hold(ops[0])
+    blocker = asyncio.ensure_future(logs[0].append([b"x"], [1]))
+    await until_entered(ops[0])
+    if where == "write":
+        ops[1].write_error = err
+    else:
+        ops[1].fsync_error = err
+    futs = {
+        i: [asyncio.ensure_future(logs[i].append([b"y"] * 2, [2, 2])) for _ in range(3)] for i in (1, 2, 3)
+    }
+    await asyncio.sleep(0)
+    gate.set()
+    await blocker
+    bad = await asyncio.gather(*futs[1], return_exceptions=True)
+    assert all(isinstance(r, cls) for r in bad), bad
+    for i in (2, 3):
+        assert await asyncio.gather(*futs[i]) == [1, 3, 5]
+        assert logs[i].durable_offset == 7
+    assert (logs[1].durable_offset, logs[1].next_offset) == (1, 1)
+    assert group.rounds <= 6
+    # The fault clears: log 1 reuses the failed offsets.
+    ops[1].write_error = ops[1].fsync_error = None
+    assert await logs[1].append([b"z"], [3]) == 1
+    for lg in logs:
+        await lg.aclose()
+    await group.aclose()
+    lg = await TopicLog.open(tmp_path / "t1", cfg=cfg(), durability=Durability.FSYNC)
+    assert [e.record for e in await read_all(lg)] == [b"ok", b"z"]
+    await lg.aclose()
+
+
+async def test_a_backlog_does_not_starve_other_logs(tmp_path: Path) -> None:
+    rounds = Rounds()
+    c = cfg(max_batch_bytes_per_commit=4096)
+    group = CommitGroup(observer=rounds, max_round_bytes=16 * 1024)
+    logs, _ = await open_logs(tmp_path, 8, group, c=c, durability=Durability.NONE)
+    big = logs[0]
+    backlog = [await big.enqueue([b"x" * 1000], [1]) for _ in range(400)]  # ~400 KB queued
+    small = [asyncio.ensure_future(lg.append([b"s"], [1])) for lg in logs[1:]]
+    await asyncio.gather(*small)
+    # The small logs were served while the backlog was still mostly queued (round-robin).
+    assert big.durable_offset < 100
+    await asyncio.gather(*backlog)
+    assert big.durable_offset == 400
+    # Each round stayed under the overall cap (a single log's first batch may exceed it alone).
+    assert all(nbytes <= 16 * 1024 or n == 1 for n, nbytes in rounds.seen)
+    assert max(nbytes for _, nbytes in rounds.seen) <= 16 * 1024
+    for lg in logs:
+        await lg.aclose()
+    await group.aclose()
+
+
+async def test_aclose_during_a_round_commits_what_is_queued(tmp_path: Path) -> None:
+    group = CommitGroup()
+    logs, ops = await open_logs(tmp_path, 3, group)
+    gate = await hold(ops[0])
+    inflight = asyncio.ensure_future(logs[0].append([b"a"], [1]))
+    await until_entered(ops[0])
+    queued = [
+        asyncio.ensure_future(logs[0].append([b"b"], [1])),
+        asyncio.ensure_future(logs[1].append([b"c"], [1])),
+    ]
+    await asyncio.sleep(0)
+    closing = asyncio.ensure_future(logs[0].aclose())
+    await asyncio.sleep(0)
+    assert not closing.done()
+    with pytest.raises(LogClosed):
+        await logs[0].append([b"late"], [1])
+    gate.set()
+    await closing
+    assert await inflight == 0
+    assert await asyncio.gather(*queued) == [1, 0]
+    assert await logs[2].append([b"d"], [1]) == 0  # the group goes on for the others
+    for lg in logs[1:]:
+        await lg.aclose()
+    await group.aclose()
+    with pytest.raises(LogClosed):
+        await logs[1].append([b"x"], [1])
+    lg = await TopicLog.open(tmp_path / "t0", cfg=cfg(), durability=Durability.FSYNC)
+    assert [e.record for e in await read_all(lg)] == [b"a", b"b"]
+    await lg.aclose()
+
+
+async def test_group_aclose_serves_what_is_queued(tmp_path: Path) -> None:
+    group = CommitGroup()
+    logs, _ = await open_logs(tmp_path, 5, group)
+    futs = [await lg.enqueue([b"q"] * 3, [1] * 3) for lg in logs]
+    await group.aclose()
+    assert [await f for f in futs] == [0] * 5
+    for lg in logs:
+        await lg.aclose()
+
+
+async def test_a_bug_in_one_log_breaks_that_log_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    group = CommitGroup()
+    logs, _ = await open_logs(tmp_path, 3, group)
+    real = ActiveSegment.note_batch
+
+    def bug(self: ActiveSegment, *a: object, **kw: object) -> None:
+        if self.path.parent.name == "t1":
+            raise RuntimeError("boom")
+        real(self, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ActiveSegment, "note_batch", bug)
+    caplog.set_level(logging.ERROR)
+    results = await asyncio.gather(*(lg.append([b"a"], [1]) for lg in logs), return_exceptions=True)
+    assert results[0] == 0 and results[2] == 0
+    assert isinstance(results[1], StorageFailed)
+    assert any("writer crashed" in r.getMessage() for r in caplog.records)
+    with pytest.raises(StorageFailed, match="crashed"):
+        await logs[1].append([b"b"], [1])
+    assert await logs[0].append([b"b"], [1]) == 1
+    for lg in logs:
+        await lg.aclose()
+    await group.aclose()
+
+
+async def test_rolls_in_a_shared_round(tmp_path: Path) -> None:
+    group = CommitGroup()
+    c = cfg(segment_max_bytes=300)
+    logs, _ = await open_logs(tmp_path, 4, group, c=c)
+    for k in range(6):
+        await asyncio.gather(*(lg.append([b"r" * 60], [k]) for lg in logs))
+    assert all(lg.stats().segments > 1 for lg in logs)
+    assert await logs[0].roll() is True
+    assert await logs[0].roll() is False  # nothing to seal
+    for lg in logs:
+        assert [e.offset for e in await read_all(lg)] == list(range(6))
+        await lg.aclose()
+    await group.aclose()
+
+
+async def test_a_crashed_scheduler_is_loud_and_fails_its_logs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failures: list[str] = []
+    group = CommitGroup(on_failure=lambda what, exc: failures.append(what))
+    logs, _ = await open_logs(tmp_path, 2, group)
+
+    def bug(self: CommitGroup) -> list[object]:
+        raise RuntimeError("scheduler bug")
+
+    monkeypatch.setattr(CommitGroup, "_take_round", bug)
+    results = await asyncio.gather(*(lg.append([b"a"], [1]) for lg in logs), return_exceptions=True)
+    assert all(isinstance(r, StorageFailed) for r in results), results
+    assert failures == ["wal-commit-group"]
+    for lg in logs:
+        await lg.aclose()
+    await group.aclose()
+
+
+# ---------------------------------------------------------------- ordering under interleaving
+
+_steps = st.lists(st.tuples(st.integers(0, 4), st.integers(1, 5), st.integers(0, 2)), min_size=1, max_size=60)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=_steps)
+def test_offsets_stay_in_call_order_and_gap_free_per_log(steps: list[tuple[int, int, int]]) -> None:
+    """Random interleavings of appends to 5 logs (some awaited at once, some left queued, with
+    random yields): each log's offsets follow its call order without gaps, and the log reads
+    back exactly what was appended."""
+
+    async def run(base: Path) -> None:
+        group = CommitGroup(max_round_bytes=2048)
+        logs, _ = await open_logs(
+            base, 5, group, c=cfg(max_batch_bytes_per_commit=512), durability=Durability.NONE
+        )
+        expect: list[list[bytes]] = [[] for _ in logs]
+        pending: list[tuple[int, int, asyncio.Future[int]]] = []
+        for n, (i, size, yields) in enumerate(steps):
+            recs = [f"{i}-{n}-{k}".encode() for k in range(size)]
+            want = len(expect[i])
+            expect[i] += recs
+            pending.append((i, want, await logs[i].enqueue(recs, [n] * size)))
+            for _ in range(yields):
+                await asyncio.sleep(0)
+        for _i, want, fut in pending:
+            assert await fut == want
+        for i, lg in enumerate(logs):
+            assert [e.record for e in await read_all(lg)] == expect[i]
+            await lg.aclose()
+        await group.aclose()
+
+    with tempfile.TemporaryDirectory() as d:
+        asyncio.run(run(Path(d)))
