@@ -41,7 +41,7 @@ from danube_broker.grpc_api import ConsumerApi, HealthApi, ProducerApi
 from danube_broker.handoff import TopicMover
 from danube_broker.load_reporter import LoadReporter
 from danube_broker.membership import Membership
-from danube_broker.metrics import BrokerCollector, BrokerEvents
+from danube_broker.metrics import BrokerCollector, BrokerEvents, RuntimeCollector
 from danube_broker.registry import BrokerRegistry
 from danube_broker.schema_gate import SchemaGate
 from danube_broker.stats_api import BrokerStatsApi
@@ -175,6 +175,7 @@ async def run(
             events = BrokerEvents(metrics)
             registry = BrokerRegistry(cfg, resources, broker_url=f"http://{listeners.addr}", events=events)
             metrics.register(BrokerCollector(registry, max_topics=cfg.metrics.max_topics))
+            metrics.register(RuntimeCollector(asyncio.get_running_loop(), store))
             http = await start_http(
                 cfg, security, metrics, service="broker", advertised_host=cfg.advertised_host
             )
