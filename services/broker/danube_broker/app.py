@@ -37,6 +37,7 @@ from typing import Any, NoReturn
 
 from danube_broker.config import BrokerConfig
 from danube_broker.dead_letter_publisher import DeadLetterPublisher
+from danube_broker.fd_limit import raise_fd_limit
 from danube_broker.grpc_api import ConsumerApi, HealthApi, ProducerApi
 from danube_broker.handoff import TopicMover
 from danube_broker.load_reporter import LoadReporter
@@ -156,6 +157,7 @@ async def run(
     if stop is None:
         stop = asyncio.Event()
         install_stop_signals(stop)
+    raise_fd_limit()
     store = EtcdStore.from_config(cfg.etcd)
     try:
         await store.wait_ready(cfg.etcd.connect_timeout_s)
