@@ -140,6 +140,12 @@ def main() -> None:
     ap.add_argument("--settle-s", type=float, default=5.0, help="wait after loading, before measuring")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--json", action="store_true", help="print one JSON document")
+    ap.add_argument(
+        "--hold-s",
+        type=float,
+        default=0.0,
+        help="keep the cluster up this long after the report (to profile it)",
+    )
     args = ap.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="idle-topics-"))
     lc = LocalCluster(brokers=1, workdir=workdir, log_level="WARNING")
@@ -167,6 +173,9 @@ def main() -> None:
         else:
             for k, v in report.items():
                 print(f"{k:>20}: {v}")
+        if args.hold_s:
+            print(f"holding the cluster for {args.hold_s:.0f}s; broker pid {lc.brokers[0].pid}", flush=True)
+            time.sleep(args.hold_s)
     finally:
         lc.stop()
 
