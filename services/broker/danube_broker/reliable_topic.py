@@ -798,8 +798,9 @@ class ReliableTopic:
         """Delete the subscription: stop its engine, remove its metadata and cursor (fenced)."""
         if sub.engine is not None:
             await sub.engine.aclose()
-        self._persisted.pop(sub.name, None)
-        await self._store.delete(sub.name)
+        async with self._flush_lock:  # no cursor write of it in flight: none lands after the delete
+            self._persisted.pop(sub.name, None)
+            await self._store.delete(sub.name)
         log.info("subscription %s on %s deleted (unsubscribed)", sub.name, self.topic.name)
 
     # ------------------------------------------------------------------ policies
