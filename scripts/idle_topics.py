@@ -138,6 +138,12 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--idle-s", type=float, default=20.0)
     ap.add_argument("--settle-s", type=float, default=5.0, help="wait after loading, before measuring")
+    ap.add_argument(
+        "--registration-ttl-s",
+        type=int,
+        default=60,
+        help="the broker's lease TTL: long, so a busy shared machine's slow etcd during set-up does not stop it",
+    )
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--json", action="store_true", help="print one JSON document")
     ap.add_argument(
@@ -148,7 +154,12 @@ def main() -> None:
     )
     args = ap.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="idle-topics-"))
-    lc = LocalCluster(brokers=1, workdir=workdir, log_level="WARNING")
+    lc = LocalCluster(
+        brokers=1,
+        workdir=workdir,
+        log_level="WARNING",
+        extra_env={"DANUBE_BROKER_REGISTRATION_TTL_S": str(args.registration_ttl_s)},
+    )
     lc.start(timeout_s=60)
     try:
         time.sleep(args.settle_s)
