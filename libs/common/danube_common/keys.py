@@ -18,7 +18,8 @@ Layout (values are JSON unless noted)::
     /{cluster}/topics/{ns}/{topic}                         topic metadata
     /{cluster}/topics/{ns}/{topic}/subscriptions/{sub}     subscription metadata
     /{cluster}/topics/{ns}/{topic}/subscriptions/{sub}/cursor   acked cursor (reliable)
-    /{cluster}/topics/{ns}/{topic}/subscriptions/{sub}/policy   failure policy (reliable)
+    /{cluster}/subscription_policies/{ns}/{topic}/{sub}    failure policy (reliable; apart from the
+                                                           cursors so one broker-wide watch sees only policies)
     /{cluster}/storage/{ns}/{topic}/state                  the log's current writer (stint) or where it ended
     /{cluster}/storage/{ns}/{topic}/reserved               offsets the current writer may assign (below reserved_to)
     /{cluster}/storage/{ns}/{topic}/gaps/{start:020d}      offsets lost by an accepted unclean takeover
@@ -215,9 +216,25 @@ class Keys:
         """``{"cursor": N}``: every offset <= N is acknowledged (written by the owning broker)."""
         return f"{self.topic(topic)}/subscriptions/{sub}/cursor"
 
+    def subscription_policies_prefix(self, topic: TopicName | None = None) -> str:
+        """Every subscription policy (``topic`` None: of every topic; the broker watches this)."""
+        base = f"/{self.cluster}/subscription_policies/"
+        return base if topic is None else f"{base}{topic.namespace}/{topic.local}/"
+
     def subscription_policy(self, topic: TopicName, sub: str) -> str:
-        """The subscription's failure policy (written by admins, read by the owning broker)."""
-        return f"{self.topic(topic)}/subscriptions/{sub}/policy"
+        """The subscription's failure policy (written by admins, read and watched by the owning
+        broker). Not under the topic's subscriptions: the cursors written there are not watched."""
+        return f"{self.subscription_policies_prefix(topic)}{sub}"
+
+    def parse_subscription_policy(self, key: str) -> tuple[TopicName, str] | None:
+        """A ``subscription_policy`` key -> (topic, subscription); None for any other key."""
+        prefix = self.subscription_policies_prefix()
+        if not key.startswith(prefix):
+            return None
+        parts = key[len(prefix) :].split("/")
+        if len(parts) != 3 or not all(parts):
+            return None
+        return TopicName(parts[0], parts[1]), parts[2]
 
     # ---- storage, schemas, auth, counters
     def segments_prefix(self, topic: TopicName) -> str:

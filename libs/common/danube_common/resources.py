@@ -204,6 +204,7 @@ class Resources(OwnershipTxns):
             ops = [
                 Op.delete(self.keys.topic(t)),
                 Op.delete_prefix(self.keys.topic(t) + "/"),
+                Op.delete_prefix(self.keys.subscription_policies_prefix(t)),
                 Op.delete(self.keys.unassigned(t)),
                 Op.delete_prefix(self.keys.storage_topic_prefix(t)),
                 Op.delete(self.keys.topic_schema(t)),

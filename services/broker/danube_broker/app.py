@@ -37,11 +37,12 @@ from typing import Any, NoReturn
 
 from danube_broker.config import BrokerConfig
 from danube_broker.dead_letter_publisher import DeadLetterPublisher
+from danube_broker.fd_limit import raise_fd_limit
 from danube_broker.grpc_api import ConsumerApi, HealthApi, ProducerApi
 from danube_broker.handoff import TopicMover
 from danube_broker.load_reporter import LoadReporter
 from danube_broker.membership import Membership
-from danube_broker.metrics import BrokerCollector, BrokerEvents
+from danube_broker.metrics import BrokerCollector, BrokerEvents, RuntimeCollector
 from danube_broker.registry import BrokerRegistry
 from danube_broker.schema_gate import SchemaGate
 from danube_broker.stats_api import BrokerStatsApi
@@ -157,6 +158,7 @@ async def run(
     if stop is None:
         stop = asyncio.Event()
         install_stop_signals(stop)
+    raise_fd_limit()
     store = EtcdStore.from_config(cfg.etcd)
     try:
         await store.wait_ready(cfg.etcd.connect_timeout_s)
@@ -185,6 +187,7 @@ async def run(
                     on_failure=registry.tasks.report_failure,
                 )
                 registry.reliable.commit_group = commit_group
+            metrics.register(RuntimeCollector(asyncio.get_running_loop(), store))
             http = await start_http(
                 cfg, security, metrics, service="broker", advertised_host=cfg.advertised_host
             )

@@ -16,6 +16,7 @@ Two kinds, both on the broker's own registry (several brokers can share a proces
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
 from danube_broker.stats import SubscriptionStats, TopicStats
+from danube_common.metadata.store import MetadataStore
 from danube_common.observability import metric_names as mn
 from danube_common.observability.metrics import OTHER_TOPICS, MetricDef, OtherTotals, SeriesBound, add_samples
 
@@ -147,6 +149,25 @@ class BrokerCollector:
 
     def collect(self) -> Iterator[Metric]:
         yield from self._series.families(self._reg.stats())
+
+
+class RuntimeCollector:
+    """The broker's fixed costs, read at each scrape: tasks on its event loop and etcd watches
+    it holds open (``loop`` is the broker's: a scrape may be served from another thread)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, store: MetadataStore) -> None:
+        self._loop = loop
+        self._store = store
+
+    def describe(self) -> list[Metric]:
+        return [mn.ASYNCIO_TASKS.family(), mn.ETCD_WATCHES.family()]
+
+    def collect(self) -> Iterator[Metric]:
+        tasks, watches = mn.ASYNCIO_TASKS.family(), mn.ETCD_WATCHES.family()
+        add_samples(tasks, {(): len(asyncio.all_tasks(self._loop))})
+        add_samples(watches, {(): self._store.open_watches})
+        yield tasks
+        yield watches
 
 
 class BrokerEvents:

@@ -35,6 +35,8 @@ from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer, StreamSession
 from danube_broker.dispatch.base import Msg, PublishResult, PublishStream, SubType
 from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink
+from danube_broker.dispatch.reliable.maintenance import Maintenance
+from danube_broker.dispatch.reliable.policy_watch import PolicyWatch
 from danube_broker.metrics import BrokerEvents
 from danube_broker.producer import Producer
 from danube_broker.reliable_topic import ReliableContext
@@ -124,7 +126,18 @@ class BrokerRegistry:
         #: Opening and closing topics in the background; the crash flag of topics' tasks.
         self.tasks = TopicTasks()
         self.reliable = ReliableContext(
-            resources, clock, self.tasks.report_failure, open_log=open_log, wal_observer=events
+            resources,
+            clock,
+            self.tasks.report_failure,
+            Maintenance(
+                resources.store,
+                flush_interval_s=cfg.cursor_flush_interval_s,
+                retention_interval_s=cfg.retention_check_interval_s,
+                on_failure=self.tasks.report_failure,
+            ),
+            PolicyWatch(resources.store, resources.keys, on_failure=self.tasks.report_failure),
+            open_log=open_log,
+            wal_observer=events,
         )
         self.events = events
         #: Schema references and publish checks (set by the app; None: no registry view).
@@ -657,8 +670,13 @@ class BrokerRegistry:
         return held
 
     async def wait_closed(self) -> None:
-        """Wait for unloaded topics to close (cursors written, logs closed); cancel openings."""
+        """Wait for unloaded topics to close (cursors written, logs closed); cancel openings.
+        With no topic left, the broker-wide maintenance loop and policy watch stop too (the
+        next reliable topic starts them again)."""
         await self.tasks.wait()
+        if not self.topics:
+            await self.reliable.maintenance.aclose()
+            await self.reliable.policy_watch.aclose()
 
     def stats(self) -> dict[str, TopicStats]:
         return {name: t.stats() for name, t in self.topics.items()}

@@ -13,10 +13,14 @@ counters, stamping). It owns:
   storage error refuses the batch (nothing of it stored; reads go on);
 - one :class:`SubscriptionEngine` per subscription, restored from etcd when the topic loads
   (each resumes at its cursor + 1: messages acked above the cursor before a crash come again);
-- the **maintenance loop**: changed cursors go to etcd in one fenced transaction at most every
-  ``cursor_flush_interval_ms``, then retention cuts the log below what every subscription has
-  durably acknowledged (unless the topic's retention keeps more);
-- the **policy watch** on the topic's subscription keys: a changed failure policy applies at once;
+- its part in the broker's **maintenance loop** (:class:`~danube_broker.dispatch.reliable.maintenance.Maintenance`,
+  one for every topic): a moved cursor marks the topic dirty; its changed cursors go to etcd,
+  fenced by its epoch, at most every ``cursor_flush_interval_ms``, in transactions shared with
+  other topics; then retention cuts the log below what every subscription has durably
+  acknowledged (unless the topic's retention keeps more), and again every
+  ``retention_check_interval_s``;
+- its route in the broker's **policy watch** (:class:`~danube_broker.dispatch.reliable.policy_watch.PolicyWatch`,
+  one etcd watch for every topic): a changed failure policy applies at once;
 - with object storage (``ReliableContext.tiering``): the log dispatch reads is a
   :class:`~danube_broker.wal.tiered.TieredLog` (object storage below the local log's first
   offset), retention never deletes what is not uploaded, and ``cloud`` durability acks a
@@ -43,12 +47,15 @@ from danube_broker.cloud import CloudAcks
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer
 from danube_broker.dispatch.base import Msg, PublishResult, PublishStream, SubType
+from danube_broker.dispatch.reliable.cursor_batch import CursorWrite
 from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink
 from danube_broker.dispatch.reliable.dedup import UNKNOWN_OFFSET, Dedup, PendingAppend, original_offset
 from danube_broker.dispatch.reliable.engine import SubscriptionEngine
 from danube_broker.dispatch.reliable.log_port import TopicLogPort
+from danube_broker.dispatch.reliable.maintenance import Maintenance
 from danube_broker.dispatch.reliable.meta import FencedOut, SubscriptionRecord, SubscriptionStore
 from danube_broker.dispatch.reliable.policy import PolicyError, SubscriptionPolicy
+from danube_broker.dispatch.reliable.policy_watch import PolicyWatch
 from danube_broker.dispatch.reliable.retention import estimated_segments, retention_point
 from danube_broker.producer import Producer
 from danube_broker.stats import TieredStats
@@ -98,6 +105,10 @@ class ReliableContext:
     clock: Callable[[], float]
     #: Called when an internal task of a topic crashed: the broker stops (loudly).
     on_failure: Callable[[str, BaseException], None]
+    #: The broker's one loop writing every topic's cursors and running retention.
+    maintenance: Maintenance
+    #: The broker's one watch on every subscription failure policy.
+    policy_watch: PolicyWatch
     #: Opens a topic's log (default: ``TopicLog.open`` with the broker's ``wal`` settings).
     open_log: LogOpener | None = None
     dead_letter: DeadLetterSink | None = None
@@ -196,7 +207,6 @@ class ReliableTopic:
         #: Offsets at or above ``reservation.reserved_to`` are not assigned before it is extended.
         self.reservation = reservation
         self._reserve_lock = asyncio.Lock()
-        self._reserve_wake = asyncio.Event()
         #: Sequence ids stored before this stint (by earlier writers): deduplication continues.
         self._inherited = dict(stint.producer_sequences) if stint is not None else {}
         self._store = SubscriptionStore(ctx.resources, topic.topic_name, lambda: topic.epoch)
@@ -211,7 +221,6 @@ class ReliableTopic:
         self._defaults = cfg.default_subscription_policy()
         #: Cursor last written to etcd, per subscription.
         self._persisted: dict[str, int] = {}
-        self._dirty = asyncio.Event()
         self._flush_lock = asyncio.Lock()
         self._create_lock = asyncio.Lock()
         #: Cursor writes were refused: ownership moved on.
@@ -219,6 +228,8 @@ class ReliableTopic:
         #: Our stint of the log was ended by someone else: we must not write it any more.
         self._fenced = False
         self._tasks: dict[asyncio.Task[Any], str] = {}
+        #: Extends the offset reservation ahead of publishes; runs only while that is needed.
+        self._reserver: asyncio.Task[Any] | None = None
         self._closed = False
         self.cloud: CloudAcks | None = None
         if policies.durability is Durability.CLOUD:
@@ -327,16 +338,20 @@ class ReliableTopic:
                 continue
             policy = self._policy(rec.name, s.policy)
             self._add_subscription(rec.name, sub_type, cursor=s.cursor, policy=policy)
-        self._spawn(self._store.follow_policies(revision + 1, self._policy_changed), "the policy watch")
-        self._spawn(self._maintain(), "the cursor flush and retention loop")
-        if self.reservation is not None:
-            self._spawn(self._reserve_ahead(), "the offset reservation loop")
+        await self._follow_policies(revision)
+        self._ctx.maintenance.register(self)
         if self.cloud is not None:
             self._spawn(self.cloud.run(), "the cloud ack flusher")
+
+    @property
+    def name(self) -> str:
+        return self.topic.name
 
     def stop(self) -> None:
         """Stop dispatching at once (synchronous part of closing)."""
         self._closed = True
+        self._ctx.maintenance.unregister(self)
+        self._ctx.policy_watch.unfollow(self.topic.topic_name, self)
         for sub in self.topic.subscriptions.values():
             task = sub.engine.task if sub.engine is not None else None
             if task is not None:
@@ -396,10 +411,11 @@ class ReliableTopic:
             f" and {removed} object(s)" if removed else "",
         )
 
-    def _spawn(self, coro: Awaitable[Any], what: str) -> None:
+    def _spawn(self, coro: Awaitable[Any], what: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
         self._tasks[task] = what
         task.add_done_callback(self._task_done)
+        return task
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         what = self._tasks.pop(task, "a task")
@@ -487,7 +503,7 @@ class ReliableTopic:
             if self.reservation is not None and (
                 self.log.next_offset + self._cfg.offset_reservation_block // 2 >= self.reservation.reserved_to
             ):
-                self._reserve_wake.set()
+                self._reserve_soon()
             if self.cloud is not None:
                 await self.cloud.wait_uploaded(first + len(new))
         if not split.duplicates:
@@ -529,16 +545,21 @@ class ReliableTopic:
                 raise self._fenced_error()
             self.reservation = new
 
+    def _reserve_soon(self) -> None:
+        """Publishes came within half a block of the reservation's end: extend it in the
+        background (a task that ends once the reservation is ahead again: none while idle)."""
+        if self._closed or (self._reserver is not None and not self._reserver.done()):
+            return
+        self._reserver = self._spawn(self._reserve_ahead(), "the offset reservation loop")
+
     async def _reserve_ahead(self) -> None:
         """Extend the reservation before publishes reach it (half a block ahead)."""
         while True:
-            await self._reserve_wake.wait()
-            self._reserve_wake.clear()
             res = self.reservation
             if res is None or self._fenced:
                 return
             if self.log.next_offset + self._cfg.offset_reservation_block // 2 < res.reserved_to:
-                continue
+                return
             try:
                 await self._ctx.check_ackable(self.topic.name)
                 await self._reserve(res.reserved_to + 1)
@@ -549,7 +570,6 @@ class ReliableTopic:
                     "topic %s: extending the offset reservation failed (%s); retrying", self.topic.name, exc
                 )
                 await asyncio.sleep(1.0)
-                self._reserve_wake.set()
 
     async def _still_owned(self) -> bool:
         """Whether the owner key still names this broker (then adopt its current epoch)."""
@@ -764,7 +784,7 @@ class ReliableTopic:
             cursor=cursor,
             clock=self._ctx.clock,
             topic_counters=topic.counters,
-            on_cursor=self._dirty.set,
+            on_cursor=self._cursor_moved,
             dead_letter=self._ctx.dead_letter,
             max_pending=self._cfg.max_pending_messages_per_subscription,
             deliverable=self._deliverable if self.cloud is not None else None,
@@ -781,8 +801,9 @@ class ReliableTopic:
         """Delete the subscription: stop its engine, remove its metadata and cursor (fenced)."""
         if sub.engine is not None:
             await sub.engine.aclose()
-        self._persisted.pop(sub.name, None)
-        await self._store.delete(sub.name)
+        async with self._flush_lock:  # no cursor write of it in flight: none lands after the delete
+            self._persisted.pop(sub.name, None)
+            await self._store.delete(sub.name)
         log.info("subscription %s on %s deleted (unsubscribed)", sub.name, self.topic.name)
 
     # ------------------------------------------------------------------ policies
@@ -798,7 +819,19 @@ class ReliableTopic:
             )
             return self._defaults
 
-    def _policy_changed(self, name: str, stored: dict[str, Any] | None) -> None:
+    async def _follow_policies(self, revision: int) -> None:
+        """Join the broker's policy watch from ``revision`` (what ``_restore`` read); if the
+        watch already passed it, read this topic's policies again first."""
+        while not self._ctx.policy_watch.follow(self.topic.topic_name, self, revision):
+            stored, revision = await self._store.read_policies()
+            self.policies_reloaded(stored)
+
+    def policies_reloaded(self, stored: dict[str, dict[str, Any]]) -> None:
+        """Every policy of the topic, read again (the policy watch was compacted)."""
+        for name in list(self.topic.subscriptions):
+            self.policy_changed(name, stored.get(name))
+
+    def policy_changed(self, name: str, stored: dict[str, Any] | None) -> None:
         sub = self.topic.subscriptions.get(name)
         if sub is None or sub.engine is None:
             return
@@ -808,53 +841,79 @@ class ReliableTopic:
             sub.engine.set_policy(policy)
 
     # ------------------------------------------------------------------ cursors and retention
-    async def _maintain(self) -> None:
-        interval = self._cfg.cursor_flush_interval_s
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._cfg.retention_check_interval_s):
-                    await self._dirty.wait()
-            if self._dirty.is_set():
-                await asyncio.sleep(interval)  # gather every cursor change of the interval
-            await self.flush_cursors()
-            try:
-                await self.apply_retention()
-            except DanubeError as exc:
-                log.warning("topic %s: retention check failed (%s); retrying later", self.topic.name, exc)
+    def _cursor_moved(self) -> None:
+        self._ctx.maintenance.mark_dirty(self)
 
     async def flush_cursors(self, subs: list[Subscription] | None = None) -> None:
-        """Write every changed cursor in one fenced transaction (failures are retried later)."""
+        """Write every changed cursor of this topic in one fenced transaction, now (closing;
+        failures are retried by the maintenance loop while the topic is open)."""
         async with self._flush_lock:
-            self._dirty.clear()
-            if self._cursors_fenced:
-                return
-            changed: dict[str, int] = {}
-            for sub in subs if subs is not None else list(self.topic.subscriptions.values()):
-                engine = sub.engine
-                if (
-                    engine is not None
-                    and sub.name in self._persisted
-                    and engine.cursor != self._persisted[sub.name]
-                ):
-                    changed[sub.name] = engine.cursor
-            if not changed:
-                return
-            try:
-                await self._store.write_cursors(changed)
-            except FencedOut as exc:
-                if await self._still_owned():
-                    self._dirty.set()  # our epoch moved on (e.g. a move was marked): write again
-                    return
-                self._cursors_fenced = True
-                log.warning("%s; cursors are no longer written", exc.message)
-                return
-            except DanubeError as exc:
-                log.warning(
-                    "topic %s: writing %d cursor(s) failed (%s); retrying", self.topic.name, len(changed), exc
-                )
-                self._dirty.set()
-                return
-            self._persisted.update(changed)
+            changed = self._changed_cursors(subs)
+            if changed:
+                await self._write_cursors(changed)
+
+    def _changed_cursors(self, subs: list[Subscription] | None = None) -> dict[str, int]:
+        if self._cursors_fenced:
+            return {}
+        changed: dict[str, int] = {}
+        for sub in subs if subs is not None else list(self.topic.subscriptions.values()):
+            engine = sub.engine
+            if (
+                engine is not None
+                and sub.name in self._persisted
+                and engine.cursor != self._persisted[sub.name]
+            ):
+                changed[sub.name] = engine.cursor
+        return changed
+
+    async def _write_cursors(self, changed: dict[str, int]) -> bool:
+        """This topic's cursors alone, fenced by its epoch (the flush lock is held)."""
+        try:
+            await self._store.write_cursors(changed)
+        except FencedOut as exc:
+            if await self._still_owned():
+                self._cursor_moved()  # our epoch moved on (e.g. a move was marked): write again
+                return False
+            self._cursors_fenced = True
+            log.warning("%s; cursors are no longer written", exc.message)
+            return False
+        except DanubeError as exc:
+            log.warning(
+                "topic %s: writing %d cursor(s) failed (%s); retrying", self.topic.name, len(changed), exc
+            )
+            self._cursor_moved()
+            return False
+        self._persisted.update(changed)
+        return True
+
+    # The maintenance loop's side of a flush (see Maintenance.Maintained).
+    async def begin_cursor_flush(self) -> CursorWrite[Any] | None:
+        lock = self._flush_lock
+        if lock.locked():  # a flush of this topic is under way (closing): it writes what moved
+            self._cursor_moved()
+            return None
+        await lock.acquire()  # free: taken at once, no other task runs in between
+        changed = self._changed_cursors()
+        if not changed:
+            lock.release()
+            return None
+        return CursorWrite(self, self._store.fence(), self._store.cursor_ops(changed), changed)
+
+    async def end_cursor_flush(self, write: CursorWrite[Any], outcome: bool | DanubeError) -> bool:
+        try:
+            if outcome is True:
+                self._persisted.update(write.changed)
+                return True
+            if outcome is False:  # alone: refused if ownership moved on, as before
+                return await self._write_cursors(write.changed)
+            self._cursor_moved()
+            return False
+        finally:
+            self._flush_lock.release()
+
+    def abort_cursor_flush(self, write: CursorWrite[Any]) -> None:
+        self._cursor_moved()
+        self._flush_lock.release()
 
     async def apply_retention(self) -> None:
         """Cut the local log below what every subscription durably acknowledged (retention
@@ -877,6 +936,8 @@ class ReliableTopic:
             size_limit_bytes=pol.retention_size_bytes,
             segments=segments,
         )
+        if point <= log_.first_offset:
+            return  # nothing to cut (the gate could only lower the point): no call to the uploader
         if self._ctx.retention_gate is not None:
             point = min(point, await self._ctx.retention_gate(self.topic.name, point))
         if point <= log_.first_offset:

@@ -336,6 +336,24 @@ async def test_policy_changes_apply_at_once(resources: Resources) -> None:
     await rig.close()
 
 
+async def test_policies_read_again_replace_every_subscriptions_policy(resources: Resources) -> None:
+    rig = Rig(resources)
+    await rig.producer()
+    await rig.subscribe()
+    await rig.subscribe("other", name="c2")
+    reliable = rig.topic.reliable
+    assert reliable is not None
+    engines = {n: rig.topic.subscriptions[n].engine for n in ("s", "other")}
+    reliable.policies_reloaded({"s": {"poison_policy": "drop"}})
+    assert engines["s"] is not None and engines["s"].policy.poison_policy == "drop"
+    assert engines["other"] is not None and engines["other"].policy.poison_policy == "block"
+    reliable.policies_reloaded({})  # the policy was deleted while the watch was compacted
+    assert engines["s"].policy.poison_policy == "block"
+    assert rig.reg.reliable.policy_watch.following == 1 and rig.reg.reliable.maintenance.topics == 1
+    await rig.close()
+    assert rig.reg.reliable.policy_watch.following == 0 and rig.reg.reliable.maintenance.topics == 0
+
+
 async def test_cumulative_ack_refused_on_shared_and_seek_refused_on_non_reliable(
     resources: Resources,
 ) -> None:

@@ -52,6 +52,20 @@ def test_keys_below_a_topic_are_not_topics(cluster: str, topic: TopicName, sub: 
     assert k.parse_topic(sub_key) is None
 
 
+@given(clusters, topics, word)
+def test_subscription_policies_round_trip_and_sit_apart_from_cursors(
+    cluster: str, topic: TopicName, sub: str
+) -> None:
+    k = Keys(cluster)
+    key = k.subscription_policy(topic, sub)
+    assert k.parse_subscription_policy(key) == (topic, sub)
+    assert key.startswith(k.subscription_policies_prefix(topic))
+    assert key.startswith(k.subscription_policies_prefix())
+    assert not k.subscription_cursor(topic, sub).startswith(k.subscription_policies_prefix())
+    assert k.parse_subscription_policy(k.subscription_cursor(topic, sub)) is None
+    assert k.parse_subscription_policy(k.subscription_policies_prefix(topic)) is None
+
+
 @given(clusters, clusters, topics)
 def test_parsers_ignore_other_roots(cluster: str, other: str, topic: TopicName) -> None:
     k, o = Keys(cluster), Keys(other)
@@ -84,6 +98,7 @@ def test_layout() -> None:
     assert k.namespace("ns") == "/prod/namespaces/ns"
     assert k.topic(t) == "/prod/topics/ns/orders"
     assert k.subscription(t, "s") == "/prod/topics/ns/orders/subscriptions/s"
+    assert k.subscription_policy(t, "s") == "/prod/subscription_policies/ns/orders/s"
     assert k.segment(t, 42) == "/prod/storage/ns/orders/segments/00000000000000000042"
     assert k.counter("broker-id") == "/prod/counters/broker-id"
 

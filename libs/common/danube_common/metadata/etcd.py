@@ -394,6 +394,14 @@ class EtcdStore(MetadataStore):
     async def watch_prefix(
         self, prefix: str, *, start_revision: int | None = None
     ) -> AsyncIterator[WatchEvent]:
+        self.open_watches += 1
+        try:
+            async for ev in self._watch_prefix(prefix, start_revision):
+                yield ev
+        finally:
+            self.open_watches -= 1
+
+    async def _watch_prefix(self, prefix: str, start_revision: int | None) -> AsyncIterator[WatchEvent]:
         key = prefix.encode()
         next_rev = start_revision
         if next_rev is None:

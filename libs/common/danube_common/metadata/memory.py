@@ -244,6 +244,14 @@ class MemoryStore(MetadataStore):
     async def watch_prefix(
         self, prefix: str, *, start_revision: int | None = None
     ) -> AsyncIterator[WatchEvent]:
+        self.open_watches += 1
+        try:
+            async for ev in self._watch_prefix(prefix, start_revision):
+                yield ev
+        finally:
+            self.open_watches -= 1
+
+    async def _watch_prefix(self, prefix: str, start_revision: int | None) -> AsyncIterator[WatchEvent]:
         self._check()
         next_rev = start_revision if start_revision is not None else self._revision + 1
         while True:

@@ -135,6 +135,9 @@ def encode_value(value: bytes | str | dict[str, Any] | list[Any]) -> bytes:
 class MetadataStore(abc.ABC):
     """Async key-value store with revisions, transactions, leases and watches."""
 
+    #: Watches currently open through this store (``watch_prefix`` iterators not yet finished).
+    open_watches: int = 0
+
     @abc.abstractmethod
     async def get(self, key: str) -> KeyValue | None: ...
 

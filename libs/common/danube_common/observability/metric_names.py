@@ -131,6 +131,16 @@ WAL_DISK_BYTES = MetricDef(
     "danube_wal_disk_bytes", "gauge", "Bytes of write-ahead log on this broker's disk (topics loaded here)."
 )
 
+# ---------------------------------------------------------------- broker: fixed costs
+ASYNCIO_TASKS = MetricDef(
+    "danube_broker_asyncio_tasks",
+    "gauge",
+    "Tasks alive on the broker's event loop (per topic and per subscription costs show here).",
+)
+ETCD_WATCHES = MetricDef(
+    "danube_broker_etcd_watches", "gauge", "etcd watches this broker holds open (broker-wide, not per topic)."
+)
+
 # ---------------------------------------------------------------- broker: ownership and moves
 OWNERSHIP_ACQUIRED = MetricDef(
     "danube_broker_assignments",
@@ -329,6 +339,7 @@ SECTIONS: tuple[tuple[str, tuple[MetricDef, ...]], ...] = (
             WAL_DISK_BYTES,
         ),
     ),
+    ("Broker: fixed costs", (ASYNCIO_TASKS, ETCD_WATCHES)),
     ("Broker: ownership and moves", (OWNERSHIP_ACQUIRED, TOPIC_MOVES)),
     (
         "WAL uploader",

@@ -6,7 +6,10 @@ Keys (all from :class:`danube_common.keys.Keys`):
   written when the subscription is created (before Subscribe answers);
 - ``subscription_cursor(topic, sub)``: ``{"cursor": N}``, every offset <= N acknowledged
   (-1: none). Absent: nothing acknowledged since creation, i.e. ``start_offset - 1``;
-- ``subscription_policy(topic, sub)``: the failure policy, written by admins, watched here.
+- ``subscription_policy(topic, sub)``: the failure policy, written by admins, under its own
+  prefix (``subscription_policies_prefix``): the broker follows every policy with one watch
+  (:class:`~danube_broker.dispatch.reliable.policy_watch.PolicyWatch`), and never sees its own
+  cursor writes echoed back.
 
 Every write of the owner (create, cursors, delete) is one transaction that compares the owner
 key's ``mod_revision`` with the epoch this broker holds the topic at: a broker that lost the
@@ -19,10 +22,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, NoReturn
+from typing import Any
 
-from danube_common.errors import MetadataUnavailable, TopicNotOwned
-from danube_common.metadata.store import Compare, Op, WatchCompacted
+from danube_common.errors import TopicNotOwned
+from danube_common.metadata.store import Compare, Op
 from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 
@@ -81,11 +84,12 @@ class SubscriptionStore:
 
     # ---- reads
     async def load(self) -> tuple[list[StoredSubscription], int]:
-        """Every subscription of the topic, and the revision of the read (to watch from)."""
-        kvs, revision = await self._store.get_prefix(self.prefix)
+        """Every subscription of the topic, and the revision its policies were read at (the
+        policy watch delivers what changes after it)."""
+        kvs, _ = await self._store.get_prefix(self.prefix)
+        policies, revision = await self.read_policies()
         records: dict[str, SubscriptionRecord] = {}
         cursors: dict[str, int] = {}
-        policies: dict[str, dict[str, Any]] = {}
         for kv in kvs:
             name, kind = self.parse(kv.key)
             if not name:
@@ -102,8 +106,6 @@ class SubscriptionStore:
                     )
                 elif kind == "cursor":
                     cursors[name] = int(value["cursor"])
-                elif kind == "policy":
-                    policies[name] = value
             except (ValueError, KeyError, TypeError) as exc:
                 log.error("topic %s: ignoring malformed subscription key %s (%s)", self._topic, kv.key, exc)
         out = [
@@ -112,12 +114,24 @@ class SubscriptionStore:
         ]
         return out, revision
 
+    async def read_policies(self) -> tuple[dict[str, dict[str, Any]], int]:
+        """The topic's stored failure policies by subscription, and the revision of the read."""
+        prefix = self._keys.subscription_policies_prefix(self._topic)
+        kvs, revision = await self._store.get_prefix(prefix)
+        policies: dict[str, dict[str, Any]] = {}
+        for kv in kvs:
+            try:
+                policies[kv.key[len(prefix) :]] = kv.json()
+            except ValueError as exc:
+                log.error("topic %s: ignoring malformed policy key %s (%s)", self._topic, kv.key, exc)
+        return policies, revision
+
     async def read_policy(self, name: str) -> dict[str, Any] | None:
         kv = await self._store.get(self._keys.subscription_policy(self._topic, name))
         return kv.json() if kv else None
 
     def parse(self, key: str) -> tuple[str, str]:
-        """A key under the prefix -> (subscription, "" | "cursor" | "policy" | other)."""
+        """A key under the prefix -> (subscription, "" | "cursor" | other)."""
         if not key.startswith(self.prefix):
             return "", ""
         name, _, kind = key[len(self.prefix) :].partition("/")
@@ -128,11 +142,20 @@ class SubscriptionStore:
         key = self._keys.subscription(self._topic, record.name)
         await self._fenced([Op.put(key, record.to_json())], f"creating subscription {record.name!r}")
 
-    async def write_cursors(self, cursors: Mapping[str, int]) -> None:
-        ops = [
+    def fence(self) -> Compare:
+        """The compare every write of the owner carries (the owner key at our epoch)."""
+        return self._fence()
+
+    def cursor_ops(self, cursors: Mapping[str, int]) -> list[Op]:
+        return [
             Op.put(self._keys.subscription_cursor(self._topic, name), {"cursor": cursor})
             for name, cursor in cursors.items()
         ]
+
+    async def write_cursors(self, cursors: Mapping[str, int]) -> None:
+        """This topic's cursors alone, fenced (the broker-wide flusher batches several topics'
+        writes in one transaction and falls back to this when the batch is refused)."""
+        ops = self.cursor_ops(cursors)
         if ops:
             await self._fenced(ops, "writing cursors")
 
@@ -145,25 +168,3 @@ class SubscriptionStore:
             ],
             f"deleting subscription {name!r}",
         )
-
-    # ---- policy watch
-    async def follow_policies(
-        self, start_revision: int, apply: Callable[[str, dict[str, Any] | None], None]
-    ) -> NoReturn:
-        """Call ``apply(subscription, policy or None)`` for every policy change, forever."""
-        start = start_revision
-        while True:
-            try:
-                async for ev in self._store.watch_prefix(self.prefix, start_revision=start):
-                    start = ev.revision + 1
-                    name, kind = self.parse(ev.key)
-                    if kind == "policy":
-                        apply(name, ev.json() if ev.kind == "put" else None)
-            except WatchCompacted:
-                log.warning("topic %s: policy watch compacted; re-reading the policies", self._topic)
-                subs, revision = await self.load()
-                for s in subs:
-                    apply(s.record.name, s.policy)
-                start = revision + 1
-                continue
-            raise MetadataUnavailable(f"the policy watch on {self.prefix} ended unexpectedly")
