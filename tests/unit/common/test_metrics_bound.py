@@ -105,8 +105,8 @@ def test_metric_definitions(d: MetricDef) -> None:
     assert NAME.match(d.name), d.name
     assert not d.name.endswith("_total"), "counters are named without _total (the library adds it)"
     assert d.help.endswith("."), "help text is a sentence"
-    if d.kind == "histogram":
-        assert d.name.endswith("_seconds"), "latencies are in seconds"
+    if d.kind == "histogram":  # a base unit (latencies in seconds) or what it counts, last
+        assert d.name.endswith(("_seconds", "_bytes", "_topics", "_messages")), "histograms name their unit"
     # Each registers on a registry of its own and is exposed under its exposed name.
     registry = CollectorRegistry()
     made = {"counter": d.counter, "gauge": d.gauge, "histogram": d.histogram}[d.kind](registry)
