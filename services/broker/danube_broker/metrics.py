@@ -159,11 +159,16 @@ class BrokerEvents:
         self._wal_rotations = mn.WAL_SEGMENT_ROTATIONS.counter(registry)
         self._acquired = mn.OWNERSHIP_ACQUIRED.counter(registry)
         self._moves = mn.TOPIC_MOVES.counter(registry)
+        self._mux = mn.MUX_STREAMS.gauge(registry)
 
     def published(self, seconds: float) -> None:
         """A batch was published and is being acknowledged ``seconds`` after it arrived."""
         self._publish_latency.observe(seconds)
         self._publishes.inc()
+
+    def mux_stream(self, kind: str, delta: int) -> None:
+        """A multiplexed stream of ``kind`` (``publish``, ``consume``) opened (+1) or ended (-1)."""
+        self._mux.labels(kind).inc(delta)
 
     # ---- WalObserver
     def committed(self, records: int, nbytes: int, fsync_s: float | None) -> None:
