@@ -13,7 +13,10 @@ batch of that producer in the session is refused, until the client starts a new 
 re-sends in order. A producer detached while on the stream (topic moved or unloaded, broker
 stopping) has its batches in flight answered, then one event (a PublishAck with its id,
 ``batch_seq`` 0 and the detach error) and its lane is dropped; the stream goes on. A batch for
-an unknown producer id is answered in-band with the error the id lookup gives.
+an unknown producer id is answered in-band with the error the id lookup gives (UNAVAILABLE for
+an id not attached: the client creates the producer again). A frame with ``batch_seq`` 0 and
+no messages binds its producer to the stream without being answered: a producer on an open
+stream does not expire while idle, as with an open PublishBatches stream.
 """
 
 from __future__ import annotations
@@ -29,7 +32,13 @@ from danube_broker.dispatch.base import Msg, PublishResult, PublishStream
 from danube_broker.producer import Producer
 from danube_broker.registry import BrokerRegistry
 from danube_broker.wal import StorageError
-from danube_common.errors import DanubeError, InvalidPayload, MessageTooLarge
+from danube_common.errors import (
+    DanubeError,
+    InvalidPayload,
+    MessageTooLarge,
+    ProducerNotFound,
+    Unavailable,
+)
 from danube_common.pb import DanubeApi_pb2 as pb
 
 
@@ -133,6 +142,13 @@ class PublishMux:
         if lane is None:
             try:
                 producer = self._reg.producer(pid)
+            except ProducerNotFound as exc:
+                # Retryable here, as for delivery streams: the client creates the producer again.
+                err = Unavailable(exc.message)
+                self._direct.append(
+                    pb.PublishAck(producer_id=pid, batch_seq=batch.batch_seq, error=error_detail(err))
+                )
+                return
             except DanubeError as exc:
                 self._direct.append(
                     pb.PublishAck(producer_id=pid, batch_seq=batch.batch_seq, error=error_detail(exc))
@@ -149,26 +165,37 @@ class PublishMux:
             lane.session, fresh = lane_session(lane.session, batch.session)
             if fresh:
                 lane.guard = PublishStream()
+        if batch.batch_seq == 0 and not batch.messages:
+            return  # a bind frame: the producer is on the stream now (attached while idle)
         size = batch.ByteSize()
         answer: asyncio.Future[pb.PublishAck]
         if not lane.producer.live:
-            err = lane.producer.detach_error
             answer = asyncio.get_running_loop().create_future()
             answer.set_result(
-                pb.PublishAck(batch_seq=batch.batch_seq, error=error_detail(err))
-                if err is not None
-                else pb.PublishAck(batch_seq=batch.batch_seq)
+                pb.PublishAck(batch_seq=batch.batch_seq, error=error_detail(_gone(lane.producer)))
             )
             self._poke(pid)
         else:
             answer = asyncio.create_task(
-                publish_one(self._reg, lane.producer, batch, lane.guard),
+                self._publish(lane.producer, batch, lane.guard),
                 name=f"mux-producer-{pid}-batch-{batch.batch_seq}",
             )
             answer.add_done_callback(functools.partial(self._poke_done, pid))
         lane.inflight.append((answer, size))
         self._count += 1
         self._bytes += size
+
+    async def _publish(
+        self, producer: Producer, batch: pb.PublishBatch, guard: PublishStream
+    ) -> pb.PublishAck:
+        """As on PublishBatches, but an error that would end a PublishBatches stream (topic
+        moved, producer closed) is this batch's answer: the stream serves other producers.
+        Later batches of the session are refused too (the client re-sends them in order)."""
+        try:
+            return await publish_one(self._reg, producer, batch, guard)
+        except DanubeError as exc:
+            guard.refused = True
+            return pb.PublishAck(batch_seq=batch.batch_seq, error=error_detail(exc))
 
     # ---- answers
     def _drain(self) -> list[pb.PublishAck]:
@@ -189,11 +216,7 @@ class PublishMux:
                 ack.producer_id = pid
                 out.append(ack)
             if not lane.producer.live and not lane.inflight:
-                err = lane.producer.detach_error
-                event = pb.PublishAck(producer_id=pid)
-                if err is not None:
-                    event.error.CopyFrom(error_detail(err))
-                out.append(event)
+                out.append(pb.PublishAck(producer_id=pid, error=error_detail(_gone(lane.producer))))
                 self._drop(pid, lane)
         return out
 
@@ -245,6 +268,11 @@ class PublishMux:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+
+
+def _gone(producer: Producer) -> DanubeError:
+    """Why a detached producer cannot publish (closed without a reason: create it again)."""
+    return producer.detach_error or Unavailable(f"producer {producer.id} was closed; create it again")
 
 
 async def _next(it: AsyncIterator[pb.PublishBatch]) -> pb.PublishBatch | None:

@@ -106,7 +106,9 @@ class ProducerServiceServicer:
         producer can no longer publish here (topic moved or unloaded, broker stopping) the broker
         answers its batches already being published, then sends one PublishAck with that
         producer_id, batch_seq 0 and error = why (with redirect); the stream goes on for the other
-        producers. Unknown producer ids are answered in-band per batch. No HealthCheck is needed.
+        producers. Unknown producer ids are answered in-band per batch. A PublishBatch with
+        batch_seq 0 and no messages binds its producer to the stream (not answered): a producer on
+        an open stream stays attached while idle, so no HealthCheck is needed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
