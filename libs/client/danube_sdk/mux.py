@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 OUT_QUEUE_FRAMES = 256
 #: Delivery frames a consumer may be sent before it has taken them (its credit window).
 CONSUMER_CREDITS = 4
+#: How long a broken shared stream's status is waited for (it says why it broke).
+_STATUS_WAIT_S = 1.0
 
 
 class MuxUnsupported(Unavailable):
@@ -89,9 +91,14 @@ class _Shared:
 
     kind = ""
 
-    def __init__(self, url: str, call: grpc.aio.StreamStreamCall, on_end: Callable[[_Shared], None]) -> None:
+    def __init__(
+        self, url: str, open_call: Callable[[], grpc.aio.StreamStreamCall], on_end: Callable[[_Shared], None]
+    ) -> None:
         self.url = url
-        self._call = call
+        self._open = open_call
+        self._call = open_call()
+        #: Something arrived on the stream (so the server serves it).
+        self._received = False
         self._on_end = on_end
         self.lanes: dict[int, _Lane] = {}
         self.error: DanubeError | None = None
@@ -106,8 +113,11 @@ class _Shared:
         writer = asyncio.create_task(self._write_loop(), name=f"{self.what} write")
         err: DanubeError = Unavailable(f"{self.what}: closed")
         try:
-            done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_EXCEPTION)
-            exc = next((t.exception() for t in done if t.exception() is not None), None)
+            await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_EXCEPTION)
+            if not reader.done():
+                # A failed write says only that the call is over: the reader learns the status.
+                await asyncio.wait({reader}, timeout=_STATUS_WAIT_S)
+            exc = next((t.exception() for t in (reader, writer) if t.done() and t.exception()), None)
             err = await self._map(exc)
         finally:
             for t in (reader, writer):
@@ -118,13 +128,31 @@ class _Shared:
             self._end(err)
 
     async def _map(self, exc: BaseException | None) -> DanubeError:
-        if self._call.done() and await self._call.code() == grpc.StatusCode.UNIMPLEMENTED:
+        """The error the shared stream ended with (MuxUnsupported for UNIMPLEMENTED). The
+        call's status comes first: a write that raced the server's answer fails as INTERNAL."""
+        code = None
+        with contextlib.suppress(TimeoutError, grpc.aio.AioRpcError):
+            code = await asyncio.wait_for(self._call.code(), _STATUS_WAIT_S)
+        if code is None and isinstance(exc, grpc.aio.AioRpcError):
+            code = exc.code()
+        if code == grpc.StatusCode.INTERNAL and not self._received and await self._unimplemented():
+            code = grpc.StatusCode.UNIMPLEMENTED
+        if code == grpc.StatusCode.UNIMPLEMENTED:
             return MuxUnsupported(f"{self.url} does not serve the {self.kind} mux")
-        if isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-            return MuxUnsupported(f"{self.url} does not serve the {self.kind} mux")
-        if exc is None or isinstance(exc, _Eof):
+        if self._call.done():
             return await call_error(self._call, self.what)
-        return map_stream_error(exc, self.what)
+        return map_stream_error(exc, self.what) if exc is not None else Unavailable(f"{self.what}: ended")
+
+    async def _unimplemented(self) -> bool:
+        """Does the server answer UNIMPLEMENTED to a call that sends nothing? (A write racing
+        that answer fails the call as INTERNAL instead; a serving broker just waits.)"""
+        call = self._open()
+        try:
+            return await asyncio.wait_for(call.code(), _STATUS_WAIT_S) == grpc.StatusCode.UNIMPLEMENTED
+        except TimeoutError:
+            return False
+        finally:
+            call.cancel()
 
     def _end(self, err: DanubeError) -> None:
         if self.error is not None:
@@ -145,6 +173,7 @@ class _Shared:
             event = await self._call.read()
             if event is grpc.aio.EOF:
                 raise _Eof()
+            self._received = True
             self._route(event)
 
     def _route(self, event: object) -> None:
@@ -192,7 +221,7 @@ class PublishMux(_Shared):
 
     def __init__(self, stubs: Stubs, on_end: Callable[[_Shared], None]) -> None:
         self._out: asyncio.Queue[pb.PublishBatch] = asyncio.Queue(OUT_QUEUE_FRAMES)
-        super().__init__(stubs.url, stubs.producer.PublishMux(), on_end)
+        super().__init__(stubs.url, stubs.producer.PublishMux, on_end)
 
     def bind(self, producer_id: int, session: int) -> PublishLane:
         if self.error is not None:
@@ -269,7 +298,7 @@ class ConsumeMux(_Shared):
         self._has_pending = asyncio.Event()
         self._acks: dict[int, asyncio.Future[None]] = {}
         self._next_ack = 0
-        super().__init__(stubs.url, stubs.consumer.ConsumeMux(), on_end)
+        super().__init__(stubs.url, stubs.consumer.ConsumeMux, on_end)
 
     def attach(self, consumer_id: int, *, max_messages_per_frame: int) -> ConsumeLane:
         if self.error is not None:

@@ -247,6 +247,8 @@ class PublishMux:
                         ended = True
                     else:
                         self._admit(batch)
+                        if self._direct and not self._wake.done():
+                            self._wake.set_result(None)  # answered at once: drain it next
                 if ended and self._count == 0 and not self._direct:
                     return
                 if reader is None and not ended and self._room():
