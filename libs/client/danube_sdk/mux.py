@@ -309,6 +309,10 @@ class ConsumeMux(_Shared):
         lane = ConsumeLane(self, consumer_id)
         self.lanes[consumer_id] = lane
         self._credits.pop(consumer_id, None)
+        if consumer_id in self._pending.detach:  # the old lane's detach must not follow this attach
+            kept = [c for c in self._pending.detach if c != consumer_id]
+            del self._pending.detach[:]
+            self._pending.detach.extend(kept)
         self._pending.attach.add(
             consumer_id=consumer_id, max_messages_per_frame=max_messages_per_frame, credits=CONSUMER_CREDITS
         )

@@ -100,12 +100,12 @@ class ConsumeMux:
 
     # ---- client frames (no awaits)
     def _handle(self, req: pb.ConsumeMuxRequest) -> None:
-        for att in req.attach:
-            self._attach(att)
-        for cid in req.detach:
+        for cid in req.detach:  # before the attaches: a frame may detach and re-attach an id
             a = self._attached.pop(cid, None)
             if a is not None:
                 self._reg.stream_closed(a.consumer, a.session)
+        for att in req.attach:
+            self._attach(att)
         for credit in req.credits:
             a = self._attached.get(credit.consumer_id)
             if a is not None:
