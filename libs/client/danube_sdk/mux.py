@@ -34,7 +34,10 @@ log = logging.getLogger(__name__)
 #: Frames queued for a shared stream's writer (beyond it, writers wait: back-pressure).
 OUT_QUEUE_FRAMES = 256
 #: Delivery frames a consumer may be sent before it has taken them (its credit window).
-CONSUMER_CREDITS = 4
+CONSUMER_CREDITS = 8
+#: Credits are granted back in groups of this many frames taken (fewer frames on the wire; the
+#: broker still holds at least the rest of the window, so delivery never waits for a grant).
+CREDIT_GRANT = CONSUMER_CREDITS // 2
 #: How long a broken shared stream's status is waited for (it says why it broke).
 _STATUS_WAIT_S = 1.0
 
@@ -330,8 +333,10 @@ class ConsumeMux(_Shared):
 
     def credit(self, consumer_id: int) -> None:
         if consumer_id in self.lanes:
-            self._credits[consumer_id] = self._credits.get(consumer_id, 0) + 1
-            self._has_pending.set()
+            n = self._credits.get(consumer_id, 0) + 1
+            self._credits[consumer_id] = n
+            if n >= CREDIT_GRANT:
+                self._has_pending.set()
 
     async def ack(self, consumer_id: int, offsets: list[int], *, cumulative: bool, timeout_s: float) -> None:
         if self.error is not None:
@@ -363,9 +368,10 @@ class ConsumeMux(_Shared):
             await self._has_pending.wait()
             self._has_pending.clear()
             req, self._pending = self._pending, pb.ConsumeMuxRequest()
-            for cid, frames in self._credits.items():
-                req.credits.add(consumer_id=cid, frames=frames)
-            self._credits.clear()
+            for cid, frames in list(self._credits.items()):
+                if frames >= CREDIT_GRANT:  # smaller grants ride along later
+                    req.credits.add(consumer_id=cid, frames=frames)
+                    del self._credits[cid]
             await self._call.write(req)
 
     def _route(self, event: object) -> None:

@@ -122,6 +122,10 @@ class PublishMux:
         self._wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     # ---- wake-ups (callbacks: no awaits)
+    def _kick(self, _task: object = None) -> None:
+        if not self._wake.done():
+            self._wake.set_result(None)
+
     def _poke(self, producer_id: int) -> None:
         if producer_id not in self._ready_set:
             self._ready_set.add(producer_id)
@@ -253,10 +257,8 @@ class PublishMux:
                     return
                 if reader is None and not ended and self._room():
                     reader = asyncio.create_task(_next(it), name="publish-mux-read")
-                waits: set[asyncio.Future[object]] = {self._wake}  # type: ignore[arg-type]
-                if reader is not None:
-                    waits.add(reader)  # type: ignore[arg-type]
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                    reader.add_done_callback(self._kick)
+                await self._wake  # set by a poke, or by the reader finishing
         finally:
             if self._on_open_close is not None:
                 self._on_open_close(-1)

@@ -88,6 +88,10 @@ class ConsumeMux:
         self._control: collections.deque[pb.ConsumeMuxEvent] = collections.deque()
         self._wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
+    def _kick(self, _task: object = None) -> None:
+        if not self._wake.done():
+            self._wake.set_result(None)
+
     def _poke(self, cid: int) -> None:
         a = self._attached.get(cid)
         if a is None or (a.credits <= 0 and not a.session.ended):
@@ -203,10 +207,8 @@ class ConsumeMux:
                         self._wake.set_result(None)
                 if reader is None and len(self._control) < self._control_limit:
                     reader = asyncio.create_task(_next(it), name="consume-mux-read")
-                waits: set[asyncio.Future[object]] = {self._wake}  # type: ignore[arg-type]
-                if reader is not None:
-                    waits.add(reader)  # type: ignore[arg-type]
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                    reader.add_done_callback(self._kick)
+                await self._wake  # set by a poke, or by the reader finishing
         finally:
             if self._on_open_close is not None:
                 self._on_open_close(-1)
