@@ -30,28 +30,34 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 
 class Pipe:
-    """A client stream: write requests, read answers (with a deadline each)."""
+    """A mux stream: write requests, read the acks / events of its responses (a deadline each)."""
 
-    def __init__(self, call: Any) -> None:
+    def __init__(self, call: Any, *, publish: bool) -> None:
         self.call = call
+        self.publish = publish
+        self._buffered: list[Any] = []
 
     async def send(self, *reqs: Any) -> None:
+        """PublishMux: the batches go in one request; ConsumeMux: one request each."""
+        if self.publish:
+            await self.call.write(pb.PublishMuxRequest(batches=list(reqs)))
+            return
         for r in reqs:
             await self.call.write(r)
 
     async def read(self, n: int = 1) -> list[Any]:
-        out = []
-        for _ in range(n):
+        while len(self._buffered) < n:
             item = await asyncio.wait_for(self.call.read(), 10)
             assert item is not grpc.aio.EOF, await self.call.details()
-            out.append(item)
+            self._buffered.extend(item.acks if self.publish else item.events)
+        out, self._buffered = self._buffered[:n], self._buffered[n:]
         return out
 
 
 @pytest.fixture
 async def pub(broker: Broker) -> AsyncIterator[Pipe]:  # noqa: F811
     call = broker.producers.PublishMux()
-    yield Pipe(call)
+    yield Pipe(call, publish=True)
     call.cancel()
 
 
@@ -131,7 +137,7 @@ async def test_consume_mux_tags_deliveries_honours_credits_and_answers_acks(brok
     c1 = await subscribe(broker, t1, sub="s", name="c1")
     c2 = await subscribe(broker, t2, sub="s", name="c2", kind=pb.ConsumerRequest.Shared)
     call = broker.consumers.ConsumeMux()
-    mux = Pipe(call)
+    mux = Pipe(call, publish=False)
     try:
         await mux.send(
             pb.ConsumeMuxRequest(
@@ -145,7 +151,7 @@ async def test_consume_mux_tags_deliveries_honours_credits_and_answers_acks(brok
             lambda: broker.registry.consumers[c1].connected and broker.registry.consumers[c2].connected,
             what="both consumers attached",
         )
-        pipe = Pipe(broker.producers.PublishMux())
+        pipe = Pipe(broker.producers.PublishMux(), publish=True)
         await pipe.send(mux_batch(p1, 1, [b"a", b"b", b"c"]), mux_batch(p2, 1, [b"x", b"y"]))
         await pipe.read(2)
         pipe.call.cancel()

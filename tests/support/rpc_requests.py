@@ -115,8 +115,12 @@ REQUESTS: dict[str, Builder] = {
     f"{_API}ProducerService/PublishBatches": lambda e: pb.PublishBatch(
         producer_id=e.producer_id, batch_seq=next(_seq), messages=[_stream_message(e)]
     ),
-    f"{_API}ProducerService/PublishMux": lambda e: pb.PublishBatch(
-        producer_id=e.producer_id, batch_seq=next(_seq), session=1, messages=[_stream_message(e)]
+    f"{_API}ProducerService/PublishMux": lambda e: pb.PublishMuxRequest(
+        batches=[
+            pb.PublishBatch(
+                producer_id=e.producer_id, batch_seq=next(_seq), session=1, messages=[_stream_message(e)]
+            )
+        ]
     ),
     f"{_API}ProducerService/CloseProducer": _close_producer,
     f"{_API}ConsumerService/Subscribe": lambda e: subscribe_request(e.topic, unique("s")),

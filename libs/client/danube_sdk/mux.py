@@ -38,6 +38,8 @@ CONSUMER_CREDITS = 8
 #: Credits are granted back in groups of this many frames taken (fewer frames on the wire; the
 #: broker still holds at least the rest of the window, so delivery never waits for a grant).
 CREDIT_GRANT = CONSUMER_CREDITS // 2
+#: A PublishMux request takes queued batches until it is this big.
+_REQUEST_BYTES = 1024 * 1024
 #: How long a broken shared stream's status is waited for (it says why it broke).
 _STATUS_WAIT_S = 1.0
 
@@ -247,12 +249,25 @@ class PublishMux(_Shared):
         await self._out.put(frame)
 
     async def _write_loop(self) -> None:
+        """One request per write, carrying every batch queued by then (up to a size)."""
+        out = self._out
         while True:
-            frame = await self._out.get()
-            await self._call.write(frame)
+            first = await out.get()
+            req = pb.PublishMuxRequest()
+            req.batches.append(first)
+            size = first.ByteSize()
+            while not out.empty() and size < _REQUEST_BYTES:
+                b = out.get_nowait()
+                req.batches.append(b)
+                size += b.ByteSize()
+            await self._call.write(req)
 
-    def _route(self, event: object) -> None:
-        assert isinstance(event, pb.PublishAck)
+    def _route(self, response: object) -> None:
+        assert isinstance(response, pb.PublishMuxResponse)
+        for ack in response.acks:
+            self._route_ack(ack)
+
+    def _route_ack(self, event: pb.PublishAck) -> None:
         lane = self.lanes.get(event.producer_id)
         if lane is None:
             return  # a producer that left the stream: its answers are moot
@@ -374,8 +389,12 @@ class ConsumeMux(_Shared):
                     del self._credits[cid]
             await self._call.write(req)
 
-    def _route(self, event: object) -> None:
-        assert isinstance(event, pb.ConsumeMuxEvent)
+    def _route(self, response: object) -> None:
+        assert isinstance(response, pb.ConsumeMuxResponse)
+        for event in response.events:
+            self._route_event(event)
+
+    def _route_event(self, event: pb.ConsumeMuxEvent) -> None:
         kind = event.WhichOneof("event")
         if kind == "ack_result":
             fut = self._acks.get(event.ack_result.request_id)

@@ -1,5 +1,8 @@
 """PublishMux: one publish stream carrying the batches of many producers (one client connection).
 
+Each client frame carries any number of batches (of any producers) and each server frame every
+ack and event ready at that moment, so the small batches of many topics share HTTP/2 messages.
+
 One task serves the whole stream (plus the publishes in flight, each its own task as on
 PublishBatches). Each producer seen on the stream has a *lane*: its batches in flight, in
 arrival order, and its order guard (:class:`PublishStream`). Acks leave a lane in order; lanes
@@ -232,9 +235,12 @@ class PublishMux:
         self._reg.publish_stream_closed(lane.producer)
 
     # ---- the loop
-    async def run(self, requests: AsyncIterator[pb.PublishBatch]) -> AsyncIterator[pb.PublishAck]:
+    async def run(
+        self, requests: AsyncIterator[pb.PublishMuxRequest]
+    ) -> AsyncIterator[pb.PublishMuxResponse]:
+        """One response per wake-up, carrying every ack and event ready then."""
         it = aiter(requests)
-        reader: asyncio.Task[pb.PublishBatch | None] | None = None
+        reader: asyncio.Task[pb.PublishMuxRequest | None] | None = None
         ended = False
         if self._on_open_close is not None:
             self._on_open_close(1)
@@ -242,15 +248,17 @@ class PublishMux:
             while True:
                 if self._wake.done():
                     self._wake = asyncio.get_running_loop().create_future()
-                for ack in self._drain():
-                    yield ack  # other tasks run meanwhile: their pokes complete the new wake
+                acks = self._drain()
+                if acks:
+                    yield pb.PublishMuxResponse(acks=acks)  # pokes meanwhile complete the new wake
                 if reader is not None and reader.done():
-                    batch = reader.result()
+                    frame = reader.result()
                     reader = None
-                    if batch is None:
+                    if frame is None:
                         ended = True
                     else:
-                        self._admit(batch)
+                        for batch in frame.batches:
+                            self._admit(batch)
                         if self._direct and not self._wake.done():
                             self._wake.set_result(None)  # answered at once: drain it next
                 if ended and self._count == 0 and not self._direct:
@@ -279,5 +287,5 @@ def _gone(producer: Producer) -> DanubeError:
     return producer.detach_error or Unavailable(f"producer {producer.id} was closed; create it again")
 
 
-async def _next(it: AsyncIterator[pb.PublishBatch]) -> pb.PublishBatch | None:
+async def _next(it: AsyncIterator[pb.PublishMuxRequest]) -> pb.PublishMuxRequest | None:
     return await anext(it, None)

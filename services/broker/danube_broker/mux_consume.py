@@ -40,6 +40,8 @@ from danube_common.errors import DanubeError
 from danube_common.observability import tracing
 from danube_common.pb import DanubeApi_pb2 as pb
 
+#: A delivery frame is split above this size (a response then carries it alone).
+_FRAME_SPLIT_BYTES = 4 * 1024 * 1024
 #: Credits of a consumer attached with none asked for.
 DEFAULT_CREDITS = 4
 
@@ -173,7 +175,10 @@ class ConsumeMux:
         self._attached.pop(cid, None)
         self._reg.stream_closed(a.consumer, a.session)
 
-    async def run(self, requests: AsyncIterator[pb.ConsumeMuxRequest]) -> AsyncIterator[pb.ConsumeMuxEvent]:
+    async def run(
+        self, requests: AsyncIterator[pb.ConsumeMuxRequest]
+    ) -> AsyncIterator[pb.ConsumeMuxResponse]:
+        """One response per round (more when a round passes the frame limit)."""
         it = aiter(requests)
         reader: asyncio.Task[pb.ConsumeMuxRequest | None] | None = None
         if self._on_open_close is not None:
@@ -182,21 +187,43 @@ class ConsumeMux:
             while True:
                 if self._wake.done():
                     self._wake = asyncio.get_running_loop().create_future()
-                while self._control:
-                    yield self._control.popleft()
-                for cid in round_of(self._ready):
-                    self._ready_set.discard(cid)
-                    taken = self._take(cid)
-                    if taken is None:
-                        continue
-                    if isinstance(taken, pb.ConsumeMuxEvent):
-                        yield taken
-                        continue
-                    a, batch = taken
-                    async for event in self._deliver(cid, a, batch):
-                        yield event
-                    if a.credits > 0 and len(a.consumer.queue) and cid in self._attached:
-                        self._poke(cid)  # to the back of the next round
+                out = pb.ConsumeMuxResponse()
+                out.events.extend(self._control)
+                self._control.clear()
+                size = out.ByteSize()
+                spans: list[Span] = []  # of the deliveries in ``out``: ended once it is sent
+                try:
+                    for cid in round_of(self._ready):
+                        self._ready_set.discard(cid)
+                        taken = self._take(cid)
+                        if taken is None:
+                            continue
+                        if isinstance(taken, pb.ConsumeMuxEvent):
+                            out.events.append(taken)
+                            continue
+                        a, batch = taken
+                        if tracing.ENABLED:
+                            c = a.consumer
+                            spans += (
+                                broker_tracing.start_deliveries(
+                                    c.topic_name, c.subscription.name, c.name, batch
+                                )
+                                or []
+                            )
+                        for frame in self._frames_of(cid, a, batch):
+                            n = frame.ByteSize()
+                            if out.events and size + n > self._frame_limit_bytes:
+                                yield out
+                                broker_tracing.end_all(spans)
+                                out, size, spans = pb.ConsumeMuxResponse(), 0, []
+                            out.events.append(frame)
+                            size += n
+                        if a.credits > 0 and len(a.consumer.queue) and cid in self._attached:
+                            self._poke(cid)  # to the back of the next round
+                    if out.events:
+                        yield out
+                finally:  # also when the client ends the stream as the frame goes out
+                    broker_tracing.end_all(spans)
                 if reader is not None and reader.done():
                     req = reader.result()
                     reader = None
@@ -219,21 +246,12 @@ class ConsumeMux:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await reader
 
-    async def _deliver(self, cid: int, a: _Attached, batch: list[Msg]) -> AsyncIterator[pb.ConsumeMuxEvent]:
-        consumer = a.consumer
-        spans: list[Span] | None = None
-        if tracing.ENABLED:
-            spans = broker_tracing.start_deliveries(
-                consumer.topic_name, consumer.subscription.name, consumer.name, batch
-            )
-        try:
-            frames = delivery_frames(cid, batch, self._frame_limit_bytes)
-            for start, end in consumer.take_skipped():
-                frames[0].delivery.skipped.add(start_offset=start, next_offset=end)
-            for frame in frames:
-                yield frame
-        finally:  # also when the client ends the stream as the frame goes out
-            broker_tracing.end_all(spans)
+    @staticmethod
+    def _frames_of(cid: int, a: _Attached, batch: list[Msg]) -> list[pb.ConsumeMuxEvent]:
+        frames = delivery_frames(cid, batch, _FRAME_SPLIT_BYTES)
+        for start, end in a.consumer.take_skipped():
+            frames[0].delivery.skipped.add(start_offset=start, next_offset=end)
+        return frames
 
 
 async def _next(it: AsyncIterator[pb.ConsumeMuxRequest]) -> pb.ConsumeMuxRequest | None:

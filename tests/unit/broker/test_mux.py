@@ -69,12 +69,16 @@ def batch(pid: int, seq: int, n: int = 1, session: int = 1) -> pb.PublishBatch:
 
 
 async def collect(gen: AsyncIterator[Any], n: int) -> list[Any]:
-    out = []
+    """The next ``n`` acks / events of the responses (fewer if the stream ends)."""
+    out: list[Any] = []
     async with asyncio.timeout(5):
-        async for item in gen:
-            out.append(item)
-            if len(out) == n:
+        while len(out) < n:
+            response = await anext(gen, None)
+            if response is None:
                 break
+            items = response.acks if isinstance(response, pb.PublishMuxResponse) else response.events
+            out.extend(items)
+    assert len(out) <= n, f"more than {n} items: {out}"
     return out
 
 
@@ -86,8 +90,8 @@ async def test_publish_mux_acks_in_order_per_producer_and_isolates_a_detach(reso
     mux = PublishMux(reg, depth=4, max_bytes=1 << 20, on_open_close=opened.append)
     feed = Feed()
     gen = mux.run(feed)  # type: ignore[arg-type]
-    feed.put(pb.PublishBatch(producer_id=a.id, session=1))  # a bind frame: no answer
-    feed.put(*(batch(p.id, s) for s in (1, 2, 3) for p in (a, b)))
+    feed.put(pb.PublishMuxRequest(batches=[pb.PublishBatch(producer_id=a.id, session=1)]))  # bind: no answer
+    feed.put(*(pb.PublishMuxRequest(batches=[batch(p.id, s) for p in (a, b)]) for s in (1, 2, 3)))
     acks = await collect(gen, 6)
     for p in (a, b):
         assert [x.batch_seq for x in acks if x.producer_id == p.id] == [1, 2, 3]
@@ -96,7 +100,7 @@ async def test_publish_mux_acks_in_order_per_producer_and_isolates_a_detach(reso
     (event,) = await collect(gen, 1)
     assert event.producer_id == a.id and event.batch_seq == 0
     assert event.error.code == "TOPIC_NOT_OWNED" and event.error.redirect == "http://elsewhere:1"
-    feed.put(batch(b.id, 4), batch(a.id, 4))
+    feed.put(pb.PublishMuxRequest(batches=[batch(b.id, 4), batch(a.id, 4)]))
     late = {x.producer_id: x for x in await collect(gen, 2)}
     assert not late[b.id].HasField("error") and late[a.id].error.code == "TOPIC_NOT_OWNED"
     feed.end()

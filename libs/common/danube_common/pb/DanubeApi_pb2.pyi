@@ -302,6 +302,18 @@ class PublishAck(_message.Message):
     producer_id: int
     def __init__(self, batch_seq: _Optional[int] = ..., first_offset: _Optional[int] = ..., count: _Optional[int] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., offsets: _Optional[_Iterable[int]] = ..., duplicates: _Optional[int] = ..., producer_id: _Optional[int] = ...) -> None: ...
 
+class PublishMuxRequest(_message.Message):
+    __slots__ = ("batches",)
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    batches: _containers.RepeatedCompositeFieldContainer[PublishBatch]
+    def __init__(self, batches: _Optional[_Iterable[_Union[PublishBatch, _Mapping]]] = ...) -> None: ...
+
+class PublishMuxResponse(_message.Message):
+    __slots__ = ("acks",)
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    acks: _containers.RepeatedCompositeFieldContainer[PublishAck]
+    def __init__(self, acks: _Optional[_Iterable[_Union[PublishAck, _Mapping]]] = ...) -> None: ...
+
 class ErrorDetail(_message.Message):
     __slots__ = ("code", "grpc_code", "message", "retryable", "redirect")
     CODE_FIELD_NUMBER: _ClassVar[int]
@@ -421,6 +433,12 @@ class MuxAckResult(_message.Message):
     request_id: int
     error: ErrorDetail
     def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
+
+class ConsumeMuxResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[ConsumeMuxEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[ConsumeMuxEvent, _Mapping]]] = ...) -> None: ...
 
 class ConsumeMuxEvent(_message.Message):
     __slots__ = ("consumer_id", "delivery", "closed", "ack_result")

@@ -56,8 +56,8 @@ class ProducerServiceStub:
                 _registered_method=True)
         self.PublishMux = channel.stream_stream(
                 '/danube.ProducerService/PublishMux',
-                request_serializer=DanubeApi__pb2.PublishBatch.SerializeToString,
-                response_deserializer=DanubeApi__pb2.PublishAck.FromString,
+                request_serializer=DanubeApi__pb2.PublishMuxRequest.SerializeToString,
+                response_deserializer=DanubeApi__pb2.PublishMuxResponse.FromString,
                 _registered_method=True)
 
 
@@ -109,6 +109,8 @@ class ProducerServiceServicer:
         producers. Unknown producer ids are answered in-band per batch. A PublishBatch with
         batch_seq 0 and no messages binds its producer to the stream (not answered): a producer on
         an open stream stays attached while idle, so no HealthCheck is needed.
+        Frames carry many batches (PublishMuxRequest) and many acks (PublishMuxResponse), so the
+        small batches of many topics share HTTP/2 messages.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -139,8 +141,8 @@ def add_ProducerServiceServicer_to_server(servicer, server):
             ),
             'PublishMux': grpc.stream_stream_rpc_method_handler(
                     servicer.PublishMux,
-                    request_deserializer=DanubeApi__pb2.PublishBatch.FromString,
-                    response_serializer=DanubeApi__pb2.PublishAck.SerializeToString,
+                    request_deserializer=DanubeApi__pb2.PublishMuxRequest.FromString,
+                    response_serializer=DanubeApi__pb2.PublishMuxResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -276,8 +278,8 @@ class ProducerService:
             request_iterator,
             target,
             '/danube.ProducerService/PublishMux',
-            DanubeApi__pb2.PublishBatch.SerializeToString,
-            DanubeApi__pb2.PublishAck.FromString,
+            DanubeApi__pb2.PublishMuxRequest.SerializeToString,
+            DanubeApi__pb2.PublishMuxResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -341,7 +343,7 @@ class ConsumerServiceStub:
         self.ConsumeMux = channel.stream_stream(
                 '/danube.ConsumerService/ConsumeMux',
                 request_serializer=DanubeApi__pb2.ConsumeMuxRequest.SerializeToString,
-                response_deserializer=DanubeApi__pb2.ConsumeMuxEvent.FromString,
+                response_deserializer=DanubeApi__pb2.ConsumeMuxResponse.FromString,
                 _registered_method=True)
 
 
@@ -409,6 +411,7 @@ class ConsumerServiceServicer:
         consumer id, a consumer's end on this stream (detached, topic moved: error + redirect),
         and ack results. A consumer gets a delivery frame only while it holds a credit (one credit:
         one frame): a client that does not drain one consumer does not stall the others.
+        Server frames (ConsumeMuxResponse) carry many events.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -460,7 +463,7 @@ def add_ConsumerServiceServicer_to_server(servicer, server):
             'ConsumeMux': grpc.stream_stream_rpc_method_handler(
                     servicer.ConsumeMux,
                     request_deserializer=DanubeApi__pb2.ConsumeMuxRequest.FromString,
-                    response_serializer=DanubeApi__pb2.ConsumeMuxEvent.SerializeToString,
+                    response_serializer=DanubeApi__pb2.ConsumeMuxResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -705,7 +708,7 @@ class ConsumerService:
             target,
             '/danube.ConsumerService/ConsumeMux',
             DanubeApi__pb2.ConsumeMuxRequest.SerializeToString,
-            DanubeApi__pb2.ConsumeMuxEvent.FromString,
+            DanubeApi__pb2.ConsumeMuxResponse.FromString,
             options,
             channel_credentials,
             insecure,

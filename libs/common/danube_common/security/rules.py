@@ -5,8 +5,8 @@ request (the first message of a client stream, and every later one). A method wi
 denied (default deny), and a unit test checks that the table names exactly the methods of every
 service in ``danube_common.pb``: adding an RPC without deciding its rule fails that test.
 
-A multiplexed stream (PublishMux, ConsumeMux) is checked per message like any client stream:
-each batch on its producer's topic, each ConsumeMux frame on every consumer it names; a
+A multiplexed stream (PublishMux, ConsumeMux) is checked per message like any client stream: a
+frame on the topic of every producer or consumer it names; a
 producer or consumer of another principal on a shared stream ends it with PERMISSION_DENIED.
 
 Some calls name no topic, only a producer or consumer id (SendMessage, ReceiveMessages, Seek,
@@ -117,6 +117,11 @@ def _send_message(req: Any) -> Target:
 def _ack_batch(req: Any) -> Target:
     # The broker takes the request's topic when given, else the consumer's.
     return Resource.topic(req.topic_name) if req.topic_name else Handle("consumer", int(req.consumer_id))
+
+
+def _publish_mux(req: Any) -> Target:
+    # Every producer the frame's batches name.
+    return tuple(Handle("producer", int(i)) for i in dict.fromkeys(b.producer_id for b in req.batches))
 
 
 def _consume_mux(req: Any) -> Target:
