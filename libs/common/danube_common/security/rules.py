@@ -6,8 +6,8 @@ denied (default deny), and a unit test checks that the table names exactly the m
 service in ``danube_common.pb``: adding an RPC without deciding its rule fails that test.
 
 A multiplexed stream (PublishMux, ConsumeMux) is checked per message like any client stream: a
-frame on the topic of every producer or consumer it names; a
-producer or consumer of another principal on a shared stream ends it with PERMISSION_DENIED.
+frame on the topic of every producer or consumer it names; a producer or consumer of another
+principal on a shared stream ends it with PERMISSION_DENIED.
 
 Some calls name no topic, only a producer or consumer id (SendMessage, ReceiveMessages, Seek,
 HealthCheck, ...): their target is a :class:`Handle`, which the serving broker resolves to the
@@ -166,9 +166,7 @@ RULES: dict[str, Rule] = {
     f"{_API}ProducerService/PublishBatches": Rule(
         _P.PRODUCE, _producer("producer_id"), "producer_id's topic"
     ),
-    f"{_API}ProducerService/PublishMux": Rule(
-        _P.PRODUCE, _producer("producer_id"), "each producer_id's topic"
-    ),
+    f"{_API}ProducerService/PublishMux": Rule(_P.PRODUCE, _publish_mux, "each batch's producer_id's topic"),
     f"{_API}ProducerService/CloseProducer": Rule(_P.PRODUCE, _producer("producer_id"), "producer_id's topic"),
     f"{_API}ConsumerService/Subscribe": Rule(_P.CONSUME, _topic("topic_name"), "topic_name"),
     f"{_API}ConsumerService/ReceiveMessages": Rule(_P.CONSUME, _consumer, "consumer_id's topic"),
