@@ -46,6 +46,11 @@ _ACCESS_MODES = {pb.Shared: False, pb.Exclusive: True}
 #: their encoded size: the stream reads no further batch while either is reached.
 _PUBLISH_PIPELINE_DEPTH = 64
 _PUBLISH_PIPELINE_BYTES = 8 * 1024 * 1024
+#: The same bounds for a PublishMux stream, across all its producers: larger, since it carries
+#: the producers of a whole client connection (each of which the SDK holds to
+#: ``max_inflight_batches``); at 64 a reliable topic's fsync wait would hold back the others.
+_MUX_PIPELINE_DEPTH = 4096
+_MUX_PIPELINE_BYTES = 64 * 1024 * 1024
 #: Messages taken from a consumer queue at a time on the one-message-per-frame stream.
 _RECEIVE_MESSAGES_CHUNK = 64
 #: A delivery frame must stay under gRPC's message limit (headroom for framing).
@@ -185,8 +190,8 @@ class ProducerApi(pb_grpc.ProducerServiceServicer):
         events = self._reg.events
         mux = PublishMux(
             self._reg,
-            depth=_PUBLISH_PIPELINE_DEPTH,
-            max_bytes=_PUBLISH_PIPELINE_BYTES,
+            depth=_MUX_PIPELINE_DEPTH,
+            max_bytes=_MUX_PIPELINE_BYTES,
             on_open_close=(lambda d: events.mux_stream("publish", d)) if events is not None else None,
         )
         async for ack in mux.run(request_iterator):
