@@ -17,6 +17,7 @@ __all__ = ["Driver", "DriverUnavailable", "discover", "make_driver"]
 
 ORDER = [
     "danube",
+    "danube-nomux",
     "danube-none",
     "danube-cloud",
     "danube-tls",

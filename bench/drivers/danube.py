@@ -1,6 +1,7 @@
 """Danube for Python through our SDK: a LocalCluster (etcd + lookup + 1 broker, as processes).
 
-``danube``: reliable topics with durability ``fsync`` (a batch is acked after its WAL fsync);
+``danube-nomux``: ``danube`` without the SDK's multiplexed streams (a stream per producer and
+consumer). ``danube``: reliable topics with durability ``fsync`` (a batch is acked after its WAL fsync);
 ``danube-none``: reliable topics with durability ``none`` (acked once written to the page cache, the
 setting to compare with JetStream's default, which does not fsync before acking); ``danube-cloud``:
 durability ``cloud`` (acked once the batch is in object storage: the broker's WAL uploader ships it to a
@@ -75,6 +76,9 @@ class DanubeDriver(Driver):
     with_uploaders = False
     #: Start the cluster secured (TLS, mTLS, JWT, RBAC: LocalCluster(secure=True)).
     secure = False
+    #: The SDK's multiplexed streams (one PublishMux and one ConsumeMux per broker for every
+    #: producer and consumer of the client); ``danube-nomux``: a stream per producer/consumer.
+    multiplex = True
 
     def __init__(self, *, brokers: int = 1) -> None:
         self._brokers = brokers
@@ -118,7 +122,7 @@ class DanubeDriver(Driver):
         plaintext client)."""
         from danube_sdk import DanubeClient
 
-        self._client = DanubeClient(spec["service_url"])
+        self._client = DanubeClient(spec["service_url"], multiplex=self.multiplex)
 
     async def _close_clients(self) -> None:
         client, self._client = self._client, None
@@ -223,3 +227,12 @@ class DanubePerTopicCommitDriver(DanubeDriver):
 
     def _configure(self, cluster: Any) -> None:
         cluster.extra_env["DANUBE_BROKER_WAL__SHARED_COMMIT"] = "false"
+
+
+class DanubeNoMuxDriver(DanubeDriver):
+    """``danube`` with the SDK's per-topic streams (``multiplex=False``): a PublishBatches stream
+    and a HealthCheck poll per producer, a ReceiveBatches stream, a poll and unary AckBatch calls
+    per consumer; the baseline of the multiplexed streams."""
+
+    name = "danube-nomux"
+    multiplex = False

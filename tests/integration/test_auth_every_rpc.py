@@ -176,11 +176,20 @@ class Grant:
 CREATES: dict[str, Permission] = {"producer": Permission.PRODUCE, "consumer": Permission.CONSUME}
 
 
+def target_of(rule: Rule, request: Message) -> Any:
+    """The rule's target; a multiplexed frame's probe names one handle: that handle."""
+    target = rule.target(request)
+    if isinstance(target, tuple):
+        assert len(target) == 1, f"a probe of a multiplexed stream names one handle: {target}"
+        return target[0]
+    return target
+
+
 def grant_for(rule: Rule, request: Message, env: Env) -> Grant:
     """What the permitted caller of ``request`` needs: the rule's permission at the narrowest
     scope of its resource. An id names a handle on ``env.topic`` (every handle here is there),
     which the caller must have created: it also needs the permission that creates it."""
-    target = rule.target(request)
+    target = target_of(rule, request)
     if isinstance(target, Handle):
         permissions = tuple(sorted({rule.permission, CREATES[target.kind]}))
         return Grant(permissions, Scope.TOPIC, env.topic)
@@ -603,7 +612,7 @@ async def test_rpc_with_credential(cluster: Cluster, rpc: Rpc, server: str, cred
     internal = rule.permission is Permission.CLUSTER_INTERNAL
     request = await build_request(rpc, cluster.env)
     grant = None if internal else grant_for(rule, request, cluster.env)
-    if cred is Cred.PERMITTED and grant is not None and isinstance(rule.target(request), Handle):
+    if cred is Cred.PERMITTED and grant is not None and isinstance(target_of(rule, request), Handle):
         # An id-only call: with a handle the permitted principal created itself.
         request = await build_request(rpc, await cluster.own_env(cluster.grants[grant], grant))
     endpoint = ENDPOINTS[server]
@@ -647,7 +656,7 @@ def _names_a_handle(rpc: Rpc) -> bool:
     sync = builder is not None and not inspect.iscoroutinefunction(builder)
     request = builder(Env.plan()) if sync and builder is not None else rpc.request_type()
     assert isinstance(request, Message)
-    return isinstance(rule.target(request), Handle)
+    return isinstance(target_of(rule, request), Handle)
 
 
 def _handle_cases() -> list[Any]:
@@ -665,7 +674,7 @@ async def test_another_principals_handle_is_refused(
     holding manage_topic on the topic (the built-in admin role there) may use it."""
     rule = rule_of(rpc)
     request = await build_request(rpc, cluster.env)  # root's producer and consumer
-    target = rule.target(request)
+    target = target_of(rule, request)
     assert isinstance(target, Handle), target
     name = cluster.grants[grant_for(rule, request, cluster.env)] if caller == "permitted" else caller
     timeout_s = PERMITTED_STREAM_TIMEOUT_S if rpc.server_streaming else CALL_TIMEOUT_S

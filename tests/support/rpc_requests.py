@@ -115,6 +115,13 @@ REQUESTS: dict[str, Builder] = {
     f"{_API}ProducerService/PublishBatches": lambda e: pb.PublishBatch(
         producer_id=e.producer_id, batch_seq=next(_seq), messages=[_stream_message(e)]
     ),
+    f"{_API}ProducerService/PublishMux": lambda e: pb.PublishMuxRequest(
+        batches=[
+            pb.PublishBatch(
+                producer_id=e.producer_id, batch_seq=next(_seq), session=1, messages=[_stream_message(e)]
+            )
+        ]
+    ),
     f"{_API}ProducerService/CloseProducer": _close_producer,
     f"{_API}ConsumerService/Subscribe": lambda e: subscribe_request(e.topic, unique("s")),
     f"{_API}ConsumerService/ReceiveMessages": lambda e: pb.ReceiveRequest(
@@ -135,6 +142,9 @@ REQUESTS: dict[str, Builder] = {
         topic_name=e.topic,
         subscription_name=e.subscription,
         topic_offsets=[0],
+    ),
+    f"{_API}ConsumerService/ConsumeMux": lambda e: pb.ConsumeMuxRequest(
+        attach=[pb.MuxAttach(consumer_id=e.consumer_id, credits=1)]
     ),
     f"{_API}ConsumerService/CloseConsumer": _close_consumer,
     f"{_API}ConsumerService/Seek": lambda e: pb.SeekRequest(

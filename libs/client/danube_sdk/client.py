@@ -48,6 +48,8 @@ class DanubeClient:
     files raise ConfigError here, not at the first call. Refused calls raise
     :class:`~danube_sdk.errors.Unauthenticated` (no, bad or expired token) or
     :class:`~danube_sdk.errors.PermissionDenied` (the token's subject lacks the permission).
+    ``multiplex`` (default): the producers and consumers attached to one broker share one
+    publish stream and one delivery stream (PublishMux / ConsumeMux) instead of a stream each.
     """
 
     def __init__(
@@ -60,17 +62,21 @@ class DanubeClient:
         tls: TlsOptions | None = None,
         token: str | None = None,
         token_supplier: TokenSupplier | None = None,
+        multiplex: bool = True,
     ) -> None:
         self.service_url = service_url
         self._opts = ClientOptions(
             rpc_timeout_s=rpc_timeout_s,
             operation_timeout_s=operation_timeout_s,
             health_check_interval_s=health_check_interval_s,
+            multiplex=multiplex,
         )
         if not service_url:
             raise ValueError("service_url is required, e.g. http://127.0.0.1:6650")
         security = ChannelSecurity(service_url, tls=tls, token=token, token_supplier=token_supplier)
-        self._conns = Connections(service_url, rpc_timeout_s=rpc_timeout_s, security=security)
+        self._conns = Connections(
+            service_url, rpc_timeout_s=rpc_timeout_s, security=security, multiplex=multiplex
+        )
         self._producers: set[Producer[Any]] = set()
         self._consumers: set[Consumer[Any]] = set()
         self._registry: SchemaRegistryClient | None = None

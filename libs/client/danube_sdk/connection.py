@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 import grpc.aio
@@ -22,6 +22,9 @@ from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.pb import SchemaRegistry_pb2_grpc as spb_grpc
 from danube_sdk.auth import TLS_HINT, ChannelSecurity, tls_failure
 from danube_sdk.errors import ClientClosed, with_auth_hint
+
+if TYPE_CHECKING:
+    from danube_sdk.mux import ConsumeMux, PublishMux, _Shared
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +50,17 @@ class Stubs:
 
 
 class Connections:
-    """The client's channels, keyed by ``host:port``; closed together by :meth:`aclose`."""
+    """The client's channels, keyed by ``host:port``, and (``multiplex``) one PublishMux and one
+    ConsumeMux stream per broker, opened on first use and shared by every producer and consumer
+    attached there (:mod:`danube_sdk.mux`); all closed together by :meth:`aclose`."""
 
     def __init__(
-        self, service_url: str, *, rpc_timeout_s: float, security: ChannelSecurity | None = None
+        self,
+        service_url: str,
+        *,
+        rpc_timeout_s: float,
+        security: ChannelSecurity | None = None,
+        multiplex: bool = True,
     ) -> None:
         if not service_url:
             raise ValueError("service_url is required, e.g. http://127.0.0.1:6650")
@@ -61,6 +71,11 @@ class Connections:
         self._channels: list[grpc.aio.Channel] = []
         self._closed = False
         self._request_ids = 0
+        self.multiplex = multiplex
+        self._publish_mux: dict[str, PublishMux] = {}
+        self._consume_mux: dict[str, ConsumeMux] = {}
+        #: Brokers (``host:port``) that answered UNIMPLEMENTED to a mux RPC: per-topic streams.
+        self.no_mux: set[str] = set()
 
     def next_request_id(self) -> int:
         self._request_ids += 1
@@ -86,6 +101,43 @@ class Connections:
         )
         self._stubs[target] = stubs
         return stubs
+
+    def publish_mux(self, url: str) -> PublishMux | None:
+        """The shared publish stream to the broker at ``url`` (None: use per-topic streams)."""
+        from danube_sdk.mux import PublishMux
+
+        target = strip_scheme(url)
+        if not self.multiplex or target in self.no_mux:
+            return None
+        mux = self._publish_mux.get(target)
+        if mux is None or mux.error is not None:
+            mux = PublishMux(self.stubs(url), self._mux_ended)
+            self._publish_mux[target] = mux
+        return mux
+
+    def consume_mux(self, url: str) -> ConsumeMux | None:
+        """The shared delivery stream from the broker at ``url`` (None: per-topic streams)."""
+        from danube_sdk.mux import ConsumeMux
+
+        target = strip_scheme(url)
+        if not self.multiplex or target in self.no_mux:
+            return None
+        mux = self._consume_mux.get(target)
+        if mux is None or mux.error is not None:
+            mux = ConsumeMux(self.stubs(url), self._mux_ended)
+            self._consume_mux[target] = mux
+        return mux
+
+    def _mux_ended(self, mux: _Shared) -> None:
+        from danube_sdk.mux import MuxUnsupported
+
+        target = strip_scheme(mux.url)
+        if isinstance(mux.error, MuxUnsupported):
+            log.info("%s does not serve multiplexed streams: per-topic streams there", mux.url)
+            self.no_mux.add(target)
+        for table in (self._publish_mux, self._consume_mux):
+            if table.get(target) is mux:
+                del table[target]
 
     async def partitions(self, topic: str) -> list[str]:
         """``TopicPartitions`` on the service URL: ``[topic]``, ``[topic-part-0..]`` or ``[]``."""
@@ -126,6 +178,9 @@ class Connections:
         if self._closed:
             return
         self._closed = True
+        muxes = [*self._publish_mux.values(), *self._consume_mux.values()]
+        for mux in muxes:
+            await mux.aclose()
         channels, self._channels = self._channels, []
         self._stubs.clear()
         for channel in channels:

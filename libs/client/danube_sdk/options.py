@@ -23,6 +23,10 @@ class ClientOptions:
     operation_timeout_s: float = 30.0
     #: Interval of HealthCheck polls per attached producer/consumer (0: off).
     health_check_interval_s: float = 5.0
+    #: One shared publish stream and one shared delivery stream per broker for all producers
+    #: and consumers (PublishMux / ConsumeMux); False: a stream per producer and consumer.
+    #: Brokers without the mux RPCs get per-topic streams either way.
+    multiplex: bool = True
 
     def __post_init__(self) -> None:
         _require(self.rpc_timeout_s > 0, "rpc_timeout_s must be > 0")

@@ -19,6 +19,7 @@ import grpc.aio
 from danube_common.errors import DanubeError, Unavailable
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_sdk.connection import Connections, Stubs, rpc
+from danube_sdk.mux import ConsumeLane, MuxUnsupported
 from danube_sdk.options import ClientOptions, ConsumerOptions
 from danube_sdk.receive_queue import ReceiveQueue
 from danube_sdk.retry import backoff_s
@@ -68,6 +69,8 @@ class TopicConsumer:
         self.skipped: list[tuple[int, int]] = []
         self.skipped_total = 0
         self._task: asyncio.Task[None] | None = None
+        #: This consumer's lane of the ConsumeMux stream while a session runs on one.
+        self._lane: ConsumeLane | None = None
 
     async def subscribe(self, hint_url: str | None = None) -> None:
         url = hint_url or await self._conns.lookup(self.topic)
@@ -125,6 +128,10 @@ class TopicConsumer:
         """One AckBatch; ``cumulative``: everything up to and including ``offsets[0]``."""
         if not self.attached or self._stubs is None:
             raise Unavailable(f"consumer {self.name} on {self.topic} is reconnecting")
+        lane = self._lane
+        if lane is not None and lane.error is None:
+            await lane.ack(offsets, cumulative=cumulative, timeout_s=self._client_opts.rpc_timeout_s)
+            return
         req = pb.AckBatchRequest(
             request_id=self._conns.next_request_id(),
             consumer_id=self.consumer_id,
@@ -199,10 +206,24 @@ class TopicConsumer:
                     hint = exc.redirect
 
     async def _session(self) -> None:
-        assert self._stubs is not None
+        """Receive until the stream fails; raises the error that ended it. With multiplexing
+        the stream is this consumer's lane of the connection's shared ConsumeMux stream (no
+        health checks: the broker tells a detach in-band); else a ReceiveBatches stream."""
+        assert self._stubs is not None and self.broker_url is not None
         stubs = self._stubs
         self._received_in_session = False
         frame_max = min(self._opts.receiver_queue_size, MAX_MESSAGES_PER_FRAME)
+        mux = self._conns.consume_mux(self.broker_url)
+        if mux is not None:
+            lane = mux.attach(self.consumer_id, max_messages_per_frame=frame_max)
+            self._lane = lane
+            try:
+                await self._lane_loop(lane)
+            except MuxUnsupported:
+                pass  # nothing was delivered on it: per-topic stream below
+            finally:
+                self._lane = None
+                lane.close()
         req = pb.ReceiveBatchRequest(
             request_id=self._conns.next_request_id(),
             consumer_id=self.consumer_id,
@@ -241,6 +262,21 @@ class TopicConsumer:
                 r.next_offset - 1,
             )
         del self.skipped[:-_SKIPPED_KEPT]
+
+    async def _lane_loop(self, lane: ConsumeLane) -> None:
+        while True:
+            frame = await lane.read()
+            await self._on_frame(frame)
+            lane.taken()  # one more frame may come now
+
+    async def _on_frame(self, frame: pb.MessageBatch) -> None:
+        if frame.skipped:
+            self._note_skipped(frame.skipped)
+        if frame.messages:
+            self._received_in_session = True
+            decode = self._decode
+            topic = self.topic
+            await self._queue.put_many([Message(m, topic, decode) for m in frame.messages])
 
     async def _read_loop(self, call: grpc.aio.UnaryStreamCall, what: str) -> None:
         topic = self.topic

@@ -36,6 +36,7 @@ from danube_common.pb import DanubeApi_pb2 as pb
 from danube_sdk.batch import Batch, error_from_detail, fail_all
 from danube_sdk.connection import Connections, Stubs, rpc
 from danube_sdk.errors import ClientClosed, ClientTimeout
+from danube_sdk.mux import MuxUnsupported, PublishLane
 from danube_sdk.options import ClientOptions, ProducerOptions
 from danube_sdk.retry import backoff_s
 from danube_sdk.streams import call_error, health_watch, map_stream_error, race
@@ -97,6 +98,8 @@ class TopicProducer:
         #: Set when the producer can no longer publish (non-retryable error, or closed).
         self.fatal: DanubeError | None = None
         self._task: asyncio.Task[None] | None = None
+        #: Sessions of this producer on PublishMux streams (PublishBatch.session).
+        self._mux_sessions = 0
         #: Set when this process exports traces: sampled messages get a ``send`` span.
         tracer = active_tracer()
         self._sends = SendSampler.for_provider(tracer) if tracer is not None else None
@@ -330,13 +333,32 @@ class TopicProducer:
                     hint = exc.redirect
 
     async def _session(self) -> None:
-        """Publish on one stream until it fails; raises the error that ended it."""
-        assert self._stubs is not None
+        """Publish on one stream until it fails; raises the error that ended it.
+
+        With multiplexing the stream is this producer's lane of the connection's shared
+        PublishMux stream (no health checks: the broker tells a detach in-band); a broker
+        without it gets a PublishBatches stream of its own."""
+        assert self._stubs is not None and self.broker_url is not None
         stubs = self._stubs
         self._acked_in_session = False
         self._retry_error = None
         self._writes_allowed.set()
         self._requeue_refused()
+        mux = self._conns.publish_mux(self.broker_url)
+        if mux is not None:
+            self._mux_sessions += 1
+            lane = mux.bind(self.producer_id, self._mux_sessions)
+            what = f"publishing to {self.topic} on {mux.what}"
+            try:
+                await lane.write(pb.PublishBatch(producer_id=self.producer_id))  # bind (idle-proof)
+                await race(
+                    {"reader": self._read_loop(lane, what), "writer": self._write_loop(lane, what)}, {}
+                )
+                return
+            except MuxUnsupported:
+                self._writes_allowed.set()  # nothing was published: the per-topic stream resends it
+            finally:
+                lane.close()
         call = stubs.producer.PublishBatches()
         what = f"publishing to {self.topic} on {self.broker_url}"
         try:
@@ -357,7 +379,9 @@ class TopicProducer:
         finally:
             call.cancel()
 
-    async def _write_loop(self, call: grpc.aio.StreamStreamCall, what: str) -> None:
+    async def _write_loop(self, call: grpc.aio.StreamStreamCall | PublishLane, what: str) -> None:
+        """``call``: a PublishBatches stream, or a lane of the PublishMux stream (which raises
+        DanubeError itself)."""
         try:
             for batch in list(self.inflight.values()):  # resend what was not acknowledged
                 batch.frame.producer_id = self.producer_id
@@ -378,6 +402,7 @@ class TopicProducer:
                 self.inflight[seq] = batch
                 await call.write(batch.frame)
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            assert not isinstance(call, PublishLane)
             raise await call_error(call, what) from None
 
     async def _next_batch(self) -> Batch:
@@ -399,10 +424,11 @@ class TopicProducer:
                 async with asyncio.timeout(delay):
                     await self._wake.wait()
 
-    async def _read_loop(self, call: grpc.aio.StreamStreamCall, what: str) -> None:
+    async def _read_loop(self, call: grpc.aio.StreamStreamCall | PublishLane, what: str) -> None:
         while True:
             ack = await call.read()
             if ack is grpc.aio.EOF:
+                assert not isinstance(call, PublishLane)
                 raise await call_error(call, what)
             assert isinstance(ack, pb.PublishAck)
             batch = self.inflight.pop(ack.batch_seq, None)

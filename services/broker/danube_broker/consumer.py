@@ -32,12 +32,15 @@ _SKIPPED_KEPT = 64
 class StreamSession:
     """One open delivery stream of a consumer."""
 
-    __slots__ = ("_wake", "end_error", "ended")
+    __slots__ = ("_wake", "end_error", "ended", "notify")
 
-    def __init__(self) -> None:
+    def __init__(self, notify: Callable[[], None] | None = None) -> None:
         self._wake = asyncio.Event()
         self.ended = False
         self.end_error: DanubeError | None = None
+        #: Called on every wake and on the end (a multiplexed stream serving many consumers
+        #: from one task learns which ones have something for it).
+        self.notify = notify
 
     def end(self, error: DanubeError | None = None) -> None:
         """End the stream: normally (``None``) or with ``error``. Idempotent."""
@@ -45,9 +48,13 @@ class StreamSession:
             self.ended = True
             self.end_error = error
             self._wake.set()
+            if self.notify is not None:
+                self.notify()
 
     def wake(self) -> None:
         self._wake.set()
+        if self.notify is not None:
+            self.notify()
 
 
 class Consumer:
@@ -162,13 +169,14 @@ class Consumer:
                 self._session.wake()
         return n
 
-    def open_stream(self) -> StreamSession:
-        """Start a delivery stream; a stream already open for this consumer is ended."""
+    def open_stream(self, notify: Callable[[], None] | None = None) -> StreamSession:
+        """Start a delivery stream; a stream already open for this consumer is ended.
+        ``notify``: see :attr:`StreamSession.notify`."""
         if self.closed:
             raise AssertionError(f"consumer {self.id} is closed")
         was_routable = self.routable
         old = self._session
-        session = StreamSession()
+        session = StreamSession(notify)
         self._session = session
         self._awaiting_stream = False
         if old is not None:
@@ -190,6 +198,15 @@ class Consumer:
             self.last_seen = now
             if not self.closed:
                 self.subscription.consumers_changed()
+
+    def poll_batch(self, session: StreamSession, max_messages: int) -> list[Msg] | None:
+        """:meth:`next_batch` without waiting: queued messages (``[]`` if none yet), None when
+        the stream was ended normally; raises its end error otherwise."""
+        if session.ended:
+            if session.end_error is not None:
+                raise session.end_error
+            return None
+        return self.queue.take(max_messages)
 
     async def next_batch(self, session: StreamSession, max_messages: int) -> list[Msg] | None:
         """Wait for queued messages (up to ``max_messages``, at least one).

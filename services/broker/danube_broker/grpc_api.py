@@ -2,8 +2,9 @@
 
 Errors are raised as DanubeError and turned into a status with trailing metadata
 (``x-danube-error-code``) by the server's ErrorInterceptor. A refused batch on
-PublishBatches is the one exception: it is answered in-band (PublishAck.error) and the
-stream goes on.
+PublishBatches (and PublishMux) is the one exception: it is answered in-band
+(PublishAck.error) and the stream goes on. The multiplexed streams live in
+:mod:`danube_broker.mux` (PublishMux) and :mod:`danube_broker.mux_consume` (ConsumeMux).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from opentelemetry.trace import Span
 from danube_broker import tracing as broker_tracing
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer
-from danube_broker.dispatch.base import Msg, PublishResult, PublishStream, SubType
+from danube_broker.dispatch.base import Msg, PublishStream, SubType
+from danube_broker.mux import PublishMux, error_detail, publish_one
+from danube_broker.mux_consume import ConsumeMux
 from danube_broker.producer import Producer
 from danube_broker.registry import BrokerRegistry
-from danube_broker.wal import StorageError
-from danube_common.errors import DanubeError, InvalidArgument, InvalidPayload, MessageTooLarge
+from danube_common.errors import DanubeError, InvalidArgument
 from danube_common.grpc_util import MAX_GRPC_MESSAGE_BYTES
 from danube_common.observability import tracing
 from danube_common.pb import DanubeApi_pb2 as pb
@@ -44,16 +46,15 @@ _ACCESS_MODES = {pb.Shared: False, pb.Exclusive: True}
 #: their encoded size: the stream reads no further batch while either is reached.
 _PUBLISH_PIPELINE_DEPTH = 64
 _PUBLISH_PIPELINE_BYTES = 8 * 1024 * 1024
+#: The same bounds for a PublishMux stream, across all its producers: larger, since it carries
+#: the producers of a whole client connection (each of which the SDK holds to
+#: ``max_inflight_batches``); at 64 a reliable topic's fsync wait would hold back the others.
+_MUX_PIPELINE_DEPTH = 4096
+_MUX_PIPELINE_BYTES = 64 * 1024 * 1024
 #: Messages taken from a consumer queue at a time on the one-message-per-frame stream.
 _RECEIVE_MESSAGES_CHUNK = 64
 #: A delivery frame must stay under gRPC's message limit (headroom for framing).
 _FRAME_LIMIT_BYTES = MAX_GRPC_MESSAGE_BYTES - 64 * 1024
-
-
-def error_detail(err: DanubeError) -> pb.ErrorDetail:
-    return pb.ErrorDetail(
-        code=err.code, grpc_code=err.grpc_status.value[0], message=err.message, retryable=err.retryable
-    )
 
 
 def _enum(table: Mapping[Any, Any], value: int, what: str) -> Any:
@@ -177,31 +178,30 @@ class ProducerApi(pb_grpc.ProducerServiceServicer):
         if batch.producer_id not in (0, producer.id):
             err: DanubeError = InvalidArgument(
                 f"this stream publishes for producer {producer.id}; open another stream for "
-                f"producer {batch.producer_id}"
+                f"producer {batch.producer_id}, or use PublishMux"
             )
             return pb.PublishAck(batch_seq=batch.batch_seq, error=error_detail(err))
-        msgs: list[Msg] = list(batch.messages)
-        try:
-            nbytes = self._reg.payload_bytes(msgs)
-            result = await self._reg.publish(producer, msgs, nbytes, stream=order)
-        except (MessageTooLarge, InvalidPayload, StorageError) as exc:
-            # Refused in-band: nothing of the batch was stored; the stream (and reads) go on.
-            return pb.PublishAck(batch_seq=batch.batch_seq, error=error_detail(exc))
-        return publish_ack(batch.batch_seq, result)
+        return await publish_one(self._reg, producer, batch, order)
+
+    async def PublishMux(
+        self, request_iterator: AsyncIterator[pb.PublishBatch], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.PublishAck]:
+        """Batches of many producers on one stream (:mod:`danube_broker.mux`)."""
+        events = self._reg.events
+        mux = PublishMux(
+            self._reg,
+            depth=_MUX_PIPELINE_DEPTH,
+            max_bytes=_MUX_PIPELINE_BYTES,
+            on_open_close=(lambda d: events.mux_stream("publish", d)) if events is not None else None,
+        )
+        async for ack in mux.run(request_iterator):
+            yield ack
 
     async def CloseProducer(
         self, request: pb.CloseProducerRequest, context: grpc.aio.ServicerContext
     ) -> pb.CloseProducerResponse:
         self._reg.close_producer(request.producer_id)
         return pb.CloseProducerResponse(request_id=request.request_id)
-
-
-def publish_ack(batch_seq: int, result: PublishResult) -> pb.PublishAck:
-    ack = pb.PublishAck(batch_seq=batch_seq, first_offset=result.first_offset, count=result.count)
-    if result.offsets is not None:
-        ack.offsets.extend(result.offsets)
-        ack.duplicates = result.duplicates
-    return ack
 
 
 async def _next(requests: AsyncIterator[pb.PublishBatch]) -> pb.PublishBatch | None:
@@ -306,6 +306,20 @@ class ConsumerApi(pb_grpc.ConsumerServiceServicer):
             cumulative=request.cumulative,
         )
         return pb.AckResponse(request_id=request.request_id)
+
+    async def ConsumeMux(
+        self, request_iterator: AsyncIterator[pb.ConsumeMuxRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ConsumeMuxEvent]:
+        """Deliveries and acks of many consumers on one stream (:mod:`danube_broker.mux_consume`)."""
+        events = self._reg.events
+        mux = ConsumeMux(
+            self._reg,
+            max_messages_per_frame=self._cfg.max_messages_per_frame,
+            frame_limit_bytes=_FRAME_LIMIT_BYTES,
+            on_open_close=(lambda d: events.mux_stream("consume", d)) if events is not None else None,
+        )
+        async for event in mux.run(request_iterator):
+            yield event
 
     async def Seek(self, request: pb.SeekRequest, context: grpc.aio.ServicerContext) -> pb.SeekResponse:
         target = request.WhichOneof("target")

@@ -185,11 +185,19 @@ class BrokerEvents:
         self._wal_rotations = mn.WAL_SEGMENT_ROTATIONS.counter(registry)
         self._acquired = mn.OWNERSHIP_ACQUIRED.counter(registry)
         self._moves = mn.TOPIC_MOVES.counter(registry)
+        self._mux = mn.MUX_STREAMS.gauge(registry)
+        #: Multiplexed streams open now, by kind (the gauge's values, readable in-process).
+        self.mux_open: dict[str, int] = {"publish": 0, "consume": 0}
 
     def published(self, seconds: float) -> None:
         """A batch was published and is being acknowledged ``seconds`` after it arrived."""
         self._publish_latency.observe(seconds)
         self._publishes.inc()
+
+    def mux_stream(self, kind: str, delta: int) -> None:
+        """A multiplexed stream of ``kind`` (``publish``, ``consume``) opened (+1) or ended (-1)."""
+        self._mux.labels(kind).inc(delta)
+        self.mux_open[kind] = self.mux_open.get(kind, 0) + delta
 
     # ---- WalObserver
     def committed(self, records: int, nbytes: int, fsync_s: float | None) -> None:

@@ -8,6 +8,7 @@ send, a health check, or an open PublishBatches stream. A producer idle for long
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from danube_common.errors import DanubeError
@@ -34,6 +35,9 @@ class Producer:
         self.detach_error: DanubeError | None = None
         #: The schema version its ``schema_ref`` resolved to (stamped on its messages), if any.
         self.schema: ProducerSchema | None = None
+        #: Called once when it is detached (multiplexed streams watch their producers this way
+        #: instead of with a task per producer).
+        self.detach_watchers: set[Callable[[], None]] = set()
 
     @property
     def topic_name(self) -> str:
@@ -54,3 +58,5 @@ class Producer:
         if not self.detached.is_set():
             self.detach_error = error
             self.detached.set()
+            for watcher in list(self.detach_watchers):
+                watcher()

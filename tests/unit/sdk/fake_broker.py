@@ -15,7 +15,10 @@ It is a test double of the *protocol*, kept faithful where the SDK depends on it
   for its producer name on the topic is dropped, and the ack lists every message's offset
   (``offsets``, the first storage's offset for a duplicate) with ``duplicates`` counted;
   CreateProducer answers ``last_sequence_id``;
-- the consumer side (subscriptions, redelivery, cumulative acks, seek) is in fake_consumer.py.
+- the consumer side (subscriptions, redelivery, cumulative acks, seek) is in fake_consumer.py;
+- it serves no multiplexed streams: PublishMux and ConsumeMux answer UNIMPLEMENTED, as a broker
+  without them does, so these tests run the SDK's per-topic streams (its fallback); the mux
+  path is tested against real brokers (tests/integration/test_sdk_mux.py).
 
 Knobs for tests: ``ack_gate`` (clear it to hold PublishAcks: held batches are not
 published), ``refuse_next`` (after a retryable refusal, the stream's later batches are refused
@@ -256,6 +259,12 @@ class _Broker(
         self._record("CloseProducer", request)
         self.c.producers.pop(request.producer_id, None)
         return pb.CloseProducerResponse(request_id=request.request_id)
+
+    async def PublishMux(
+        self, request_iterator: AsyncIterator[pb.PublishBatch], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.PublishAck]:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this fake serves no PublishMux")
+        yield pb.PublishAck()  # unreachable: abort raises
 
     async def PublishBatches(
         self, request_iterator: AsyncIterator[pb.PublishBatch], context: object

@@ -17,6 +17,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import grpc
+import grpc.aio
+
 from danube_common.errors import (
     ConsumerBusy,
     ConsumerNotFound,
@@ -68,6 +71,12 @@ class ConsumerSide(pb_grpc.ConsumerServiceServicer):
         return pb.ConsumerResponse(
             request_id=request.request_id, consumer_id=cid, consumer_name=request.consumer_name
         )
+
+    async def ConsumeMux(
+        self, request_iterator: AsyncIterator[pb.ConsumeMuxRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ConsumeMuxEvent]:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this fake serves no ConsumeMux")
+        yield pb.ConsumeMuxEvent()  # unreachable: abort raises
 
     async def ReceiveBatches(
         self, request: pb.ReceiveBatchRequest, context: object

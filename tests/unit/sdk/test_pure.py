@@ -10,7 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from danube_common.errors import Unavailable
+from danube_common.pb import DanubeApi_pb2 as pb
 from danube_sdk.acks import AckBuffer
+from danube_sdk.mux import detail_error
 from danube_sdk.receive_queue import ReceiveQueue
 from danube_sdk.retry import backoff_s
 from danube_sdk.routing import PartitionRouter, fnv1a64, partition_for_key
@@ -140,3 +142,37 @@ async def test_receive_queue_purge_and_fail_release_writers() -> None:
     await asyncio.sleep(0)
     q.fail(Unavailable("gone"))
     await asyncio.wait_for(asyncio.gather(*blocked), 1)
+
+
+@pytest.mark.parametrize(
+    ("detail", "cls", "retryable", "redirect"),
+    [
+        (pb.ErrorDetail(), "Unavailable", True, None),
+        (
+            pb.ErrorDetail(
+                code="TOPIC_NOT_OWNED", grpc_code=14, message="m", retryable=True, redirect="http://b:1"
+            ),
+            "TopicNotOwned",
+            True,
+            "http://b:1",
+        ),
+        (
+            pb.ErrorDetail(code="FAILED_PRECONDITION", grpc_code=9, message="m"),
+            "FailedPrecondition",
+            False,
+            None,
+        ),
+        # The broker's flag decides: a code this client does not know, marked retryable.
+        (
+            pb.ErrorDetail(code="SOMETHING_NEW", grpc_code=9, message="m", retryable=True),
+            "Unavailable",
+            True,
+            None,
+        ),
+    ],
+)
+def test_an_in_band_mux_error_maps_to_its_class_with_redirect(
+    detail: pb.ErrorDetail, cls: str, retryable: bool, redirect: str | None
+) -> None:
+    err = detail_error(detail, "detached")
+    assert type(err).__name__ == cls and err.retryable is retryable and err.redirect == redirect

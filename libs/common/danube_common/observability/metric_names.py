@@ -56,6 +56,13 @@ PUBLISH_LATENCY = MetricDef(
     "Time from a batch's arrival at the broker to its acknowledgement (durable for reliable "
     "topics), per batch.",
 )
+MUX_STREAMS = MetricDef(
+    "danube_broker_mux_streams",
+    "gauge",
+    "Multiplexed client streams open now: kind publish (PublishMux) or consume (ConsumeMux); "
+    "a client keeps at most one of each per broker.",
+    ("kind",),
+)
 PUBLISH_BATCHES = MetricDef(
     "danube_producer_send", "counter", "Batches (or single messages) published and acknowledged."
 )
@@ -311,6 +318,7 @@ SECTIONS: tuple[tuple[str, tuple[MetricDef, ...]], ...] = (
             TOPIC_ACTIVE_SUBSCRIPTIONS,
             PUBLISH_LATENCY,
             PUBLISH_BATCHES,
+            MUX_STREAMS,
         ),
     ),
     (

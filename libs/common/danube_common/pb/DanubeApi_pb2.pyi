@@ -273,42 +273,60 @@ class HealthCheckResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[HealthCheckResponse.ClientStatus, str]] = ...) -> None: ...
 
 class PublishBatch(_message.Message):
-    __slots__ = ("producer_id", "batch_seq", "messages")
+    __slots__ = ("producer_id", "batch_seq", "messages", "session")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     BATCH_SEQ_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
     batch_seq: int
     messages: _containers.RepeatedCompositeFieldContainer[StreamMessage]
-    def __init__(self, producer_id: _Optional[int] = ..., batch_seq: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[StreamMessage, _Mapping]]] = ...) -> None: ...
+    session: int
+    def __init__(self, producer_id: _Optional[int] = ..., batch_seq: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[StreamMessage, _Mapping]]] = ..., session: _Optional[int] = ...) -> None: ...
 
 class PublishAck(_message.Message):
-    __slots__ = ("batch_seq", "first_offset", "count", "error", "offsets", "duplicates")
+    __slots__ = ("batch_seq", "first_offset", "count", "error", "offsets", "duplicates", "producer_id")
     BATCH_SEQ_FIELD_NUMBER: _ClassVar[int]
     FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     batch_seq: int
     first_offset: int
     count: int
     error: ErrorDetail
     offsets: _containers.RepeatedScalarFieldContainer[int]
     duplicates: int
-    def __init__(self, batch_seq: _Optional[int] = ..., first_offset: _Optional[int] = ..., count: _Optional[int] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., offsets: _Optional[_Iterable[int]] = ..., duplicates: _Optional[int] = ...) -> None: ...
+    producer_id: int
+    def __init__(self, batch_seq: _Optional[int] = ..., first_offset: _Optional[int] = ..., count: _Optional[int] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., offsets: _Optional[_Iterable[int]] = ..., duplicates: _Optional[int] = ..., producer_id: _Optional[int] = ...) -> None: ...
+
+class PublishMuxRequest(_message.Message):
+    __slots__ = ("batches",)
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    batches: _containers.RepeatedCompositeFieldContainer[PublishBatch]
+    def __init__(self, batches: _Optional[_Iterable[_Union[PublishBatch, _Mapping]]] = ...) -> None: ...
+
+class PublishMuxResponse(_message.Message):
+    __slots__ = ("acks",)
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    acks: _containers.RepeatedCompositeFieldContainer[PublishAck]
+    def __init__(self, acks: _Optional[_Iterable[_Union[PublishAck, _Mapping]]] = ...) -> None: ...
 
 class ErrorDetail(_message.Message):
-    __slots__ = ("code", "grpc_code", "message", "retryable")
+    __slots__ = ("code", "grpc_code", "message", "retryable", "redirect")
     CODE_FIELD_NUMBER: _ClassVar[int]
     GRPC_CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    REDIRECT_FIELD_NUMBER: _ClassVar[int]
     code: str
     grpc_code: int
     message: str
     retryable: bool
-    def __init__(self, code: _Optional[str] = ..., grpc_code: _Optional[int] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+    redirect: str
+    def __init__(self, code: _Optional[str] = ..., grpc_code: _Optional[int] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ..., redirect: _Optional[str] = ...) -> None: ...
 
 class CloseProducerRequest(_message.Message):
     __slots__ = ("request_id", "producer_id")
@@ -365,6 +383,74 @@ class AckBatchRequest(_message.Message):
     topic_offsets: _containers.RepeatedScalarFieldContainer[int]
     cumulative: bool
     def __init__(self, request_id: _Optional[int] = ..., consumer_id: _Optional[int] = ..., topic_name: _Optional[str] = ..., subscription_name: _Optional[str] = ..., topic_offsets: _Optional[_Iterable[int]] = ..., cumulative: _Optional[bool] = ...) -> None: ...
+
+class ConsumeMuxRequest(_message.Message):
+    __slots__ = ("attach", "detach", "credits", "acks")
+    ATTACH_FIELD_NUMBER: _ClassVar[int]
+    DETACH_FIELD_NUMBER: _ClassVar[int]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    attach: _containers.RepeatedCompositeFieldContainer[MuxAttach]
+    detach: _containers.RepeatedScalarFieldContainer[int]
+    credits: _containers.RepeatedCompositeFieldContainer[MuxCredit]
+    acks: _containers.RepeatedCompositeFieldContainer[MuxAck]
+    def __init__(self, attach: _Optional[_Iterable[_Union[MuxAttach, _Mapping]]] = ..., detach: _Optional[_Iterable[int]] = ..., credits: _Optional[_Iterable[_Union[MuxCredit, _Mapping]]] = ..., acks: _Optional[_Iterable[_Union[MuxAck, _Mapping]]] = ...) -> None: ...
+
+class MuxAttach(_message.Message):
+    __slots__ = ("consumer_id", "max_messages_per_frame", "credits")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_PER_FRAME_FIELD_NUMBER: _ClassVar[int]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    max_messages_per_frame: int
+    credits: int
+    def __init__(self, consumer_id: _Optional[int] = ..., max_messages_per_frame: _Optional[int] = ..., credits: _Optional[int] = ...) -> None: ...
+
+class MuxCredit(_message.Message):
+    __slots__ = ("consumer_id", "frames")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    frames: int
+    def __init__(self, consumer_id: _Optional[int] = ..., frames: _Optional[int] = ...) -> None: ...
+
+class MuxAck(_message.Message):
+    __slots__ = ("request_id", "consumer_id", "topic_offsets", "cumulative")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    CUMULATIVE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    consumer_id: int
+    topic_offsets: _containers.RepeatedScalarFieldContainer[int]
+    cumulative: bool
+    def __init__(self, request_id: _Optional[int] = ..., consumer_id: _Optional[int] = ..., topic_offsets: _Optional[_Iterable[int]] = ..., cumulative: _Optional[bool] = ...) -> None: ...
+
+class MuxAckResult(_message.Message):
+    __slots__ = ("request_id", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    error: ErrorDetail
+    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ...) -> None: ...
+
+class ConsumeMuxResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[ConsumeMuxEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[ConsumeMuxEvent, _Mapping]]] = ...) -> None: ...
+
+class ConsumeMuxEvent(_message.Message):
+    __slots__ = ("consumer_id", "delivery", "closed", "ack_result")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    CLOSED_FIELD_NUMBER: _ClassVar[int]
+    ACK_RESULT_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    delivery: MessageBatch
+    closed: ErrorDetail
+    ack_result: MuxAckResult
+    def __init__(self, consumer_id: _Optional[int] = ..., delivery: _Optional[_Union[MessageBatch, _Mapping]] = ..., closed: _Optional[_Union[ErrorDetail, _Mapping]] = ..., ack_result: _Optional[_Union[MuxAckResult, _Mapping]] = ...) -> None: ...
 
 class CloseConsumerRequest(_message.Message):
     __slots__ = ("request_id", "consumer_id", "unsubscribe")

@@ -54,6 +54,11 @@ class ProducerServiceStub:
                 request_serializer=DanubeApi__pb2.CloseProducerRequest.SerializeToString,
                 response_deserializer=DanubeApi__pb2.CloseProducerResponse.FromString,
                 _registered_method=True)
+        self.PublishMux = channel.stream_stream(
+                '/danube.ProducerService/PublishMux',
+                request_serializer=DanubeApi__pb2.PublishMuxRequest.SerializeToString,
+                response_deserializer=DanubeApi__pb2.PublishMuxResponse.FromString,
+                _registered_method=True)
 
 
 class ProducerServiceServicer:
@@ -90,6 +95,27 @@ class ProducerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PublishMux(self, request_iterator, context):
+        """EXTENSION: one publish stream per client connection, carrying the batches of many
+        producers (PublishBatch.producer_id picks the producer; each producer's batch_seq strictly
+        increases within its PublishBatch.session). Every batch is answered by one PublishAck
+        carrying its producer_id and batch_seq; acks are in order per producer and independent
+        across producers. A refused batch is answered in-band (error set) as on PublishBatches:
+        after a retryable refusal every later batch of that producer in the same session is
+        refused too, until the client starts a new session (a higher PublishBatch.session). When a
+        producer can no longer publish here (topic moved or unloaded, broker stopping) the broker
+        answers its batches already being published, then sends one PublishAck with that
+        producer_id, batch_seq 0 and error = why (with redirect); the stream goes on for the other
+        producers. Unknown producer ids are answered in-band per batch. A PublishBatch with
+        batch_seq 0 and no messages binds its producer to the stream (not answered): a producer on
+        an open stream stays attached while idle, so no HealthCheck is needed.
+        Frames carry many batches (PublishMuxRequest) and many acks (PublishMuxResponse), so the
+        small batches of many topics share HTTP/2 messages.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ProducerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -112,6 +138,11 @@ def add_ProducerServiceServicer_to_server(servicer, server):
                     servicer.CloseProducer,
                     request_deserializer=DanubeApi__pb2.CloseProducerRequest.FromString,
                     response_serializer=DanubeApi__pb2.CloseProducerResponse.SerializeToString,
+            ),
+            'PublishMux': grpc.stream_stream_rpc_method_handler(
+                    servicer.PublishMux,
+                    request_deserializer=DanubeApi__pb2.PublishMuxRequest.FromString,
+                    response_serializer=DanubeApi__pb2.PublishMuxResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -232,6 +263,33 @@ class ProducerService:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def PublishMux(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/danube.ProducerService/PublishMux',
+            DanubeApi__pb2.PublishMuxRequest.SerializeToString,
+            DanubeApi__pb2.PublishMuxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class ConsumerServiceStub:
     """Missing associated documentation comment in .proto file."""
@@ -281,6 +339,11 @@ class ConsumerServiceStub:
                 '/danube.ConsumerService/Seek',
                 request_serializer=DanubeApi__pb2.SeekRequest.SerializeToString,
                 response_deserializer=DanubeApi__pb2.SeekResponse.FromString,
+                _registered_method=True)
+        self.ConsumeMux = channel.stream_stream(
+                '/danube.ConsumerService/ConsumeMux',
+                request_serializer=DanubeApi__pb2.ConsumeMuxRequest.SerializeToString,
+                response_deserializer=DanubeApi__pb2.ConsumeMuxResponse.FromString,
                 _registered_method=True)
 
 
@@ -341,6 +404,19 @@ class ConsumerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConsumeMux(self, request_iterator, context):
+        """EXTENSION: one delivery stream per client connection for many consumers (of any topics).
+        Client frames attach consumers (after Subscribe), detach them, grant them frame credits
+        and carry their acks; server frames are ConsumeMuxEvent: deliveries tagged with the
+        consumer id, a consumer's end on this stream (detached, topic moved: error + redirect),
+        and ack results. A consumer gets a delivery frame only while it holds a credit (one credit:
+        one frame): a client that does not drain one consumer does not stall the others.
+        Server frames (ConsumeMuxResponse) carry many events.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConsumerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -383,6 +459,11 @@ def add_ConsumerServiceServicer_to_server(servicer, server):
                     servicer.Seek,
                     request_deserializer=DanubeApi__pb2.SeekRequest.FromString,
                     response_serializer=DanubeApi__pb2.SeekResponse.SerializeToString,
+            ),
+            'ConsumeMux': grpc.stream_stream_rpc_method_handler(
+                    servicer.ConsumeMux,
+                    request_deserializer=DanubeApi__pb2.ConsumeMuxRequest.FromString,
+                    response_serializer=DanubeApi__pb2.ConsumeMuxResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -601,6 +682,33 @@ class ConsumerService:
             '/danube.ConsumerService/Seek',
             DanubeApi__pb2.SeekRequest.SerializeToString,
             DanubeApi__pb2.SeekResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumeMux(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/danube.ConsumerService/ConsumeMux',
+            DanubeApi__pb2.ConsumeMuxRequest.SerializeToString,
+            DanubeApi__pb2.ConsumeMuxResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -248,6 +248,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         """The rule's permission on the target; for a handle, on its topic, and then the handle
         must be the caller's (:mod:`.handles`)."""
         assert self.authorizer is not None
+        if isinstance(target, tuple):  # a multiplexed frame: every handle it names
+            for one in target:
+                self.authorize(principal, rule, one)
+            return
         if not isinstance(target, Handle):
             self.authorizer.require(principal, rule.permission, target)
             return

@@ -5,6 +5,10 @@ request (the first message of a client stream, and every later one). A method wi
 denied (default deny), and a unit test checks that the table names exactly the methods of every
 service in ``danube_common.pb``: adding an RPC without deciding its rule fails that test.
 
+A multiplexed stream (PublishMux, ConsumeMux) is checked per message like any client stream: a
+frame on the topic of every producer or consumer it names; a producer or consumer of another
+principal on a shared stream ends it with PERMISSION_DENIED.
+
 Some calls name no topic, only a producer or consumer id (SendMessage, ReceiveMessages, Seek,
 HealthCheck, ...): their target is a :class:`Handle`, which the serving broker resolves to the
 topic and to the principal that created it (:data:`HandleResolver`): the rule's permission is
@@ -70,7 +74,8 @@ class HandleInfo:
     creator: str | None
 
 
-Target = Resource | Handle
+#: A tuple: every handle of it (a ConsumeMux frame names many consumers).
+Target = Resource | Handle | tuple[Handle, ...]
 #: Handle -> its topic and creator; None when this server has no such handle (the call then
 #: reaches the servicer, which answers NOT_FOUND: there is nothing to protect).
 HandleResolver = Callable[[Handle], HandleInfo | None]
@@ -114,6 +119,22 @@ def _ack_batch(req: Any) -> Target:
     return Resource.topic(req.topic_name) if req.topic_name else Handle("consumer", int(req.consumer_id))
 
 
+def _publish_mux(req: Any) -> Target:
+    # Every producer the frame's batches name.
+    return tuple(Handle("producer", int(i)) for i in dict.fromkeys(b.producer_id for b in req.batches))
+
+
+def _consume_mux(req: Any) -> Target:
+    # Every consumer the frame names; a frame naming none does nothing (authentication only).
+    ids = dict.fromkeys(
+        [a.consumer_id for a in req.attach]
+        + list(req.detach)
+        + [c.consumer_id for c in req.credits]
+        + [a.consumer_id for a in req.acks]
+    )
+    return tuple(Handle("consumer", int(i)) for i in ids)
+
+
 def _health(req: Any) -> Target:
     kind: Literal["producer", "consumer"] = (
         "producer" if req.client == DanubeApi_pb2.HealthCheckRequest.Producer else "consumer"
@@ -145,6 +166,7 @@ RULES: dict[str, Rule] = {
     f"{_API}ProducerService/PublishBatches": Rule(
         _P.PRODUCE, _producer("producer_id"), "producer_id's topic"
     ),
+    f"{_API}ProducerService/PublishMux": Rule(_P.PRODUCE, _publish_mux, "each batch's producer_id's topic"),
     f"{_API}ProducerService/CloseProducer": Rule(_P.PRODUCE, _producer("producer_id"), "producer_id's topic"),
     f"{_API}ConsumerService/Subscribe": Rule(_P.CONSUME, _topic("topic_name"), "topic_name"),
     f"{_API}ConsumerService/ReceiveMessages": Rule(_P.CONSUME, _consumer, "consumer_id's topic"),
@@ -154,6 +176,7 @@ RULES: dict[str, Rule] = {
     f"{_API}ConsumerService/AckBatch": Rule(_P.CONSUME, _ack_batch, "topic_name, else consumer_id's topic"),
     f"{_API}ConsumerService/CloseConsumer": Rule(_P.CONSUME, _consumer, "consumer_id's topic"),
     f"{_API}ConsumerService/Seek": Rule(_P.CONSUME, _consumer, "consumer_id's topic"),
+    f"{_API}ConsumerService/ConsumeMux": Rule(_P.CONSUME, _consume_mux, "each named consumer_id's topic"),
     f"{_API}Discovery/TopicLookup": Rule(_P.LOOKUP, _topic("topic"), "topic"),
     f"{_API}Discovery/TopicPartitions": Rule(_P.LOOKUP, _topic("topic"), "topic"),
     f"{_API}HealthCheck/HealthCheck": Rule(_P.LOOKUP, _health, "the producer's / consumer's topic"),

@@ -1,0 +1,291 @@
+"""PublishMux: one publish stream carrying the batches of many producers (one client connection).
+
+Each client frame carries any number of batches (of any producers) and each server frame every
+ack and event ready at that moment, so the small batches of many topics share HTTP/2 messages.
+
+One task serves the whole stream (plus the publishes in flight, each its own task as on
+PublishBatches). Each producer seen on the stream has a *lane*: its batches in flight, in
+arrival order, and its order guard (:class:`PublishStream`). Acks leave a lane in order; lanes
+are independent, so a slow topic does not hold back another's acks. The stream as a whole is
+bounded: at most ``depth`` batches and ``max_bytes`` encoded bytes in flight, beyond which it
+reads nothing more (back-pressure through HTTP/2 flow control).
+
+Order and refusals per producer are exactly those of PublishBatches: a lane keeps one order
+guard per client *session* (``PublishBatch.session``), so after a retryable refusal every later
+batch of that producer in the session is refused, until the client starts a new session and
+re-sends in order. A producer detached while on the stream (topic moved or unloaded, broker
+stopping) has its batches in flight answered, then one event (a PublishAck with its id,
+``batch_seq`` 0 and the detach error) and its lane is dropped; the stream goes on. A batch for
+an unknown producer id is answered in-band with the error the id lookup gives (UNAVAILABLE for
+an id not attached: the client creates the producer again). A frame with ``batch_seq`` 0 and
+no messages binds its producer to the stream without being answered: a producer on an open
+stream does not expire while idle, as with an open PublishBatches stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from danube_broker.dispatch.base import Msg, PublishResult, PublishStream
+from danube_broker.producer import Producer
+from danube_broker.registry import BrokerRegistry
+from danube_broker.wal import StorageError
+from danube_common.errors import (
+    DanubeError,
+    InvalidPayload,
+    MessageTooLarge,
+    ProducerNotFound,
+    Unavailable,
+)
+from danube_common.pb import DanubeApi_pb2 as pb
+
+
+def error_detail(err: DanubeError) -> pb.ErrorDetail:
+    return pb.ErrorDetail(
+        code=err.code,
+        grpc_code=err.grpc_status.value[0],
+        message=err.message,
+        retryable=err.retryable,
+        redirect=err.redirect or "",
+    )
+
+
+def publish_ack(batch_seq: int, result: PublishResult) -> pb.PublishAck:
+    ack = pb.PublishAck(batch_seq=batch_seq, first_offset=result.first_offset, count=result.count)
+    if result.offsets is not None:
+        ack.offsets.extend(result.offsets)
+        ack.duplicates = result.duplicates
+    return ack
+
+
+async def publish_one(
+    reg: BrokerRegistry, producer: Producer, batch: pb.PublishBatch, guard: PublishStream
+) -> pb.PublishAck:
+    """Publish one batch; a refusal of the batch (nothing of it stored) is the ack's error."""
+    msgs: list[Msg] = list(batch.messages)
+    try:
+        nbytes = reg.payload_bytes(msgs)
+        result = await reg.publish(producer, msgs, nbytes, stream=guard)
+    except (MessageTooLarge, InvalidPayload, StorageError) as exc:
+        return pb.PublishAck(batch_seq=batch.batch_seq, error=error_detail(exc))
+    return publish_ack(batch.batch_seq, result)
+
+
+@dataclass(eq=False)
+class _Lane:
+    """One producer on the stream."""
+
+    producer: Producer
+    session: int
+    guard: PublishStream = field(default_factory=PublishStream)
+    #: (answer, encoded size) in arrival order; the answer is a publish task or a done future.
+    inflight: collections.deque[tuple[asyncio.Future[pb.PublishAck], int]] = field(
+        default_factory=collections.deque
+    )
+    #: Registered in ``producer.detach_watchers`` while the lane exists.
+    watcher: Callable[[], None] | None = None
+
+
+def lane_session(current: int, incoming: int) -> tuple[int, bool]:
+    """The lane's session after a batch of session ``incoming``, and whether it starts a fresh
+    order guard (a higher session does; an older or equal one keeps the current guard)."""
+    if incoming > current:
+        return incoming, True
+    return current, False
+
+
+class PublishMux:
+    """Serves one PublishMux stream: :meth:`run` yields the acks and events to send."""
+
+    def __init__(
+        self,
+        reg: BrokerRegistry,
+        *,
+        depth: int,
+        max_bytes: int,
+        on_open_close: Callable[[int], None] | None = None,
+    ) -> None:
+        self._reg = reg
+        self._depth = depth
+        self._max_bytes = max_bytes
+        self._on_open_close = on_open_close
+        self._lanes: dict[int, _Lane] = {}
+        #: Lanes that may have something to send (an answer finished, or detached).
+        self._ready: collections.deque[int] = collections.deque()
+        self._ready_set: set[int] = set()
+        #: Answers for ids with no lane (unknown producers), in arrival order.
+        self._direct: collections.deque[pb.PublishAck] = collections.deque()
+        self._count = 0
+        self._bytes = 0
+        self._wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    # ---- wake-ups (callbacks: no awaits)
+    def _kick(self, _task: object = None) -> None:
+        if not self._wake.done():
+            self._wake.set_result(None)
+
+    def _poke(self, producer_id: int) -> None:
+        if producer_id not in self._ready_set:
+            self._ready_set.add(producer_id)
+            self._ready.append(producer_id)
+        if not self._wake.done():
+            self._wake.set_result(None)
+
+    def _poke_done(self, producer_id: int, _answer: object) -> None:
+        self._poke(producer_id)
+
+    def _room(self) -> bool:
+        return self._count < self._depth and self._bytes < self._max_bytes
+
+    # ---- admission
+    def _admit(self, batch: pb.PublishBatch) -> None:
+        pid = batch.producer_id
+        lane = self._lanes.get(pid)
+        if lane is None:
+            try:
+                producer = self._reg.producer(pid)
+            except ProducerNotFound as exc:
+                # Retryable here, as for delivery streams: the client creates the producer again.
+                err = Unavailable(exc.message)
+                self._direct.append(
+                    pb.PublishAck(producer_id=pid, batch_seq=batch.batch_seq, error=error_detail(err))
+                )
+                return
+            except DanubeError as exc:
+                self._direct.append(
+                    pb.PublishAck(producer_id=pid, batch_seq=batch.batch_seq, error=error_detail(exc))
+                )
+                return
+            lane = _Lane(producer, batch.session, watcher=functools.partial(self._poke, pid))
+            self._lanes[pid] = lane
+            self._reg.publish_stream_opened(producer)
+            assert lane.watcher is not None
+            producer.detach_watchers.add(lane.watcher)
+            if not producer.live:
+                self._poke(pid)
+        else:
+            lane.session, fresh = lane_session(lane.session, batch.session)
+            if fresh:
+                lane.guard = PublishStream()
+        if batch.batch_seq == 0 and not batch.messages:
+            return  # a bind frame: the producer is on the stream now (attached while idle)
+        size = batch.ByteSize()
+        answer: asyncio.Future[pb.PublishAck]
+        if not lane.producer.live:
+            answer = asyncio.get_running_loop().create_future()
+            answer.set_result(
+                pb.PublishAck(batch_seq=batch.batch_seq, error=error_detail(_gone(lane.producer)))
+            )
+            self._poke(pid)
+        else:
+            answer = asyncio.create_task(
+                self._publish(lane.producer, batch, lane.guard),
+                name=f"mux-producer-{pid}-batch-{batch.batch_seq}",
+            )
+            answer.add_done_callback(functools.partial(self._poke_done, pid))
+        lane.inflight.append((answer, size))
+        self._count += 1
+        self._bytes += size
+
+    async def _publish(
+        self, producer: Producer, batch: pb.PublishBatch, guard: PublishStream
+    ) -> pb.PublishAck:
+        """As on PublishBatches, but an error that would end a PublishBatches stream (topic
+        moved, producer closed) is this batch's answer: the stream serves other producers.
+        Later batches of the session are refused too (the client re-sends them in order)."""
+        try:
+            return await publish_one(self._reg, producer, batch, guard)
+        except DanubeError as exc:
+            guard.refused = True
+            return pb.PublishAck(batch_seq=batch.batch_seq, error=error_detail(exc))
+
+    # ---- answers
+    def _drain(self) -> list[pb.PublishAck]:
+        """Everything that can be sent now: direct answers, then ready lanes in turn."""
+        out = list(self._direct)
+        self._direct.clear()
+        while self._ready:
+            pid = self._ready.popleft()
+            self._ready_set.discard(pid)
+            lane = self._lanes.get(pid)
+            if lane is None:
+                continue
+            while lane.inflight and lane.inflight[0][0].done():
+                answer, size = lane.inflight.popleft()
+                self._count -= 1
+                self._bytes -= size
+                ack = answer.result()
+                ack.producer_id = pid
+                out.append(ack)
+            if not lane.producer.live and not lane.inflight:
+                out.append(pb.PublishAck(producer_id=pid, error=error_detail(_gone(lane.producer))))
+                self._drop(pid, lane)
+        return out
+
+    def _drop(self, pid: int, lane: _Lane) -> None:
+        self._lanes.pop(pid, None)
+        if lane.watcher is not None:
+            lane.producer.detach_watchers.discard(lane.watcher)
+            lane.watcher = None
+        self._reg.publish_stream_closed(lane.producer)
+
+    # ---- the loop
+    async def run(
+        self, requests: AsyncIterator[pb.PublishMuxRequest]
+    ) -> AsyncIterator[pb.PublishMuxResponse]:
+        """One response per wake-up, carrying every ack and event ready then."""
+        it = aiter(requests)
+        reader: asyncio.Task[pb.PublishMuxRequest | None] | None = None
+        ended = False
+        if self._on_open_close is not None:
+            self._on_open_close(1)
+        try:
+            while True:
+                if self._wake.done():
+                    self._wake = asyncio.get_running_loop().create_future()
+                acks = self._drain()
+                if acks:
+                    yield pb.PublishMuxResponse(acks=acks)  # pokes meanwhile complete the new wake
+                if reader is not None and reader.done():
+                    frame = reader.result()
+                    reader = None
+                    if frame is None:
+                        ended = True
+                    else:
+                        for batch in frame.batches:
+                            self._admit(batch)
+                        if self._direct and not self._wake.done():
+                            self._wake.set_result(None)  # answered at once: drain it next
+                if ended and self._count == 0 and not self._direct:
+                    return
+                if reader is None and not ended and self._room():
+                    reader = asyncio.create_task(_next(it), name="publish-mux-read")
+                    reader.add_done_callback(self._kick)
+                await self._wake  # set by a poke, or by the reader finishing
+        finally:
+            if self._on_open_close is not None:
+                self._on_open_close(-1)
+            tasks = [a for lane in self._lanes.values() for a, _ in lane.inflight]
+            if reader is not None:
+                tasks.append(reader)  # type: ignore[arg-type]
+            for lane_pid, lane in list(self._lanes.items()):
+                self._drop(lane_pid, lane)
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+
+def _gone(producer: Producer) -> DanubeError:
+    """Why a detached producer cannot publish (closed without a reason: create it again)."""
+    return producer.detach_error or Unavailable(f"producer {producer.id} was closed; create it again")
+
+
+async def _next(it: AsyncIterator[pb.PublishMuxRequest]) -> pb.PublishMuxRequest | None:
+    return await anext(it, None)
