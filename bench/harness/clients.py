@@ -17,6 +17,7 @@ The phases (warm-up, window, backlog, drain) are bench/harness/runner.py's, writ
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from array import array
@@ -186,17 +187,8 @@ class ClientGroup(Protocol):
         ...
 
     async def attach(self, consumers: list[tuple[str, str]], producers: list[str]) -> None:
-        """Every consumer (attached, i.e. ready), then every producer; up to ``ATTACH_CONCURRENCY``
-        at a time. A failure fails the attach; the handles made so far are kept for ``close``."""
-
-        async def consumer(topic: str, subscription: str) -> None:
-            self.consumers.append(await self.driver.consumer(topic, subscription))
-
-        async def producer(topic: str) -> None:
-            self.producers.append(await self.driver.producer(topic))
-
-        await bounded_gather([lambda t=t, s=s: consumer(t, s) for t, s in consumers])
-        await bounded_gather([lambda t=t: producer(t) for t in producers])
+        """Consumers (topic, subscription) first, attached (ready) when it returns; then producers."""
+        ...
 
     async def start_consumers(self) -> None: ...
 
@@ -265,10 +257,15 @@ class ClientSet:
     async def attach(self, consumers: list[tuple[str, str]], producers: list[str]) -> None:
         """Every consumer (attached, i.e. ready), then every producer; up to ``ATTACH_CONCURRENCY``
         at a time. A failure fails the attach; the handles made so far are kept for ``close``."""
-        self.consumers.extend(
-            await bounded_gather([lambda t=t, s=s: self.driver.consumer(t, s) for t, s in consumers])
-        )
-        self.producers.extend(await bounded_gather([lambda t=t: self.driver.producer(t) for t in producers]))
+
+        async def consumer(topic: str, subscription: str) -> None:
+            self.consumers.append(await self.driver.consumer(topic, subscription))
+
+        async def producer(topic: str) -> None:
+            self.producers.append(await self.driver.producer(topic))
+
+        await bounded_gather([functools.partial(consumer, t, s) for t, s in consumers])
+        await bounded_gather([functools.partial(producer, t) for t in producers])
 
     async def start_consumers(self) -> None:
         self._consumer_tasks.extend(self._task(_consume(c, self.meter)) for c in self.consumers)

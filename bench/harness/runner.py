@@ -27,6 +27,7 @@ and consumer loops (bench/harness/clients.py), which run wherever the handles ar
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import uuid
 from collections.abc import Callable
@@ -207,7 +208,7 @@ async def create_topics(
             el = time.perf_counter() - t0
             log(f"   created {done:,}/{len(topics):,} topics in {el:.1f} s ({done / el:,.0f}/s)")
 
-    await bounded_gather([lambda t=t: one(t) for t in topics], limit=CREATE_CONCURRENCY)
+    await bounded_gather([functools.partial(one, t) for t in topics], limit=CREATE_CONCURRENCY)
     return time.perf_counter() - t0
 
 

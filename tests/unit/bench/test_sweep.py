@@ -216,8 +216,8 @@ def test_summarize_raw_self_total_and_categories() -> None:
 
 
 def test_category_walks_outwards_from_the_leaf() -> None:
-    assert category(["x (a.py:1)", "dispatch (danube_broker/dispatch/reliable.py:3)", "len (<builtin>:0)"]) == (
-        "dispatch / subscriptions"
-    )
+    assert category(
+        ["x (a.py:1)", "dispatch (danube_broker/dispatch/reliable.py:3)", "len (<builtin>:0)"]
+    ) == ("dispatch / subscriptions")
     assert category(["f (mine.py:1)"]) == OTHER
     assert "no samples" in render("empty", summarize_raw(""))
