@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import inspect
+import json
 import os
 import platform
 import shutil
@@ -60,6 +61,7 @@ class Options:
     brokers: int = 1
     profiler: Profiler | None = None
     sweeps: dict[str, dict[str, object]] = {}  # workload key -> {"dimension", "value"}
+    partial: Path | None = None  # every row is appended here as it is measured (JSON lines)
 
 
 def _skip_reason(driver: Driver, wl: Workload) -> str | None:
@@ -126,6 +128,9 @@ async def _run_one(
     res.round = round_no
     res.sweep = Options.sweeps.get(wl.key)
     results.append(res)
+    if Options.partial is not None:  # a long sweep interrupted keeps the rows it measured
+        with Options.partial.open("a") as f:
+            f.write(json.dumps(res.to_json(), default=str) + "\n")
     print(report.table([res.to_json()]).splitlines()[2], flush=True)
 
 
@@ -285,8 +290,12 @@ def main() -> None:
     )
     p.add_argument(
         "--profile",
-        action="store_true",
-        help="py-spy every broker and client worker during each window (summaries in --out)",
+        nargs="?",
+        const="python",
+        choices=("python", "native"),
+        default=None,
+        help="py-spy every broker and client worker during each window (summaries in --out); "
+        "'--profile native' adds C frames (gRPC core, uvloop) and pauses the processes per sample",
     )
     args = p.parse_args()
     if args.client_procs < 0:
@@ -312,9 +321,10 @@ def main() -> None:
     out_dir = args.out or ROOT / "bench" / "results" / time.strftime("%Y%m%d-%H%M%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     Options.brokers = args.brokers
+    Options.partial = out_dir / "results.partial.jsonl"
     if args.profile:
         try:
-            Options.profiler = Profiler(out_dir)
+            Options.profiler = Profiler(out_dir, native=args.profile == "native")
         except RuntimeError as exc:
             p.error(str(exc))
     try:

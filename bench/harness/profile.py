@@ -4,6 +4,8 @@ During the measurement window, one ``py-spy record --format raw`` per process (t
 client workers) samples its Python stacks (``--nonblocking``: the process is not paused, at the
 price of an occasional torn stack; ``--gil``: only samples where the thread holds the GIL, i.e. where
 the process is spending Python CPU, so idle waits on the event loop's selector are not counted).
+Time spent in C under the event loop (uvloop, gRPC's Cython layer) shows as the innermost Python
+frame, often ``Runner.run``; ``native=True`` (``--profile native``) adds the C frames.
 Each raw file (one line per distinct stack: ``frame;frame;...;leaf count``) is summarised into the
 functions with the most samples, self (the leaf) and total (anywhere on the stack), and into
 categories (gRPC stream machinery, protobuf, WAL, dispatch, ...). The summary goes into
@@ -97,7 +99,7 @@ def render(label: str, s: Summary, *, top: int = TOP_N) -> str:
 class Profiler:
     """Records named pids for a fixed time; ``finish`` waits for py-spy and writes the summaries."""
 
-    def __init__(self, out_dir: Path, *, rate_hz: int = RATE_HZ) -> None:
+    def __init__(self, out_dir: Path, *, rate_hz: int = RATE_HZ, native: bool = False) -> None:
         exe = shutil.which("py-spy")
         if exe is None:
             candidate = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "py-spy"
@@ -107,6 +109,9 @@ class Profiler:
         self.exe = exe
         self.out_dir = out_dir
         self.rate_hz = rate_hz
+        #: Also C frames (gRPC core, uvloop, protobuf's upb): py-spy must then pause the process at
+        #: each sample (no --nonblocking), which slows it a little.
+        self.native = native
         self._procs: list[tuple[str, Path, asyncio.subprocess.Process]] = []
 
     async def start(self, run_label: str, pids: dict[str, int], duration_s: float) -> None:
@@ -116,7 +121,7 @@ class Profiler:
             proc = await asyncio.create_subprocess_exec(
                 self.exe, "record", "--pid", str(pid), "--duration", str(max(1, round(duration_s))),
                 "--rate", str(self.rate_hz), "--format", "raw", "--output", str(raw),
-                "--nonblocking", "--gil",
+                *(["--native"] if self.native else ["--nonblocking"]), "--gil",
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
             self._procs.append((f"{run_label}-{name}", raw, proc))
