@@ -61,6 +61,7 @@ class Options:
     brokers: int = 1
     profiler: Profiler | None = None
     sweeps: dict[str, dict[str, object]] = {}  # workload key -> {"dimension", "value"}
+    idle_s: float = 0.0  # > 0: idle CPU% measured before attach and before start (runner)
     partial: Path | None = None  # every row is appended here as it is measured (JSON lines)
 
 
@@ -120,7 +121,9 @@ async def _run_one(
         flush=True,
     )
     try:
-        res = await run_workload(driver, wl, rate, client_procs=client_procs, profiler=Options.profiler)
+        res = await run_workload(
+            driver, wl, rate, client_procs=client_procs, profiler=Options.profiler, idle_s=Options.idle_s
+        )
     except Exception as exc:
         print(f"-- {name}: {wl.key} at {label} failed: {type(exc).__name__}: {exc}", flush=True)
         skipped.append(f"{wl.key} at {label} on {name}{of}: failed: {type(exc).__name__}: {exc}")
@@ -297,6 +300,13 @@ def main() -> None:
         help="py-spy every broker and client worker during each window (summaries in --out); "
         "'--profile native' adds C frames (gRPC core, uvloop) and pauses the processes per sample",
     )
+    p.add_argument(
+        "--idle-s",
+        type=float,
+        default=0.0,
+        help="before each run's clients attach and again before they start, sit idle this long and "
+        "record the broker's CPU%% (idle cost of the topics, then of the attached clients)",
+    )
     args = p.parse_args()
     if args.client_procs < 0:
         p.error("--client-procs must be >= 0")
@@ -321,6 +331,7 @@ def main() -> None:
     out_dir = args.out or ROOT / "bench" / "results" / time.strftime("%Y%m%d-%H%M%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     Options.brokers = args.brokers
+    Options.idle_s = args.idle_s
     Options.partial = out_dir / "results.partial.jsonl"
     if args.profile:
         try:
@@ -348,6 +359,10 @@ def main() -> None:
     if sweep_report.sweep_rows(rows):
         print("\nsweep:")
         print(sweep_report.table(rows))
+        idle = sweep_report.idle_markdown(rows)
+        if idle:
+            print("\nidle (broker CPU%, 100 = one core):")
+            print(idle)
     lines = report.ratios(rows)
     if lines:
         print("\nratios (ours / peer; throughput > 1 and latency < 1 favour ours):")

@@ -26,6 +26,7 @@ and consumer loops (bench/harness/clients.py), which run wherever the handles ar
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import time
@@ -84,6 +85,12 @@ class RunResult:
     #: worker (near 100: the clients, not the broker, may be what limits the run).
     broker_cpu_pct: float | None = None
     client_cpu_pct_max: float | None = None
+    #: With ``idle_s``: broker CPU% while idle, with the topics made and no client, then with every
+    #: client attached and nothing sent; and the clients' CPU% (all workers summed) in the latter.
+    idle_broker_cpu_pct_no_clients: float | None = None
+    idle_broker_cpu_pct_clients: float | None = None
+    idle_clients_cpu_pct: float | None = None
+    broker_rss_topics_only_bytes: int | None = None  # the brokers with the topics, before any client
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -103,13 +110,23 @@ async def run_workload(
     client_procs: int = DEFAULT_CLIENT_PROCS,
     log: Any = print,
     profiler: Profiler | None = None,
+    idle_s: float = 0.0,
 ) -> RunResult:
-    """One run; the driver must be started. Topics are fresh (a random run id in their names)."""
+    """One run; the driver must be started. Topics are fresh (a random run id in their names).
+    ``idle_s`` > 0: before the clients attach and again before they start, sit idle that long and
+    record the broker's (and the clients') CPU%."""
     run_id = uuid.uuid4().hex[:6]
     topics = [f"{wl.key.split('-')[0]}-{driver.name}-{run_id}-t{i}" for i in range(wl.topics)]
     broker_pids = driver.broker_pids()
     rss_before = rss_bytes(broker_pids)
     create_s = await create_topics(driver, topics, wl.partitions_per_topic, reliable=wl.reliable, log=log)
+    idle: dict[str, Any] = {}
+    if idle_s > 0:
+        idle["broker_rss_topics_only_bytes"] = rss_bytes(broker_pids)
+        idle["idle_broker_cpu_pct_no_clients"], _ = await idle_cpu_pct(broker_pids, [], idle_s)
+        log(
+            f"   idle, no clients: broker {idle['idle_broker_cpu_pct_no_clients']:.1f}% CPU over {idle_s:g} s"
+        )
     notes: list[str] = []
     consuming = wl.consumes and driver.supports_consume
     if wl.consumes and not driver.supports_consume:
@@ -128,7 +145,7 @@ async def run_workload(
     )
     producers = [t for t in topics for _ in range(wl.producers_per_topic)]
     clients = _clients(driver, client_procs)
-    setup: dict[str, Any] = {"create_topics_s": create_s}
+    setup: dict[str, Any] = {"create_topics_s": create_s, **idle}
     try:
         t_attach = time.perf_counter()
         await clients.attach(consumers, producers)  # consumers first, then producers
@@ -143,6 +160,10 @@ async def run_workload(
             "broker_rss_after_bytes": rss_after,
             "broker_mem_per_topic_bytes": memory_per_topic_bytes(rss_before, rss_after, len(topics)),
         }
+        if idle_s > 0:
+            b, c = await idle_cpu_pct(broker_pids, clients.pids(), idle_s)
+            setup |= {"idle_broker_cpu_pct_clients": b, "idle_clients_cpu_pct": c}
+            log(f"   idle, clients attached: broker {b:.1f}% CPU, clients {c:.1f}% CPU over {idle_s:g} s")
         per_producer_rate = rate / len(producers) if rate else 0.0
         pids = driver.server_pids()
         client_pids = driver.client_pids() + clients.pids()
@@ -210,6 +231,14 @@ async def create_topics(
 
     await bounded_gather([functools.partial(one, t) for t in topics], limit=CREATE_CONCURRENCY)
     return time.perf_counter() - t0
+
+
+async def idle_cpu_pct(broker_pids: list[int], client_pids: list[int], seconds: float) -> tuple[float, float]:
+    """(broker CPU%, clients' CPU% summed) over ``seconds`` of doing nothing (100 = one core)."""
+    b0, c0, t0 = cpu_seconds(broker_pids), cpu_seconds(client_pids), time.perf_counter()
+    await asyncio.sleep(seconds)  # the measurement: an idle interval of a set length
+    b1, c1, t1 = cpu_seconds(broker_pids), cpu_seconds(client_pids), time.perf_counter()
+    return 100 * (b1 - b0) / (t1 - t0), 100 * (c1 - c0) / (t1 - t0)
 
 
 def _role_cpu(broker_pids: list[int], client_pids: list[int]) -> dict[str, Any]:

@@ -64,6 +64,41 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+IDLE_HEADER = (
+    "driver",
+    "value",
+    "broker MiB, topics only",
+    "idle CPU%, no clients",
+    "idle CPU%, clients",
+    "clients CPU%",
+)
+
+
+def idle_markdown(rows: list[dict[str, Any]]) -> str:
+    """The idle figures of the rows that have them (``--idle-s``); empty when none has."""
+    mine = [r for r in sweep_rows(rows) if r.get("idle_broker_cpu_pct_no_clients") is not None]
+    if not mine:
+        return ""
+    out = ["| " + " | ".join(IDLE_HEADER) + " |", "|---|---|" + "---:|" * (len(IDLE_HEADER) - 2)]
+    for r in mine:
+        rss = r.get("broker_rss_topics_only_bytes")
+        out.append(
+            "| "
+            + " | ".join(
+                [
+                    r["driver"],
+                    f"{r['sweep']['dimension']}={r['sweep']['value']:,}",
+                    _num(rss / 2**20 if rss is not None else None, ".0f"),
+                    _num(r.get("idle_broker_cpu_pct_no_clients"), ".1f"),
+                    _num(r.get("idle_broker_cpu_pct_clients"), ".1f"),
+                    _num(r.get("idle_clients_cpu_pct"), ".1f"),
+                ]
+            )
+            + " |"
+        )
+    return "\n".join(out)
+
+
 def series(rows: list[dict[str, Any]], key: str) -> dict[str, list[tuple[int, float]]]:
     """{driver: [(swept value, figure), ...] sorted by value}; rows without the figure are left out.
     ``key`` is a result field, or ``e2e_p99`` for the end-to-end p99 (ms)."""
@@ -110,3 +145,25 @@ def plot(out_dir: Path, rows: list[dict[str, Any]]) -> list[Path]:
         plt.close(fig)
         written.append(path)
     return written
+
+
+if (
+    __name__ == "__main__"
+):  # merge saved sweeps: python -m bench.harness.sweep_report OUT_DIR a.json b.json ...
+    import json
+    import sys
+
+    if len(sys.argv) < 3:
+        sys.exit("usage: python -m bench.harness.sweep_report OUT_DIR results.json [results.json ...]")
+    out_dir = Path(sys.argv[1])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    merged: list[dict[str, Any]] = []
+    for name in sys.argv[2:]:
+        merged += json.loads(Path(name).read_text())["results"]
+    print(markdown(merged))
+    idle = idle_markdown(merged)
+    if idle:
+        print()
+        print(idle)
+    for path in plot(out_dir, merged):
+        print(f"wrote {path}")
