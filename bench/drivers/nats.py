@@ -23,6 +23,11 @@ JetStream (``nats-jetstream``):
     so no fsync-before-ack variant can be run with the packaged server. ``reliable=False`` uses
     memory storage.
 
+JetStream with a subject per topic (``nats-js-subjects``): one stream for every topic, a durable
+consumer per topic and subscription filtered on its subjects, one connection per client process:
+the layout a NATS user would pick for thousands of topics (see the class's docstring); used by the
+topic-count sweeps next to ``nats-jetstream`` (a stream and a connection per topic).
+
 Core NATS (``nats-core``): plain publish/subscribe, nothing stored. ``send`` hands the message to
 the client's write buffer and returns an already completed future (there is no broker ack); ``flush``
 is a PING/PONG round trip, after which the server has processed everything sent before. A consumer
