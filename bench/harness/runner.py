@@ -80,7 +80,7 @@ class RunResult:
     attach_s: float | None = None  # attaching every consumer, then every producer
     broker_rss_before_bytes: int | None = None  # the broker processes before the topics were made
     broker_rss_after_bytes: int | None = None  # ... with the topics, producers and consumers attached
-    broker_mem_per_topic_bytes: float | None = None  # (after - before) / topics
+    broker_mem_per_topic_bytes: float | None = None  # (after - before) / (topics x partitions)
     #: CPU% (100 = one core) over the window: the broker processes summed, and the busiest client
     #: worker (near 100: the clients, not the broker, may be what limits the run).
     broker_cpu_pct: float | None = None
@@ -158,7 +158,10 @@ async def run_workload(
         setup |= {
             "broker_rss_before_bytes": rss_before,
             "broker_rss_after_bytes": rss_after,
-            "broker_mem_per_topic_bytes": memory_per_topic_bytes(rss_before, rss_after, len(topics)),
+            # per topic-partition: a partition is a topic to the broker (its own log and dispatch)
+            "broker_mem_per_topic_bytes": memory_per_topic_bytes(
+                rss_before, rss_after, len(topics) * wl.partitions_per_topic
+            ),
         }
         if idle_s > 0:
             b, c = await idle_cpu_pct(broker_pids, clients.pids(), idle_s)

@@ -19,7 +19,7 @@ HEADER = (
     "CPU s/M",
     "broker CPU%",
     "busiest client CPU%",
-    "broker KiB/topic",
+    "broker KiB/partition",
     "create s",
     "attach s",
 )
