@@ -18,7 +18,9 @@ runs them all inside this process, as the harness did before workers.
 value instead of the workload files (shapes: bench/harness/sweep.py; ``--sweep-rate`` sets the total
 rate) and adds a sweep table (delivered rate, e2e p50/p99, CPU s/M, broker and busiest-client CPU%,
 broker KiB per topic, topic creation and attach times) and ``sweep-<dimension>.png``.
-``--brokers N`` runs the Danube drivers on N brokers (``danube-2b`` ... in the rows).
+``--brokers N`` runs the Danube drivers on N brokers (``danube-2b`` ... in the rows); ``--drivers
+danube,danube:2`` runs one driver on 1 broker and one on 2 in the same invocation (with ``--rounds``:
+interleaved).
 ``--profile`` records every broker and client worker with py-spy during each window
 (``profile-*.txt`` summaries and ``*.raw`` stacks in ``--out``; bench/harness/profile.py).
 
@@ -137,16 +139,30 @@ async def _run_one(
     print(report.table([res.to_json()]).splitlines()[2], flush=True)
 
 
-def _make(name: str, skipped: list[str]) -> Driver | None:
+def driver_spec(spec: str, default_brokers: int = 1) -> tuple[str, int]:
+    """``danube:2`` -> ("danube", 2): a Danube driver on a 2-broker cluster (so one run, e.g. with
+    ``--rounds``, can interleave 1 and 2 brokers); a plain name gets ``default_brokers``."""
+    name, sep, n = spec.partition(":")
+    if not sep:
+        return name, default_brokers
+    if not n.isdigit() or int(n) < 1:
+        raise DriverUnavailable(f"{spec!r}: the broker count after ':' must be an integer >= 1")
+    return name, int(n)
+
+
+def _make(spec: str, skipped: list[str]) -> Driver | None:
     try:
+        name, brokers = driver_spec(spec, Options.brokers)
         driver = make_driver(name)
-        if Options.brokers > 1 and "brokers" in inspect.signature(type(driver)).parameters:
-            driver = make_driver(name, brokers=Options.brokers)
-            driver.name = f"{name}-{Options.brokers}b"
+        if brokers > 1:
+            if "brokers" not in inspect.signature(type(driver)).parameters:
+                raise DriverUnavailable(f"{name} runs one server set: it takes no broker count")
+            driver = make_driver(name, brokers=brokers)
+            driver.name = f"{name}-{brokers}b"
         return driver
     except DriverUnavailable as exc:
-        print(f"-- skip {name}: {exc}", flush=True)
-        skipped.append(f"{name}: {exc}")
+        print(f"-- skip {spec}: {exc}", flush=True)
+        skipped.append(f"{spec}: {exc}")
         return None
 
 

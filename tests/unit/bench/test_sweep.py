@@ -221,3 +221,28 @@ def test_category_walks_outwards_from_the_leaf() -> None:
     ) == ("dispatch / subscriptions")
     assert category(["f (mine.py:1)"]) == OTHER
     assert "no samples" in render("empty", summarize_raw(""))
+
+
+# -- driver specs (bench/run.py) ---------------------------------------------------------------
+
+
+def test_driver_spec_broker_counts() -> None:
+    from bench import run as bench_run
+    from bench.drivers.base import DriverUnavailable
+
+    assert bench_run.driver_spec("danube") == ("danube", 1)
+    assert bench_run.driver_spec("danube", 3) == ("danube", 3)
+    assert bench_run.driver_spec("danube:2") == ("danube", 2)
+    for bad in ("danube:0", "danube:x", "danube:"):
+        with pytest.raises(DriverUnavailable, match="integer >= 1"):
+            bench_run.driver_spec(bad)
+
+
+def test_make_names_multi_broker_drivers_and_refuses_others() -> None:
+    from bench import run as bench_run
+
+    skipped: list[str] = []
+    d = bench_run._make("danube:2", skipped)
+    assert d is not None and d.name == "danube-2b" and d._brokers == 2  # type: ignore[attr-defined]
+    assert bench_run._make("nats-jetstream:2", skipped) is None
+    assert "takes no broker count" in skipped[0]
