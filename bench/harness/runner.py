@@ -166,7 +166,11 @@ async def run_workload(
         if idle_s > 0:
             b, c = await idle_cpu_pct(broker_pids, clients.pids(), idle_s)
             setup |= {"idle_broker_cpu_pct_clients": b, "idle_clients_cpu_pct": c}
-            log(f"   idle, clients attached: broker {b:.1f}% CPU, clients {c:.1f}% CPU over {idle_s:g} s")
+            rss = rss_bytes(broker_pids)
+            log(
+                f"   idle, clients attached: broker {b:.1f}% CPU, clients {c:.1f}% CPU over {idle_s:g} s; "
+                f"broker RSS {rss / 2**20 if rss is not None else float('nan'):.0f} MiB"
+            )
         per_producer_rate = rate / len(producers) if rate else 0.0
         pids = driver.server_pids()
         client_pids = driver.client_pids() + clients.pids()
