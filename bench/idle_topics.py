@@ -1,7 +1,7 @@
 """Idle topics: what N reliable topics cost a broker when nothing is published.
 
     .venv/bin/python bench/idle_topics.py [--topics 10000] [--idle-s 20] [--driver danube]
-        [--client-procs 1] [--profile] [--out bench/results/idle-<timestamp>/]
+        [--client-procs 1] [--profile [native]] [--out bench/results/idle-<timestamp>/]
 
 Three idle phases on one broker, each ``--idle-s`` long, measured the same way (broker RSS at the end,
 broker CPU% = CPU seconds over the phase / its length, 100 = one core):
@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.drivers import Driver, make_driver  # noqa: E402
-from bench.harness.cpu import cpu_seconds, rss_bytes  # noqa: E402
+from bench.harness.cpu import all_alive, cpu_seconds, rss_bytes  # noqa: E402
 from bench.harness.profile import Profiler  # noqa: E402
 from bench.harness.runner import create_topics  # noqa: E402
 from bench.harness.workers import WorkerPool  # noqa: E402
@@ -53,6 +53,8 @@ async def idle_phase(
     b0, c0, t0 = cpu_seconds(brokers), cpu_seconds(client_pids), time.perf_counter()
     await asyncio.sleep(idle_s)  # the measurement itself: an idle interval of a set length
     b1, c1, t1 = cpu_seconds(brokers), cpu_seconds(client_pids), time.perf_counter()
+    if not all_alive(brokers):  # a vanished process reads as 0 CPU seconds: not "idle"
+        raise RuntimeError(f"a broker process ({brokers}) exited during the {name} phase")
     if profiler is not None:
         await profiler.finish()
     rss = rss_bytes(brokers)
@@ -73,7 +75,7 @@ async def idle_phase(
 
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     driver = make_driver(args.driver)
-    profiler = Profiler(args.out) if args.profile else None
+    profiler = Profiler(args.out, native=args.profile == "native") if args.profile else None
     result: dict[str, Any] = {
         "driver": args.driver,
         "topics": args.topics,
@@ -114,7 +116,14 @@ def main() -> None:
     p.add_argument("--idle-s", type=float, default=20.0, help="length of each idle phase (s)")
     p.add_argument("--driver", default="danube")
     p.add_argument("--client-procs", type=int, default=1)
-    p.add_argument("--profile", action="store_true", help="py-spy the broker in the idle phases")
+    p.add_argument(
+        "--profile",
+        nargs="?",
+        const="python",
+        choices=("python", "native"),
+        default=None,
+        help="py-spy the broker in the idle phases ('native': with C frames, pausing it per sample)",
+    )
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     if args.topics < 1 or args.idle_s <= 0 or args.client_procs < 1:

@@ -42,3 +42,18 @@ def rss_bytes(pids: list[int]) -> int | None:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
     return total if seen else None
+
+
+def all_alive(pids: list[int]) -> bool:
+    """Every pid is a running process (not gone, not a zombie). Without psutil: assumed so."""
+    try:
+        import psutil
+    except ImportError:
+        return True
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            return False
+    return True

@@ -36,7 +36,7 @@ from typing import Any
 
 from bench.drivers.base import Driver
 from bench.harness.clients import ClientGroup, ClientSet, _Meter, bounded_gather
-from bench.harness.cpu import cpu_seconds, own_cpu_seconds, rss_bytes
+from bench.harness.cpu import all_alive, cpu_seconds, own_cpu_seconds, rss_bytes
 from bench.harness.profile import Profiler
 from bench.harness.stats import summarize_us
 from bench.harness.sweep import memory_per_topic_bytes, progress_points
@@ -245,6 +245,8 @@ async def idle_cpu_pct(broker_pids: list[int], client_pids: list[int], seconds: 
     b0, c0, t0 = cpu_seconds(broker_pids), cpu_seconds(client_pids), time.perf_counter()
     await asyncio.sleep(seconds)  # the measurement: an idle interval of a set length
     b1, c1, t1 = cpu_seconds(broker_pids), cpu_seconds(client_pids), time.perf_counter()
+    if not all_alive(broker_pids):  # a vanished process reads as 0 CPU seconds: not "idle"
+        raise RuntimeError(f"a broker process ({broker_pids}) exited during the idle measurement")
     return 100 * (b1 - b0) / (t1 - t0), 100 * (c1 - c0) / (t1 - t0)
 
 

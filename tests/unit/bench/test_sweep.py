@@ -246,3 +246,18 @@ def test_make_names_multi_broker_drivers_and_refuses_others() -> None:
     assert d is not None and d.name == "danube-2b" and d._brokers == 2  # type: ignore[attr-defined]
     assert bench_run._make("nats-jetstream:2", skipped) is None
     assert "takes no broker count" in skipped[0]
+
+
+def test_all_alive_tells_a_vanished_process() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from bench.harness.cpu import all_alive, cpu_seconds
+
+    pytest.importorskip("psutil")
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # reaped: the pid is gone
+    assert all_alive([os.getpid()])
+    assert not all_alive([os.getpid(), proc.pid])
+    assert cpu_seconds([proc.pid]) == 0.0  # why idle figures must check liveness
