@@ -14,6 +14,16 @@ Producers run in producer worker processes and consumers in consumer worker proc
 of each per run (default 1; never more than there are producers or consumers); ``--client-procs 0``
 runs them all inside this process, as the harness did before workers.
 
+``--sweep topics=10,100,1000,10000`` or ``--sweep partitions=1,2,4,...`` runs one workload shape per
+value instead of the workload files (shapes: bench/harness/sweep.py; ``--sweep-rate`` sets the total
+rate) and adds a sweep table (delivered rate, e2e p50/p99, CPU s/M, broker and busiest-client CPU%,
+broker KiB per topic, topic creation and attach times) and ``sweep-<dimension>.png``.
+``--brokers N`` runs the Danube drivers on N brokers (``danube-2b`` ... in the rows); ``--drivers
+danube,danube:2`` runs one driver on 1 broker and one on 2 in the same invocation (with ``--rounds``:
+interleaved).
+``--profile`` records every broker and client worker with py-spy during each window
+(``profile-*.txt`` summaries and ``*.raw`` stacks in ``--out``; bench/harness/profile.py).
+
 ``--rounds N`` (N > 1) starts every driver's servers at once and runs each workload x rate on every
 driver in turn, N times, the order rotating each round; rows carry their ``round`` and the ratios of a
 variant to its baseline are given per round and as a median with the range.
@@ -23,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
+import json
 import os
 import platform
 import shutil
@@ -36,11 +48,23 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.drivers import Driver, DriverUnavailable, known_names, make_driver  # noqa: E402
-from bench.harness import report  # noqa: E402
+from bench.harness import report, sweep_report  # noqa: E402
+from bench.harness.profile import Profiler  # noqa: E402
 from bench.harness.runner import DEFAULT_CLIENT_PROCS, RunResult, run_workload  # noqa: E402
-from bench.harness.workload import Workload, find_workloads  # noqa: E402
+from bench.harness.sweep import Sweep, parse_sweep, sweep_workload  # noqa: E402
+from bench.harness.workload import Workload, WorkloadError, find_workloads  # noqa: E402
 
 WORKLOAD_DIR = ROOT / "bench" / "workloads"
+
+
+class Options:
+    """Per-run settings that every run of one invocation shares (set once by ``main``)."""
+
+    brokers: int = 1
+    profiler: Profiler | None = None
+    sweeps: dict[str, dict[str, object]] = {}  # workload key -> {"dimension", "value"}
+    idle_s: float = 0.0  # > 0: idle CPU% measured before attach and before start (runner)
+    partial: Path | None = None  # every row is appended here as it is measured (JSON lines)
 
 
 def _skip_reason(driver: Driver, wl: Workload) -> str | None:
@@ -99,22 +123,46 @@ async def _run_one(
         flush=True,
     )
     try:
-        res = await run_workload(driver, wl, rate, client_procs=client_procs)
+        res = await run_workload(
+            driver, wl, rate, client_procs=client_procs, profiler=Options.profiler, idle_s=Options.idle_s
+        )
     except Exception as exc:
         print(f"-- {name}: {wl.key} at {label} failed: {type(exc).__name__}: {exc}", flush=True)
         skipped.append(f"{wl.key} at {label} on {name}{of}: failed: {type(exc).__name__}: {exc}")
         return
     res.round = round_no
+    res.sweep = Options.sweeps.get(wl.key)
     results.append(res)
+    if Options.partial is not None:  # a long sweep interrupted keeps the rows it measured
+        with Options.partial.open("a") as f:
+            f.write(json.dumps(res.to_json(), default=str) + "\n")
     print(report.table([res.to_json()]).splitlines()[2], flush=True)
 
 
-def _make(name: str, skipped: list[str]) -> Driver | None:
+def driver_spec(spec: str, default_brokers: int = 1) -> tuple[str, int]:
+    """``danube:2`` -> ("danube", 2): a Danube driver on a 2-broker cluster (so one run, e.g. with
+    ``--rounds``, can interleave 1 and 2 brokers); a plain name gets ``default_brokers``."""
+    name, sep, n = spec.partition(":")
+    if not sep:
+        return name, default_brokers
+    if not n.isdigit() or int(n) < 1:
+        raise DriverUnavailable(f"{spec!r}: the broker count after ':' must be an integer >= 1")
+    return name, int(n)
+
+
+def _make(spec: str, skipped: list[str]) -> Driver | None:
     try:
-        return make_driver(name)
+        name, brokers = driver_spec(spec, Options.brokers)
+        driver = make_driver(name)
+        if brokers > 1:
+            if "brokers" not in inspect.signature(type(driver)).parameters:
+                raise DriverUnavailable(f"{name} runs one server set: it takes no broker count")
+            driver = make_driver(name, brokers=brokers)
+            driver.name = f"{name}-{brokers}b"
+        return driver
     except DriverUnavailable as exc:
-        print(f"-- skip {name}: {exc}", flush=True)
-        skipped.append(f"{name}: {exc}")
+        print(f"-- skip {spec}: {exc}", flush=True)
+        skipped.append(f"{spec}: {exc}")
         return None
 
 
@@ -181,6 +229,24 @@ async def run_rounds(
     return results, skipped
 
 
+def sweep_workloads(
+    sweep: Sweep, rate: int | None, duration_s: float | None, warmup_s: float | None
+) -> list[Workload]:
+    """One workload per swept value (registered in ``Options.sweeps`` so rows carry their point)."""
+    out = []
+    for value in sweep.values:
+        wl = sweep_workload(
+            sweep,
+            value,
+            rate=rate,
+            duration_s=10.0 if duration_s is None else duration_s,
+            warmup_s=2.0 if warmup_s is None else warmup_s,
+        )
+        Options.sweeps[wl.key] = {"dimension": sweep.dimension, "value": value}
+        out.append(wl)
+    return out
+
+
 def machine() -> dict[str, object]:
     info: dict[str, object] = {
         "nproc": os.cpu_count(),
@@ -226,19 +292,68 @@ def main() -> None:
         "--out", type=Path, default=None, help="results directory (default bench/results/<timestamp>/)"
     )
     p.add_argument("--workloads-dir", type=Path, default=WORKLOAD_DIR)
+    p.add_argument(
+        "--sweep",
+        default=None,
+        help="topics=10,100,1000,10000 or partitions=1,2,4,8,16,32,64: one run per value, instead of "
+        "--workloads (shapes in bench/harness/sweep.py)",
+    )
+    p.add_argument(
+        "--sweep-rate",
+        type=int,
+        default=None,
+        help="total msg/s of every sweep point (default: topics 5,000; partitions 10,000; 0 = max)",
+    )
+    p.add_argument(
+        "--brokers", type=int, default=1, help="brokers of the Danube drivers' cluster (default 1)"
+    )
+    p.add_argument(
+        "--profile",
+        nargs="?",
+        const="python",
+        choices=("python", "native"),
+        default=None,
+        help="py-spy every broker and client worker during each window (summaries in --out); "
+        "'--profile native' adds C frames (gRPC core, uvloop) and pauses the processes per sample",
+    )
+    p.add_argument(
+        "--idle-s",
+        type=float,
+        default=0.0,
+        help="before each run's clients attach and again before they start, sit idle this long and "
+        "record the broker's CPU%% (idle cost of the topics, then of the attached clients)",
+    )
     args = p.parse_args()
     if args.client_procs < 0:
         p.error("--client-procs must be >= 0")
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
 
-    workloads = [
-        w.with_durations(duration_s=args.duration_s, warmup_s=args.warmup_s)
-        for w in find_workloads(args.workloads_dir, args.workloads.split(","))
-    ]
+    if args.brokers < 1:
+        p.error("--brokers must be >= 1")
+    try:
+        if args.sweep:
+            workloads = sweep_workloads(
+                parse_sweep(args.sweep), args.sweep_rate, args.duration_s, args.warmup_s
+            )
+        else:
+            workloads = [
+                w.with_durations(duration_s=args.duration_s, warmup_s=args.warmup_s)
+                for w in find_workloads(args.workloads_dir, args.workloads.split(","))
+            ]
+    except WorkloadError as exc:
+        p.error(str(exc))
     drivers = known_names() if args.drivers == "all" else args.drivers.split(",")
     out_dir = args.out or ROOT / "bench" / "results" / time.strftime("%Y%m%d-%H%M%S")
     out_dir.mkdir(parents=True, exist_ok=True)
+    Options.brokers = args.brokers
+    Options.idle_s = args.idle_s
+    Options.partial = out_dir / "results.partial.jsonl"
+    if args.profile:
+        try:
+            Options.profiler = Profiler(out_dir, native=args.profile == "native")
+        except RuntimeError as exc:
+            p.error(str(exc))
     try:
         import uvloop
 
@@ -257,6 +372,13 @@ def main() -> None:
     rows = [r.to_json() for r in results]
     print()
     print(report.table(rows))
+    if sweep_report.sweep_rows(rows):
+        print("\nsweep:")
+        print(sweep_report.table(rows))
+        idle = sweep_report.idle_markdown(rows)
+        if idle:
+            print("\nidle (broker CPU%, 100 = one core):")
+            print(idle)
     lines = report.ratios(rows)
     if lines:
         print("\nratios (ours / peer; throughput > 1 and latency < 1 favour ours):")
@@ -273,10 +395,12 @@ def main() -> None:
         "argv": sys.argv[1:],
         "client_procs": args.client_procs,
         "rounds": args.rounds,
+        "brokers": args.brokers,
+        "sweep": args.sweep,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     path = report.write_json(out_dir, meta, rows, skipped)
-    plots = report.plot(out_dir, rows)
+    plots = sweep_report.plot(out_dir, rows) if args.sweep else report.plot(out_dir, rows)
     print(f"\nwrote {path} and {len(plots)} plot(s) to {out_dir}")
 
 

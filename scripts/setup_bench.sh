@@ -5,7 +5,7 @@
 #     their own private servers on loopback and free ports; the system services the packages
 #     install are never used, so they are kept from starting (policy-rc.d during the install),
 #     disabled where systemd runs, and any RabbitMQ/epmd the package started anyway is stopped;
-#   - .venv: pip install -e '.[bench]' (matplotlib, nats-py, aiormq, psutil), or those four
+#   - .venv: pip install -e '.[bench]' (matplotlib, nats-py, aiormq, psutil, py-spy), or those five
 #     directly while pyproject.toml has no `bench` extra.
 #
 # Run scripts/setup.sh first (it creates .venv). Idempotent: every step is skipped when done.
@@ -19,7 +19,7 @@ die() {
 }
 
 VENV=.venv
-BENCH_PKGS=(matplotlib nats-py aiormq psutil)
+BENCH_PKGS=(matplotlib nats-py aiormq psutil py-spy)
 
 SUDO=()
 if [ "$(id -u)" -ne 0 ]; then

@@ -25,6 +25,7 @@ ORDER = [
     "danube-client",
     "raw-grpc",
     "nats-jetstream",
+    "nats-js-subjects",
     "nats-core",
     "rabbitmq",
 ]
@@ -48,12 +49,13 @@ def discover() -> tuple[dict[str, type[Driver]], dict[str, str]]:
     return found, broken
 
 
-def make_driver(name: str) -> Driver:
+def make_driver(name: str, **options: object) -> Driver:
+    """A driver by name; ``options`` go to its constructor (e.g. ``brokers=2`` for Danube's)."""
     found, broken = discover()
     if name not in found:
         hint = f"; modules that failed to import: {broken}" if broken else ""
         raise DriverUnavailable(f"no driver named {name!r} (have {sorted(found)}){hint}")
-    return found[name]()
+    return found[name](**options)
 
 
 def known_names() -> list[str]:

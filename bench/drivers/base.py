@@ -107,6 +107,11 @@ class Driver(abc.ABC):
         """What an ack means for a topic of this kind; default: ``durability``."""
         return self.durability
 
+    def broker_pids(self) -> list[int]:
+        """Pids of the broker processes only (not etcd, lookup ...): their RSS is the broker memory a
+        topic costs. Default: every server process."""
+        return self.server_pids()
+
     def client_pids(self) -> list[int]:
         """Helper client processes it runs (their CPU counts with the harness's own); default none."""
         return []

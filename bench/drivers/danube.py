@@ -168,6 +168,9 @@ class DanubeDriver(Driver):
             pids.append(c.etcd.proc.pid)
         return pids
 
+    def broker_pids(self) -> list[int]:
+        return [b.pid for b in self._cluster.brokers] if self._cluster is not None else []
+
     async def create_topic(self, topic: str, partitions: int, *, reliable: bool) -> None:
         req = apb.CreateTopicRequest(
             name=NAMESPACE + topic,

@@ -23,6 +23,11 @@ JetStream (``nats-jetstream``):
     so no fsync-before-ack variant can be run with the packaged server. ``reliable=False`` uses
     memory storage.
 
+JetStream with a subject per topic (``nats-js-subjects``): one stream for every topic, a durable
+consumer per topic and subscription filtered on its subjects, one connection per client process:
+the layout a NATS user would pick for thousands of topics (see the class's docstring); used by the
+topic-count sweeps next to ``nats-jetstream`` (a stream and a connection per topic).
+
 Core NATS (``nats-core``): plain publish/subscribe, nothing stored. ``send`` hands the message to
 the client's write buffer and returns an already completed future (there is no broker ack); ``flush``
 is a PING/PONG round trip, after which the server has processed everything sent before. A consumer
@@ -278,12 +283,12 @@ class NatsJetStreamDriver(_NatsDriverBase):
         js = nc.jetstream(timeout=REQUEST_TIMEOUT_S)
         # The server stops delivering at max_ack_pending unacked messages, so the queue never fills.
         queue: asyncio.Queue[Any] = asyncio.Queue(self.max_ack_pending)
-        name = durable_name(subscription)
+        name = self._durable_of(topic, subscription)
         await js.subscribe(
             subject_prefix(topic) + ".*",
             queue=name,
             durable=name,
-            stream=stream_name(topic),
+            stream=self._stream_of(topic),
             cb=queue.put,
             manual_ack=True,
             config=ConsumerConfig(
@@ -292,6 +297,59 @@ class NatsJetStreamDriver(_NatsDriverBase):
         )
         await nc.flush(timeout=REQUEST_TIMEOUT_S)  # the consumer and its subscription exist: attached
         return _JetStreamConsumer(self, nc, queue)
+
+    def _stream_of(self, topic: str) -> str:
+        return stream_name(topic)
+
+    def _durable_of(self, topic: str, subscription: str) -> str:
+        return durable_name(subscription)
+
+
+class NatsJetStreamSubjectsDriver(NatsJetStreamDriver):
+    """JetStream the way a NATS user would lay out thousands of topics: ONE stream (``BENCH``, subjects
+    ``bench.>``) in which a topic is a subject (``bench.default.<topic>.<partition>``), a durable
+    consumer per topic and subscription filtered on the topic's subjects, and one connection per
+    client process shared by all its handles (nats-py multiplexes subscriptions and publishes over it),
+    instead of a stream and a connection per topic: 10,000 topics would be 10,000 streams (each with
+    its own store files) and 20,000 connections. Everything else (acks, windows, storage) as
+    ``nats-jetstream``."""
+
+    name = "nats-js-subjects"
+    STREAM = "BENCH"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._stream_made = False
+        self._shared: NatsClient | None = None
+        self._lock = asyncio.Lock()
+
+    async def create_topic(self, topic: str, partitions: int, *, reliable: bool) -> None:
+        assert self._admin is not None, "start() the driver first"
+        async with self._lock:
+            if not self._stream_made:
+                js = self._admin.jetstream(timeout=REQUEST_TIMEOUT_S)
+                await js.add_stream(
+                    name=self.STREAM,
+                    subjects=["bench.>"],
+                    storage=StorageType.FILE if reliable else StorageType.MEMORY,
+                )
+                self._stream_made = True
+        self._partitions[topic] = max(1, partitions)
+
+    def _stream_of(self, topic: str) -> str:
+        return self.STREAM
+
+    def _durable_of(self, topic: str, subscription: str) -> str:
+        return f"{stream_name(topic)}_{durable_name(subscription)}"
+
+    async def _client(self) -> NatsClient:
+        async with self._lock:
+            if self._shared is None or self._shared.is_closed:
+                self._shared = await super()._client()  # in self._clients: closed by stop()
+            return self._shared
+
+    async def _release(self, nc: NatsClient) -> None:
+        """Shared: the connection is closed once, by ``stop``."""
 
 
 class _JetStreamProducer(ProducerHandle):

@@ -17,11 +17,12 @@ The phases (warm-up, window, backlog, drain) are bench/harness/runner.py's, writ
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from array import array
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 from bench.drivers.base import ConsumerHandle, Driver, ProducerHandle
 from bench.harness.stats import new_samples
@@ -29,6 +30,12 @@ from bench.harness.stats import new_samples
 CLOSE_TIMEOUT_S = 10.0
 FLUSH_TIMEOUT_S = 30.0
 BACKLOG_FLUSH_TIMEOUT_S = CLOSE_TIMEOUT_S * 6
+#: Handles attached at once per process (subscribe / create producer: a lookup and a stream each).
+#: Bounded so that 10,000 topics do not open 20,000 streams in one burst: with 64 at a time the
+#: broker of a 10,000-topic run lost its registration lease during the attach.
+ATTACH_CONCURRENCY = 16
+
+T = TypeVar("T")
 
 COUNTERS = ("published", "consumed", "errors", "sent_total", "acked_total", "received_total")
 
@@ -58,6 +65,32 @@ class _Meter:
             setattr(self, k, getattr(self, k) + int(counts[k]))
         self.pub_us.frombytes(pub_us)
         self.e2e_us.frombytes(e2e_us)
+
+
+async def bounded_gather(
+    makers: list[Callable[[], Awaitable[T]]], *, limit: int = ATTACH_CONCURRENCY
+) -> list[T]:
+    """Run ``makers`` with at most ``limit`` awaiting at once; results in the makers' order. On the
+    first failure the rest are not started, the running ones are awaited, and the failure raised."""
+    results: list[T | None] = [None] * len(makers)
+    sem = asyncio.Semaphore(limit)
+    failed: list[BaseException] = []
+
+    async def one(i: int) -> None:
+        async with sem:
+            if failed:
+                return
+            try:
+                results[i] = await makers[i]()
+            except BaseException as exc:
+                failed.append(exc)
+
+    async with asyncio.TaskGroup() as tg:
+        for i in range(len(makers)):
+            tg.create_task(one(i))
+    if failed:
+        raise failed[0]
+    return results  # type: ignore[return-value]
 
 
 def _stamp(ts_ns: int, pad: bytes) -> bytes:
@@ -146,6 +179,10 @@ async def _sleep_watching(seconds: float, tasks: list[asyncio.Task[None]]) -> No
 class ClientGroup(Protocol):
     """What runner.py drives: the producers and consumers of one run, wherever they live."""
 
+    def pid_names(self) -> dict[str, int]:
+        """{"producer-0": pid, ...}: the processes the clients run in, by name (for profiles)."""
+        ...
+
     def pids(self) -> list[int]:
         """Client processes other than the harness (their CPU counts in CPU s/M)."""
         ...
@@ -205,6 +242,9 @@ class ClientSet:
     def pids(self) -> list[int]:
         return []  # this process: the harness counts its own CPU
 
+    def pid_names(self) -> dict[str, int]:
+        return {"harness": os.getpid()}
+
     def _task(self, coro: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.create_task(coro)
         if self._on_error is not None:
@@ -216,10 +256,17 @@ class ClientSet:
             self._on_error(exc)
 
     async def attach(self, consumers: list[tuple[str, str]], producers: list[str]) -> None:
-        for topic, subscription in consumers:
+        """Every consumer (attached, i.e. ready), then every producer; up to ``ATTACH_CONCURRENCY``
+        at a time. A failure fails the attach; the handles made so far are kept for ``close``."""
+
+        async def consumer(topic: str, subscription: str) -> None:
             self.consumers.append(await self.driver.consumer(topic, subscription))
-        for topic in producers:
+
+        async def producer(topic: str) -> None:
             self.producers.append(await self.driver.producer(topic))
+
+        await bounded_gather([functools.partial(consumer, t, s) for t, s in consumers])
+        await bounded_gather([functools.partial(producer, t) for t in producers])
 
     async def start_consumers(self) -> None:
         self._consumer_tasks.extend(self._task(_consume(c, self.meter)) for c in self.consumers)

@@ -1,4 +1,5 @@
-"""CPU seconds (user + system) of processes, read with psutil; a process that ended counts as 0."""
+"""CPU seconds (user + system) and resident memory of processes, read with psutil; a process that
+ended counts as 0."""
 
 from __future__ import annotations
 
@@ -25,3 +26,34 @@ def own_cpu_seconds() -> float:
     and exited during a window; long-lived servers are read through their pids instead)."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
+
+
+def rss_bytes(pids: list[int]) -> int | None:
+    """Resident set size of ``pids`` summed (bytes); None without psutil or pids."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    total, seen = 0, False
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_info().rss
+            seen = True
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return total if seen else None
+
+
+def all_alive(pids: list[int]) -> bool:
+    """Every pid is a running process (not gone, not a zombie). Without psutil: assumed so."""
+    try:
+        import psutil
+    except ImportError:
+        return True
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            return False
+    return True

@@ -26,21 +26,29 @@ and consumer loops (bench/harness/clients.py), which run wherever the handles ar
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from bench.drivers.base import Driver
-from bench.harness.clients import ClientGroup, ClientSet, _Meter
-from bench.harness.cpu import cpu_seconds, own_cpu_seconds
+from bench.harness.clients import ClientGroup, ClientSet, _Meter, bounded_gather
+from bench.harness.cpu import all_alive, cpu_seconds, own_cpu_seconds, rss_bytes
+from bench.harness.profile import Profiler
 from bench.harness.stats import summarize_us
+from bench.harness.sweep import memory_per_topic_bytes, progress_points
 from bench.harness.workers import WorkerPool
 from bench.harness.workload import Workload
 
 DRAIN_GRACE_S = 5.0
 DEFAULT_CLIENT_PROCS = 1
+#: Topics created at once (each one an admin call that places the topic through etcd).
+CREATE_CONCURRENCY = 32
+#: Print creation progress only from this many topics up.
+PROGRESS_MIN_TOPICS = 200
 
 
 @dataclasses.dataclass
@@ -65,6 +73,24 @@ class RunResult:
     notes: list[str] = dataclasses.field(default_factory=list)
     client_procs: int = 0  # 0: clients in the harness process; N: up to N producer + N consumer workers
     round: int = 1  # which of bench/run.py's --rounds this run belongs to (1 when run once)
+    topics: int = 1
+    partitions_per_topic: int = 1
+    sweep: dict[str, Any] | None = None  # {"dimension": "topics", "value": 1000} for a sweep point
+    create_topics_s: float | None = None  # creating every topic (concurrently, CREATE_CONCURRENCY)
+    attach_s: float | None = None  # attaching every consumer, then every producer
+    broker_rss_before_bytes: int | None = None  # the broker processes before the topics were made
+    broker_rss_after_bytes: int | None = None  # ... with the topics, producers and consumers attached
+    broker_mem_per_topic_bytes: float | None = None  # (after - before) / (topics x partitions)
+    #: CPU% (100 = one core) over the window: the broker processes summed, and the busiest client
+    #: worker (near 100: the clients, not the broker, may be what limits the run).
+    broker_cpu_pct: float | None = None
+    client_cpu_pct_max: float | None = None
+    #: With ``idle_s``: broker CPU% while idle, with the topics made and no client, then with every
+    #: client attached and nothing sent; and the clients' CPU% (all workers summed) in the latter.
+    idle_broker_cpu_pct_no_clients: float | None = None
+    idle_broker_cpu_pct_clients: float | None = None
+    idle_clients_cpu_pct: float | None = None
+    broker_rss_topics_only_bytes: int | None = None  # the brokers with the topics, before any client
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -83,12 +109,24 @@ async def run_workload(
     *,
     client_procs: int = DEFAULT_CLIENT_PROCS,
     log: Any = print,
+    profiler: Profiler | None = None,
+    idle_s: float = 0.0,
 ) -> RunResult:
-    """One run; the driver must be started. Topics are fresh (a random run id in their names)."""
+    """One run; the driver must be started. Topics are fresh (a random run id in their names).
+    ``idle_s`` > 0: before the clients attach and again before they start, sit idle that long and
+    record the broker's (and the clients') CPU%."""
     run_id = uuid.uuid4().hex[:6]
     topics = [f"{wl.key.split('-')[0]}-{driver.name}-{run_id}-t{i}" for i in range(wl.topics)]
-    for t in topics:
-        await driver.create_topic(t, wl.partitions_per_topic, reliable=wl.reliable)
+    broker_pids = driver.broker_pids()
+    rss_before = rss_bytes(broker_pids)
+    create_s = await create_topics(driver, topics, wl.partitions_per_topic, reliable=wl.reliable, log=log)
+    idle: dict[str, Any] = {}
+    if idle_s > 0:
+        idle["broker_rss_topics_only_bytes"] = rss_bytes(broker_pids)
+        idle["idle_broker_cpu_pct_no_clients"], _ = await idle_cpu_pct(broker_pids, [], idle_s)
+        log(
+            f"   idle, no clients: broker {idle['idle_broker_cpu_pct_no_clients']:.1f}% CPU over {idle_s:g} s"
+        )
     notes: list[str] = []
     consuming = wl.consumes and driver.supports_consume
     if wl.consumes and not driver.supports_consume:
@@ -107,8 +145,32 @@ async def run_workload(
     )
     producers = [t for t in topics for _ in range(wl.producers_per_topic)]
     clients = _clients(driver, client_procs)
+    setup: dict[str, Any] = {"create_topics_s": create_s, **idle}
     try:
+        t_attach = time.perf_counter()
         await clients.attach(consumers, producers)  # consumers first, then producers
+        setup["attach_s"] = time.perf_counter() - t_attach
+        if len(consumers) + len(producers) >= PROGRESS_MIN_TOPICS:
+            log(
+                f"   attached {len(consumers)} consumers and {len(producers)} producers in {setup['attach_s']:.1f} s"
+            )
+        rss_after = rss_bytes(broker_pids)
+        setup |= {
+            "broker_rss_before_bytes": rss_before,
+            "broker_rss_after_bytes": rss_after,
+            # per topic-partition: a partition is a topic to the broker (its own log and dispatch)
+            "broker_mem_per_topic_bytes": memory_per_topic_bytes(
+                rss_before, rss_after, len(topics) * wl.partitions_per_topic
+            ),
+        }
+        if idle_s > 0:
+            b, c = await idle_cpu_pct(broker_pids, clients.pids(), idle_s)
+            setup |= {"idle_broker_cpu_pct_clients": b, "idle_clients_cpu_pct": c}
+            rss = rss_bytes(broker_pids)
+            log(
+                f"   idle, clients attached: broker {b:.1f}% CPU, clients {c:.1f}% CPU over {idle_s:g} s; "
+                f"broker RSS {rss / 2**20 if rss is not None else float('nan'):.0f} MiB"
+            )
         per_producer_rate = rate / len(producers) if rate else 0.0
         pids = driver.server_pids()
         client_pids = driver.client_pids() + clients.pids()
@@ -131,6 +193,10 @@ async def run_workload(
             )
             await clients.watch(wl.warmup_duration_s)
             cpu0 = cpu_now()
+            roles0 = _role_cpu(broker_pids, clients.pids())
+            if profiler is not None:
+                named = {f"broker-{i}": pid for i, pid in enumerate(broker_pids)} | clients.pid_names()
+                await profiler.start(f"{wl.key}-{driver.name}", named, wl.test_duration_s)
             t0 = time.perf_counter()
             await clients.set_recording(True)
             await clients.watch(wl.test_duration_s)
@@ -138,6 +204,10 @@ async def run_workload(
             await clients.set_recording(False)
             pub_window = cons_window = t1 - t0
             cpu = cpu_now() - cpu0
+            setup |= _role_cpu_pct(roles0, _role_cpu(broker_pids, clients.pids()), t1 - t0)
+            if profiler is not None:
+                for path in await profiler.finish():
+                    log(f"   profile: {path}")
             await clients.stop_producers(notes)
             if consuming:  # a short grace for what is in flight (non-reliable: or was dropped)
                 expected = (await clients.totals())["acked_total"] * wl.subscriptions_per_topic
@@ -145,7 +215,54 @@ async def run_workload(
         meter = await clients.collect()
     finally:
         await clients.close()
-    return _result(driver, wl, rate, meter, pub_window, cons_window, cpu, notes, client_procs)
+    res = _result(driver, wl, rate, meter, pub_window, cons_window, cpu, notes, client_procs)
+    return dataclasses.replace(res, **setup)
+
+
+async def create_topics(
+    driver: Driver, topics: list[str], partitions: int, *, reliable: bool, log: Any = print
+) -> float:
+    """Create ``topics`` at most ``CREATE_CONCURRENCY`` at a time; print progress for many topics.
+    Returns the seconds it took."""
+    points = progress_points(len(topics)) if len(topics) >= PROGRESS_MIN_TOPICS else set()
+    done = 0
+    t0 = time.perf_counter()
+
+    async def one(topic: str) -> None:
+        nonlocal done
+        await driver.create_topic(topic, partitions, reliable=reliable)
+        done += 1
+        if done in points:
+            el = time.perf_counter() - t0
+            log(f"   created {done:,}/{len(topics):,} topics in {el:.1f} s ({done / el:,.0f}/s)")
+
+    await bounded_gather([functools.partial(one, t) for t in topics], limit=CREATE_CONCURRENCY)
+    return time.perf_counter() - t0
+
+
+async def idle_cpu_pct(broker_pids: list[int], client_pids: list[int], seconds: float) -> tuple[float, float]:
+    """(broker CPU%, clients' CPU% summed) over ``seconds`` of doing nothing (100 = one core)."""
+    b0, c0, t0 = cpu_seconds(broker_pids), cpu_seconds(client_pids), time.perf_counter()
+    await asyncio.sleep(seconds)  # the measurement: an idle interval of a set length
+    b1, c1, t1 = cpu_seconds(broker_pids), cpu_seconds(client_pids), time.perf_counter()
+    if not all_alive(broker_pids):  # a vanished process reads as 0 CPU seconds: not "idle"
+        raise RuntimeError(f"a broker process ({broker_pids}) exited during the idle measurement")
+    return 100 * (b1 - b0) / (t1 - t0), 100 * (c1 - c0) / (t1 - t0)
+
+
+def _role_cpu(broker_pids: list[int], client_pids: list[int]) -> dict[str, Any]:
+    return {"broker": cpu_seconds(broker_pids), "clients": {p: cpu_seconds([p]) for p in client_pids}}
+
+
+def _role_cpu_pct(before: dict[str, Any], after: dict[str, Any], window_s: float) -> dict[str, Any]:
+    """Broker CPU% and the busiest client worker's CPU% between two ``_role_cpu`` readings."""
+    if window_s <= 0:
+        return {}
+    clients = [after["clients"][p] - before["clients"].get(p, 0.0) for p in after["clients"]]
+    return {
+        "broker_cpu_pct": 100 * (after["broker"] - before["broker"]) / window_s,
+        "client_cpu_pct_max": 100 * max(clients) / window_s if clients else None,
+    }
 
 
 def _result(
@@ -184,6 +301,8 @@ def _result(
         cpu_s_per_million=cpu / max(meter.published, meter.consumed, 1) * 1e6,
         notes=notes,
         client_procs=client_procs,
+        topics=wl.topics,
+        partitions_per_topic=wl.partitions_per_topic,
     )
 
 

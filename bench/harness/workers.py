@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 READ_LIMIT = 1 << 22  # longest JSON line (a reply with a traceback is a few KB)
 INIT_TIMEOUT_S = 60.0  # interpreter start, imports, attach to the servers
 REQUEST_TIMEOUT_S = 60.0
+ATTACH_S_PER_HANDLE = 0.05
 LONG_TIMEOUT_S = FLUSH_TIMEOUT_S + CLOSE_TIMEOUT_S * 6 + 30  # flushes (window, backlog) and reports
 EXIT_TIMEOUT_S = 5.0
 STDERR_TAIL_LINES = 40
@@ -80,6 +81,12 @@ async def _all(aws: Iterable[Awaitable[T]]) -> list[T]:
         if isinstance(r, BaseException):
             raise r
     return results  # type: ignore[return-value]
+
+
+def attach_timeout_s(handles: int) -> float:
+    """How long a worker may take to attach ``handles``: the start-up allowance plus 50 ms a handle
+    (10,000 topics: ~9 minutes at worst; a few ms a handle is normal)."""
+    return INIT_TIMEOUT_S + ATTACH_S_PER_HANDLE * handles
 
 
 def _split(items: list[T], n: int) -> list[list[T]]:
@@ -264,6 +271,9 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return [w.pid for w in self._workers if w.pid]
 
+    def pid_names(self) -> dict[str, int]:
+        return {w.name: w.pid for w in self._workers if w.pid}
+
     def _raise_failed(self) -> None:
         for w in self._workers:
             if w.failed.done():
@@ -284,11 +294,11 @@ class WorkerPool:
         )
         # Consumers are attached (ready) before any producer exists, as in the single-process mode.
         await _all(
-            w.request("attach", timeout_s=INIT_TIMEOUT_S, consumers=g, producers=[])
+            w.request("attach", timeout_s=attach_timeout_s(len(g)), consumers=g, producers=[])
             for w, g in zip(self._consumers, cons, strict=True)
         )
         await _all(
-            w.request("attach", timeout_s=INIT_TIMEOUT_S, consumers=[], producers=g)
+            w.request("attach", timeout_s=attach_timeout_s(len(g)), consumers=[], producers=g)
             for w, g in zip(self._producers, prods, strict=True)
         )
 

@@ -33,7 +33,7 @@ class _Named(FakeDriver):
 async def test_rounds_interleave_and_rotate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     log: list[str] = []
 
-    async def fake_run(driver: Driver, wl: Any, rate: int, *, client_procs: int) -> RunResult:
+    async def fake_run(driver: Driver, wl: Any, rate: int, *, client_procs: int, **_: Any) -> RunResult:
         log.append(f"{driver.name} {wl.key}@{rate}")
         return RunResult(
             wl.key, driver.name, "-", False, rate, 8, 1.0, 1, 1, 0, 1.0, 1.0, 0.0, 0.0, None, None, 0.0
