@@ -255,6 +255,22 @@ async def test_rolls_in_a_shared_round(tmp_path: Path) -> None:
     await group.aclose()
 
 
+async def test_a_burst_queued_at_once_is_cut_into_segments_near_their_size(tmp_path: Path) -> None:
+    # Forty batches queued before the first round: one commit of all of them would leave one big
+    # unsealed segment (nothing to upload or trim); commits stop at the segment's room instead.
+    group = CommitGroup()
+    c = cfg(segment_max_bytes=1000)
+    (lg,), _ = await open_logs(tmp_path, 1, group, c=c)
+    futs = [await lg.enqueue([b"b" * 80], [k]) for k in range(40)]
+    await asyncio.gather(*futs)
+    sizes = [p.stat().st_size for p in sorted((tmp_path / "t0").glob("*.wal"))]
+    assert len(sizes) >= 4, sizes
+    assert max(sizes) <= 1000 + 200, sizes  # a segment passes its size by one frame at most
+    assert [e.offset for e in await read_all(lg)] == list(range(40))
+    await lg.aclose()
+    await group.aclose()
+
+
 async def test_a_crashed_scheduler_is_loud_and_fails_its_logs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

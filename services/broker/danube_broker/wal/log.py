@@ -327,6 +327,14 @@ class TopicLog:
         cap = self._cfg.max_batch_bytes_per_commit
         if budget_bytes is not None:
             cap = min(cap, budget_bytes)
+        # No more than the segment has room for (after a roll: a whole segment), so that a burst
+        # queued at once still ends up in segments near segment_max_bytes, sealed as they fill
+        # (uploads and retention work on sealed segments only). The first batch always goes.
+        first = len(q[0].data)
+        room = self._cfg.segment_max_bytes
+        if not self._store.roll_due(first):
+            room -= self._store.active.size
+        cap = min(cap, max(room, first))
         b = q.popleft()
         batches, total = [b], len(b.data)
         while q and total + len(q[0].data) <= cap:
