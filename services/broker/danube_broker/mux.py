@@ -13,7 +13,13 @@ reads nothing more (back-pressure through HTTP/2 flow control).
 Order and refusals per producer are exactly those of PublishBatches: a lane keeps one order
 guard per client *session* (``PublishBatch.session``), so after a retryable refusal every later
 batch of that producer in the session is refused, until the client starts a new session and
-re-sends in order. A producer detached while on the stream (topic moved or unloaded, broker
+re-sends in order. Only a refusal that stored nothing (too large, invalid payload, storage
+error) is a batch's in-band answer, as on PublishBatches. Any other error (topic moved or closed
+while the batch waited for object storage, lease uncertain, ...) may come after the batch was
+stored: it *ends the producer's lane* as it would end a PublishBatches stream. The batch and every
+later one of the lane go unanswered, the producer gets the detach event with that error, and the
+client re-sends them all with their sequence ids (an idempotent producer's copies are dropped);
+batches of that producer and session still arriving are refused in-band (nothing stored). A producer detached while on the stream (topic moved or unloaded, broker
 stopping) has its batches in flight answered, then one event (a PublishAck with its id,
 ``batch_seq`` 0 and the detach error) and its lane is dropped; the stream goes on. A batch for
 an unknown producer id is answered in-band with the error the id lookup gives (UNAVAILABLE for
@@ -115,6 +121,8 @@ class PublishMux:
         self._max_bytes = max_bytes
         self._on_open_close = on_open_close
         self._lanes: dict[int, _Lane] = {}
+        #: Producers whose lane ended on an error of unknown outcome -> the session it ended in.
+        self._ended: dict[int, int] = {}
         #: Lanes that may have something to send (an answer finished, or detached).
         self._ready: collections.deque[int] = collections.deque()
         self._ready_set: set[int] = set()
@@ -146,6 +154,14 @@ class PublishMux:
     def _admit(self, batch: pb.PublishBatch) -> None:
         pid = batch.producer_id
         lane = self._lanes.get(pid)
+        ended = self._ended.get(pid)
+        if lane is None and ended is not None and batch.session <= ended:
+            if batch.batch_seq or batch.messages:  # sent before the client saw the lane end
+                err = Unavailable(f"producer {pid}: its publishing on this stream ended; re-send after it")
+                self._direct.append(
+                    pb.PublishAck(producer_id=pid, batch_seq=batch.batch_seq, error=error_detail(err))
+                )
+            return
         if lane is None:
             try:
                 producer = self._reg.producer(pid)
@@ -195,14 +211,14 @@ class PublishMux:
     async def _publish(
         self, producer: Producer, batch: pb.PublishBatch, guard: PublishStream
     ) -> pb.PublishAck:
-        """As on PublishBatches, but an error that would end a PublishBatches stream (topic
-        moved, producer closed) is this batch's answer: the stream serves other producers.
-        Later batches of the session are refused too (the client re-sends them in order)."""
+        """As on PublishBatches; an error that would end a PublishBatches stream (the batch may
+        be stored) is raised: it ends this producer's lane (see the module doc). Later batches
+        of the session are refused meanwhile, as after any failure."""
         try:
             return await publish_one(self._reg, producer, batch, guard)
-        except DanubeError as exc:
+        except DanubeError:
             guard.refused = True
-            return pb.PublishAck(batch_seq=batch.batch_seq, error=error_detail(exc))
+            raise
 
     # ---- answers
     def _drain(self) -> list[pb.PublishAck]:
@@ -219,13 +235,34 @@ class PublishMux:
                 answer, size = lane.inflight.popleft()
                 self._count -= 1
                 self._bytes -= size
+                failure = _outcome_unknown(answer)
+                if failure is not None:
+                    out.append(pb.PublishAck(producer_id=pid, error=error_detail(failure)))
+                    self._end_lane(pid, lane)
+                    break
                 ack = answer.result()
                 ack.producer_id = pid
                 out.append(ack)
-            if not lane.producer.live and not lane.inflight:
-                out.append(pb.PublishAck(producer_id=pid, error=error_detail(_gone(lane.producer))))
-                self._drop(pid, lane)
+            else:
+                if not lane.producer.live and not lane.inflight:
+                    out.append(pb.PublishAck(producer_id=pid, error=error_detail(_gone(lane.producer))))
+                    self._drop(pid, lane)
         return out
+
+    def _end_lane(self, pid: int, lane: _Lane) -> None:
+        """The lane's publishing ended with an outcome unknown to the client: its batches still in
+        flight go unanswered (their tasks are cancelled: what they stored stays stored, and the
+        client's re-send of it is deduplicated)."""
+        for answer, size in lane.inflight:
+            self._count -= 1
+            self._bytes -= size
+            if not answer.done():
+                answer.cancel()
+            elif not answer.cancelled():
+                answer.exception()  # seen: it goes unanswered on purpose
+        lane.inflight.clear()
+        self._ended[pid] = lane.session
+        self._drop(pid, lane)
 
     def _drop(self, pid: int, lane: _Lane) -> None:
         self._lanes.pop(pid, None)
@@ -280,6 +317,18 @@ class PublishMux:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+
+
+def _outcome_unknown(answer: asyncio.Future[pb.PublishAck]) -> DanubeError | None:
+    """The error of a publish that ended without an answer for the client (None: answered)."""
+    if answer.cancelled():
+        return Unavailable("the publish was cancelled; re-send it")
+    exc = answer.exception()
+    if exc is None:
+        return None
+    if isinstance(exc, DanubeError):
+        return exc
+    return Unavailable(f"the publish failed: {exc!r}; re-send it")
 
 
 def _gone(producer: Producer) -> DanubeError:

@@ -13,7 +13,7 @@ import pytest
 from danube_broker.dispatch.base import SubType
 from danube_broker.mux import PublishMux, lane_session
 from danube_broker.mux_consume import ConsumeMux, delivery_frames, round_of
-from danube_common.errors import TopicNotOwned
+from danube_common.errors import TopicNotOwned, Unavailable
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.resources import Resources
 from tests.unit.broker.helpers import msgs
@@ -145,3 +145,41 @@ async def test_consume_mux_serves_consumers_by_credit_and_answers_acks(resources
     feed.end()
     assert await collect(gen, 1) == []
     assert not c2.connected
+
+
+async def test_an_error_of_unknown_outcome_ends_the_lane_without_answering_the_batch(
+    resources: Resources,  # noqa: F811
+) -> None:
+    # E.g. a cloud-durability topic closing while the batch waits for object storage: the batch
+    # may be stored. Answering it as refused would make the client re-send it with fresh
+    # sequence ids (stored twice); the lane ends instead and the client re-sends it as it was.
+    reg = registry(resources)
+    a = await reg.create_producer("/default/a", "pa", exclusive=False, dispatch_strategy="non_reliable")
+    b = await reg.create_producer("/default/b", "pb", exclusive=False, dispatch_strategy="non_reliable")
+    real_publish = reg.publish
+    published: list[int] = []
+
+    async def publish(producer: Any, batch_msgs: Any, nbytes: int, **kw: Any) -> Any:
+        published.append(producer.id)
+        if producer is a and len(published) > 2:
+            raise Unavailable("topic closed before object storage confirmed the batch")
+        return await real_publish(producer, batch_msgs, nbytes, **kw)
+
+    reg.publish = publish  # type: ignore[method-assign]
+    mux = PublishMux(reg, depth=8, max_bytes=1 << 20)
+    feed = Feed()
+    gen = mux.run(feed)  # type: ignore[arg-type]
+    feed.put(pb.PublishMuxRequest(batches=[batch(a.id, 1), batch(b.id, 1)]))
+    assert sorted((x.producer_id, x.batch_seq) for x in await collect(gen, 2)) == [(a.id, 1), (b.id, 1)]
+    feed.put(pb.PublishMuxRequest(batches=[batch(a.id, 2)]))
+    (event,) = await collect(gen, 1)
+    assert (event.producer_id, event.batch_seq, event.error.code) == (a.id, 0, "UNAVAILABLE")
+    assert event.error.retryable
+    calls = len(published)
+    feed.put(pb.PublishMuxRequest(batches=[batch(a.id, 3), batch(b.id, 2)]))
+    late = {x.producer_id: x for x in await collect(gen, 2)}
+    assert late[a.id].batch_seq == 3 and late[a.id].error.retryable  # refused in-band: not published
+    assert not late[b.id].HasField("error")
+    assert published[calls:] == [b.id]
+    feed.end()
+    assert await collect(gen, 1) == []
