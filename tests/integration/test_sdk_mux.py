@@ -14,7 +14,7 @@ import pytest
 from danube_common.etcd_server import EtcdProcess
 from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
-from danube_sdk import Consumer, DanubeClient, DispatchStrategy, Producer, SubType
+from danube_sdk import ClientClosed, Consumer, DanubeClient, DispatchStrategy, Producer, SubType
 from tests.integration.test_broker_grpc import Broker, start_broker
 from tests.support import unique, wait_until
 
@@ -168,3 +168,29 @@ async def test_a_broker_restart_reconnects_everything(etcd_server: EtcdProcess, 
         if second is not None:
             await second.channel.close()
             await second.shutdown()
+
+
+async def test_a_second_consumer_and_producer_of_the_same_name_take_the_first_over(
+    mux_broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The broker knows one consumer (producer) per name; two of them open in one client would
+    take each other over in turns on the shared stream. The newer one closes the older."""
+    topic = f"/default/{unique('again')}"
+    client = DanubeClient(mux_broker.info.url)
+    try:
+        (p1,), (c1,) = await attach(client, [topic])
+        await publish([p1], [topic], 0, 10)
+        await receive_exactly(c1, [f"{topic}:{i}".encode() for i in range(10)])
+        (p2,), (c2,) = await attach(client, [topic])
+        assert p1.closed and c1.closed
+        with pytest.raises(ClientClosed, match="taken over"):
+            await c1.receive(timeout_s=5)
+        with pytest.raises(ClientClosed, match="taken over"):
+            await p1.send(b"late")
+        # The new producer continues the name's sequence (nothing dropped as a duplicate) and
+        # the new consumer resumes after what the first one acked.
+        await publish([p2], [topic], 10, 10)
+        await receive_exactly(c2, [f"{topic}:{i}".encode() for i in range(10, 20)])
+        assert not [r for r in caplog.records if "again on" in r.getMessage()], "lanes taken over in turns"
+    finally:
+        await client.close()

@@ -145,7 +145,9 @@ class DanubeClient:
         producer of partition ``n`` is named ``{producer_name}-{n}``. With
         ``enable_idempotence`` every message carries a sequence id, so a reliable topic's
         broker drops the copies a reconnect resends (give a stable ``producer_name`` to keep
-        that across restarts of your process).
+        that across restarts of your process). One name is one producer at the broker: a
+        producer of the same name on the same topic that this client still has open is flushed
+        and closed first (it then raises ClientClosed saying so).
 
         ``schema``: a typed schema (:mod:`danube_sdk.schemas`); ``send`` then takes values and
         encodes them. ``schema_ref``: a registered subject for payload bytes. Either way the
@@ -171,10 +173,13 @@ class DanubeClient:
         target = schema if schema is not None else schema_ref
         bound = await self.schemas().bind_producer(target) if target is not None else None
         partitions = await self.topic_partitions(topic) or [topic]
+        name = producer_name or f"producer-{uuid.uuid4().hex[:12]}"
+        for old in [p for p in self._producers if (p.topic, p.producer_name) == (topic, name)]:
+            await old._take_over()
         producer: Producer[Any] = Producer(
             self._conns,
             topic=topic,
-            name=producer_name or f"producer-{uuid.uuid4().hex[:12]}",
+            name=name,
             partitions=partitions,
             opts=opts,
             client_opts=self._opts,
@@ -239,7 +244,8 @@ class DanubeClient:
 
         Raises TopicNotFound if the topic does not exist: produce to it first, or create it
         with ``danube-admin topics create``. Subscribing again with the same consumer name
-        takes the previous consumer over. ``initial_position`` says where a *new*
+        takes the previous consumer over: one of this client's is closed first (its buffered
+        acks sent; it then raises ClientClosed saying so). ``initial_position`` says where a *new*
         subscription of a reliable topic starts (an existing one resumes from its cursor);
         ``max_unacked_messages`` bounds what the broker delivers before acks (0: its default).
         ``schema``: ``msg.value()`` decodes payloads with it (no registry call is made).
@@ -263,11 +269,15 @@ class DanubeClient:
                 f"topic {topic} does not exist: create it first by producing to it, "
                 f"or with `danube-admin topics create {topic}`"
             )
+        name = consumer_name or f"consumer-{uuid.uuid4().hex[:12]}"
+        same = (topic, subscription, name)
+        for old in [c for c in self._consumers if (c.topic, c.subscription, c.consumer_name) == same]:
+            await old._take_over()
         consumer: Consumer[Any] = Consumer(
             self._conns,
             topic=topic,
             subscription=subscription,
-            name=consumer_name or f"consumer-{uuid.uuid4().hex[:12]}",
+            name=name,
             partitions=partitions,
             opts=opts,
             client_opts=self._opts,

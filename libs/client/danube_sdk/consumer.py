@@ -306,12 +306,28 @@ class Consumer(Generic[T]):
 
     async def close(self, *, unsubscribe: bool = False) -> None:
         """Send buffered acks and detach; with ``unsubscribe`` also delete the subscription."""
+        await self._close(
+            ClientClosed(f"consumer {self.consumer_name} on {self.topic} is closed"), unsubscribe
+        )
+
+    async def _take_over(self) -> None:
+        """Closed because its client subscribed again under the same name (the new consumer
+        takes its place at the broker; two live ones would take each other over in turns)."""
+        await self._close(
+            ClientClosed(
+                f"consumer {self.consumer_name} on {self.topic} ({self.subscription}) was taken over: "
+                "the client subscribed again with the same consumer name"
+            ),
+            False,
+        )
+
+    async def _close(self, why: ClientClosed, unsubscribe: bool) -> None:
         if self._closed is not None:
             return
         try:
             await self._send_acks()
         finally:
-            self._closed = ClientClosed(f"consumer {self.consumer_name} on {self.topic} is closed")
+            self._closed = why
             if self._ack_task is not None:
                 self._ack_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -192,9 +192,22 @@ class Producer(Generic[T]):
 
     async def close(self) -> None:
         """Flush, then detach from the brokers. Later sends fail with ClientClosed."""
+        await self._close(ClientClosed(f"producer {self.producer_name} on {self.topic} is closed"))
+
+    async def _take_over(self) -> None:
+        """Flushed and closed because its client created another producer of the same name on
+        the same topic (one name is one producer at the broker, with one sequence of ids)."""
+        await self._close(
+            ClientClosed(
+                f"producer {self.producer_name} on {self.topic} was taken over: the client created "
+                "another producer with the same name"
+            )
+        )
+
+    async def _close(self, why: ClientClosed) -> None:
         if self._closed is not None:
             return
-        self._closed = ClientClosed(f"producer {self.producer_name} on {self.topic} is closed")
+        self._closed = why
         self._space.set()
         try:
             await self.flush()
