@@ -23,6 +23,8 @@ class ClusterView(WatchedCache):
         self._keys = resources.keys
         self.brokers: dict[str, BrokerRecord] = {}
         self.owners: dict[str, Ownership] = {}
+        #: broker_id -> topics it owns (kept with ``owners``, so no reader has to count them).
+        self.topic_counts: dict[str, int] = {}
         self._changed_event = asyncio.Event()
         #: Election keys (``/leaders/{role}/{candidate}``) -> create_revision: who campaigns.
         self.election_keys: dict[str, int] = {}
@@ -32,7 +34,7 @@ class ClusterView(WatchedCache):
         return (k.brokers_prefix(), k.owners_prefix(), k.leaders_prefix())
 
     def _reset(self) -> None:
-        self.brokers, self.owners, self.election_keys = {}, {}, {}
+        self.brokers, self.owners, self.election_keys, self.topic_counts = {}, {}, {}, {}
 
     def _put(self, key: str, item: KeyValue | WatchEvent, revision: int) -> None:
         k = self._keys
@@ -45,7 +47,10 @@ class ClusterView(WatchedCache):
             return
         topic = k.parse_owner(key)
         if topic is not None:
-            self.owners[str(topic)] = Ownership.of(str(topic), item.json(), revision)
+            own = Ownership.of(str(topic), item.json(), revision)
+            self._uncount(self.owners.get(own.topic))
+            self.owners[own.topic] = own
+            self.topic_counts[own.broker_id] = self.topic_counts.get(own.broker_id, 0) + 1
             self._changed_event.set()
 
     def _delete(self, key: str) -> None:
@@ -59,8 +64,17 @@ class ClusterView(WatchedCache):
             return
         topic = k.parse_owner(key)
         if topic is not None:
-            self.owners.pop(str(topic), None)
+            self._uncount(self.owners.pop(str(topic), None))
             self._changed_event.set()
+
+    def _uncount(self, own: Ownership | None) -> None:
+        if own is None:
+            return
+        left = self.topic_counts.get(own.broker_id, 0) - 1
+        if left > 0:
+            self.topic_counts[own.broker_id] = left
+        else:
+            self.topic_counts.pop(own.broker_id, None)
 
     def _broker_id(self, key: str) -> str | None:
         """``/{cluster}/brokers/{id}`` -> id (None for any other key, deeper ones included)."""

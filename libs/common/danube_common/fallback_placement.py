@@ -3,7 +3,12 @@ or the moments before the first load manager is elected. While one leads, placem
 (:mod:`danube_common.placement` asks it and waits); this module is used only otherwise.
 
 The rule is deliberately simple: the active broker with the fewest topics (ties: smallest id),
-no load reports. Applying it is always an etcd transaction, never get-then-put:
+no load reports. By default the counts are read from etcd (one range read of every assignment:
+O(topics) per placement); a caller with a watch-fed cache passes its counts instead
+(:class:`danube_common.placement.Resolver` does, so placing a topic costs the same with 10 or
+10,000 topics). Counts only balance the spread, and a read of etcd is already stale when two
+lookups place at once; correctness is the transactions'. Applying the choice is always an etcd
+transaction, never get-then-put:
 
 - a new topic is placed with ``create_revision == 0`` on the owner key
   (``Resources.assign_if_unowned``), so two lookups placing the same topic agree on one owner;
@@ -17,7 +22,7 @@ no load reports. Applying it is always an etcd transaction, never get-then-put:
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from danube_common.errors import NoBrokerAvailable
 from danube_common.metadata.store import Compare, Op
@@ -38,19 +43,35 @@ def pick_broker(
     return min(candidates, key=lambda b: (topic_counts.get(b.broker_id, 0), b.broker_id))
 
 
-async def place_new_topic(res: Resources, topic: TopicName) -> Ownership:
+#: Topics per broker, from a cache (called when the choice is made).
+CountSource = Callable[[], Mapping[str, int]]
+
+
+async def _candidates(
+    res: Resources, counts: CountSource | None
+) -> tuple[list[BrokerRecord], Mapping[str, int]]:
+    brokers = await res.list_brokers()
+    return brokers, (counts() if counts is not None else await res.topic_counts())
+
+
+async def place_new_topic(
+    res: Resources, topic: TopicName, *, counts: CountSource | None = None
+) -> Ownership:
     """Place an unowned topic on the active broker with the fewest topics; return the owner in
-    force afterwards (someone else's, if a concurrent placement won)."""
+    force afterwards (someone else's, if a concurrent placement won). ``counts``: topics per
+    broker from a cache (None: read them from etcd)."""
     own = await res.get_owner(topic)
     if own is not None:
         return own
-    target = pick_broker(await res.list_brokers(), await res.topic_counts())
+    target = pick_broker(*await _candidates(res, counts))
     if target is None:
         raise NoBrokerAvailable("no active broker is registered; start a broker and retry")
     return await res.assign_if_unowned(topic, target.broker_id)
 
 
-async def take_over_dead_owner(res: Resources, topic: TopicName, dead: Ownership) -> Ownership:
+async def take_over_dead_owner(
+    res: Resources, topic: TopicName, dead: Ownership, *, counts: CountSource | None = None
+) -> Ownership:
     """Move ``topic`` off its unregistered owner ``dead`` onto the active broker with the fewest topics.
 
     One transaction, applied only if the owner key still has ``mod_revision == dead.epoch``
@@ -58,9 +79,10 @@ async def take_over_dead_owner(res: Resources, topic: TopicName, dead: Ownership
     broker's assignment key and deletes the dead broker's assignment key. The new epoch is
     the transaction's revision, so it always grows. Returns the ownership in force afterwards:
     ours, or whatever a concurrent writer left (the caller re-checks that it is alive).
+    ``counts`` as for :func:`place_new_topic`.
     """
     keys = res.keys
-    target = pick_broker(await res.list_brokers(), await res.topic_counts(), exclude={dead.broker_id})
+    target = pick_broker(*await _candidates(res, counts), exclude={dead.broker_id})
     if target is None:
         raise NoBrokerAvailable(
             f"topic {topic} was owned by broker {dead.broker_id}, which is gone, and no active "
@@ -90,5 +112,5 @@ async def take_over_dead_owner(res: Resources, topic: TopicName, dead: Ownership
         return Ownership(str(topic), target.broker_id, result.revision)
     current = result.gets[0]
     if current is None:  # released or deleted meanwhile: place it like a new topic
-        return await place_new_topic(res, topic)
+        return await place_new_topic(res, topic, counts=counts)
     return Ownership.of(str(topic), current.json(), current.mod_revision)

@@ -16,7 +16,7 @@ from danube_common.fallback_placement import pick_broker, take_over_dead_owner
 from danube_common.keys import Keys
 from danube_common.metadata.memory import MemoryStore
 from danube_common.pb import DanubeApi_pb2 as pb
-from danube_common.placement import LOAD_MANAGER_ROLE, Resolver
+from danube_common.placement import LOAD_MANAGER_ROLE, Resolver, effective_counts
 from danube_common.records import BrokerRecord, Ownership
 from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
@@ -78,6 +78,7 @@ async def test_new_topic_goes_to_least_loaded_broker_and_stays(res: Resources, v
     await register(res, "1")
     await register(res, "2")
     await res.assign_if_unowned(TopicName("default", "busy"), "1")
+    await wait_until(lambda: view.topic_counts == {"1": 1}, timeout_s=5)  # counts are the view's
     resolver = Resolver(res, view)
     assert await resolver.resolve(T) == ("2", "http://10.0.0.2:6650")
     own = await res.get_owner(T)
@@ -282,3 +283,67 @@ async def test_without_any_broker_created_topics_wait_for_one(res: Resources, vi
     assert await Resolver(res, view).place([T]) == [T]
     await register(res, "1")
     assert (await Resolver(res, view).resolve(T))[0] == "1"
+
+
+def own(topic: str, broker_id: str) -> Ownership:
+    return Ownership(topic, broker_id, 1)
+
+
+@pytest.mark.parametrize(
+    ("counted", "owners", "pending", "expected"),
+    [
+        ({"1": 2}, {"a": own("a", "1"), "b": own("b", "1")}, {}, {"1": 2}),
+        # placed by us, not in the view yet: counted on its broker
+        ({"1": 1}, {"a": own("a", "1")}, {"b": ("2", 9)}, {"1": 1, "2": 1}),
+        # placed by us and already in the view: not counted twice
+        ({"2": 1}, {"b": own("b", "2")}, {"b": ("2", 9)}, {"2": 1}),
+        # taken over by us from dead broker 1, the view still has broker 1: moved
+        ({"1": 1}, {"b": own("b", "1")}, {"b": ("2", 9)}, {"1": 0, "2": 1}),
+    ],
+)
+def test_effective_counts(
+    counted: dict[str, int],
+    owners: dict[str, Ownership],
+    pending: dict[str, tuple[str, int]],
+    expected: dict[str, int],
+) -> None:
+    assert effective_counts(counted, owners, pending) == expected
+
+
+async def test_the_views_topic_counts_follow_placements_moves_and_releases(
+    res: Resources, view: ClusterView
+) -> None:
+    a, b, c = (TopicName("default", n) for n in "abc")
+    await res.assign_if_unowned(a, "1")
+    await res.assign_if_unowned(b, "1")
+    held = await res.assign_if_unowned(c, "2")
+    await wait_until(lambda: len(view.owners) == 3, timeout_s=5)
+    assert view.topic_counts == await res.topic_counts() == {"1": 2, "2": 1}
+    await res.store.put(res.keys.owner(a), {"broker_id": "2", "assigned_at_ms": 0})  # owner rewritten
+    await wait_until(lambda: view.owners[str(a)].broker_id == "2", timeout_s=5)
+    assert view.topic_counts == {"1": 1, "2": 2}
+    assert await res.release(held)
+    await wait_until(lambda: str(c) not in view.owners, timeout_s=5)
+    assert view.topic_counts == {"1": 1, "2": 1}
+
+
+async def test_fallback_placement_reads_no_assignment_listing_and_stays_balanced(
+    res: Resources, view: ClusterView, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many concurrent lookups of new topics (no load manager): each placement balances on the
+    view's counts plus the resolver's own placements the view has not applied yet, never on a
+    range read of every assignment (O(topics) per placement)."""
+    await register(res, "1")
+    await register(res, "2")
+
+    async def no_listing() -> dict[str, int]:
+        raise AssertionError("placement read every assignment")
+
+    monkeypatch.setattr(res, "topic_counts", no_listing)
+    resolver = Resolver(res, view)
+    topics = [TopicName("default", f"n-{i}") for i in range(40)]
+    owners = await asyncio.gather(*(resolver.resolve(t) for t in topics))
+    per_broker = {b: sum(1 for o, _ in owners if o == b) for b in ("1", "2")}
+    assert abs(per_broker["1"] - per_broker["2"]) <= 2, per_broker
+    await wait_until(lambda: len(view.owners) == 40, timeout_s=5)
+    assert view.topic_counts == per_broker
