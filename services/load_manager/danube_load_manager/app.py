@@ -223,7 +223,7 @@ class StatusApi(lmpb_grpc.LoadManagerStatusServicer):
             actions_refused=m.refused,
             brokers=len(v.brokers),
             topics=len(v.owners),
-            moves_in_flight=sum(1 for o in v.owners.values() if o.moving_to),
+            moves_in_flight=len(v.moving),
             view_revision=v.revision,
             elections=m.elections,
         )

@@ -52,6 +52,10 @@ class Snapshot:
     placement_traces: Mapping[str, str] = field(default_factory=dict)
     move_traces: Mapping[str, str] = field(default_factory=dict)
     drain_traces: Mapping[str, str] = field(default_factory=dict)
+    #: Topics per broker and the topics mid-move, when the caller keeps them with ``owners``
+    #: (the view does); None: counted from ``owners`` (a walk of every topic).
+    counts: Mapping[str, int] | None = None
+    moving: frozenset[str] | None = None
 
     def state_of(self, broker_id: str) -> str:
         """Effective state: the broker's own ``draining`` (shutting down) wins, then the admin's."""
@@ -64,10 +68,24 @@ class Snapshot:
         return sorted(b for b in self.brokers if self.state_of(b) == "active")
 
     def topic_counts(self) -> dict[str, int]:
+        if self.counts is not None:
+            return dict(self.counts)
         counts: dict[str, int] = {}
         for own in self.owners.values():
             counts[own.broker_id] = counts.get(own.broker_id, 0) + 1
         return counts
+
+    def moves_in_flight(self) -> int:
+        if self.moving is not None:
+            return len(self.moving)
+        return sum(1 for o in self.owners.values() if o.moving_to)
+
+    def orphans(self, counts: Mapping[str, int]) -> list[str]:
+        """Topics whose owner is not registered, by name (``counts``: :meth:`topic_counts`; no
+        walk of every topic while every owning broker is registered)."""
+        if all(b in self.brokers for b, n in counts.items() if n > 0):
+            return []
+        return sorted(n for n, o in self.owners.items() if o.broker_id not in self.brokers)
 
 
 #: The candidates' load scores when a target was picked, ``(broker_id, score)`` by broker id
@@ -138,13 +156,12 @@ def next_actions(
 ) -> list[Action]:
     """The actions to take now (see the module docstring for the order and the bounds)."""
     active = snap.active_brokers()
-    placer = Placer(active, snap.topic_counts(), snap.reports, limits.weights)
+    counts = snap.topic_counts()
+    placer = Placer(active, counts, snap.reports, limits.weights)
     actions: list[Action] = []
 
-    for name in sorted(snap.owners):
+    for name in snap.orphans(counts):
         orphan = snap.owners[name]
-        if orphan.broker_id in snap.brokers:
-            continue
         to = placer.pick()
         if to is None:
             break  # no active broker: nothing can be re-placed yet
@@ -158,7 +175,7 @@ def next_actions(
             break
         actions.append(Place(name, to, placer.last_scores))
 
-    in_flight = sum(1 for o in snap.owners.values() if o.moving_to)
+    in_flight = snap.moves_in_flight()
     budget = max(0, limits.max_moves_in_flight - in_flight)
 
     def cooling(topic: str) -> bool:

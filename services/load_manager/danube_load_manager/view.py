@@ -29,6 +29,10 @@ class ControlView(WatchedCache):
         self.admin_states: dict[str, tuple[str, int]] = {}
         self.reports: dict[str, LoadReport] = {}
         self.owners: dict[str, Ownership] = {}
+        #: Kept with ``owners`` (so a pass does not walk every topic): topics per broker, and
+        #: the topics mid-move.
+        self.topic_counts: dict[str, int] = {}
+        self.moving: set[str] = set()
         self.unassigned: set[str] = set()
         self.move_requests: dict[str, str] = {}
         #: plan_id -> (plan document, mod_revision)
@@ -54,6 +58,7 @@ class ControlView(WatchedCache):
     def _reset(self) -> None:
         self.brokers, self.admin_states, self.reports = {}, {}, {}
         self.owners, self.unassigned, self.move_requests, self.plans = {}, set(), {}, {}
+        self.topic_counts, self.moving = {}, set()
         self.placement_traces, self.move_traces, self.drain_traces = {}, {}, {}
 
     def _put(self, key: str, item: KeyValue | WatchEvent, revision: int) -> None:
@@ -71,7 +76,12 @@ class ControlView(WatchedCache):
             report = LoadReport.from_json(item.json())
             self.reports[report.broker_id] = report
         elif (topic := k.parse_owner(key)) is not None:
-            self.owners[str(topic)] = Ownership.of(str(topic), item.json(), revision)
+            own = Ownership.of(str(topic), item.json(), revision)
+            self._forget_owner(self.owners.get(own.topic))
+            self.owners[own.topic] = own
+            self.topic_counts[own.broker_id] = self.topic_counts.get(own.broker_id, 0) + 1
+            if own.moving_to:
+                self.moving.add(own.topic)
         elif (topic := k.parse_topic_suffix(k.unassigned_prefix(), key)) is not None:
             self.unassigned.add(str(topic))
             _keep(self.placement_traces, str(topic), item.json())
@@ -94,7 +104,7 @@ class ControlView(WatchedCache):
         elif key.startswith(k.load_prefix()):
             self.reports.pop(key[len(k.load_prefix()) :], None)
         elif (topic := k.parse_owner(key)) is not None:
-            self.owners.pop(str(topic), None)
+            self._forget_owner(self.owners.pop(str(topic), None))
         elif (topic := k.parse_topic_suffix(k.unassigned_prefix(), key)) is not None:
             self.unassigned.discard(str(topic))
             self.placement_traces.pop(str(topic), None)
@@ -104,6 +114,16 @@ class ControlView(WatchedCache):
         elif key.startswith(k.rebalance_plans_prefix()):
             self.plans.pop(key[len(k.rebalance_plans_prefix()) :], None)
 
+    def _forget_owner(self, own: Ownership | None) -> None:
+        if own is None:
+            return
+        self.moving.discard(own.topic)
+        left = self.topic_counts.get(own.broker_id, 0) - 1
+        if left > 0:
+            self.topic_counts[own.broker_id] = left
+        else:
+            self.topic_counts.pop(own.broker_id, None)
+
     # ------------------------------------------------------------------ readers
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -112,6 +132,8 @@ class ControlView(WatchedCache):
             admin_state_revisions={b: r for b, (_, r) in self.admin_states.items()},
             reports=dict(self.reports),
             owners=dict(self.owners),
+            counts=dict(self.topic_counts),
+            moving=frozenset(self.moving),
             unassigned=frozenset(self.unassigned),
             move_requests=dict(self.move_requests),
             plans={p: doc for p, (doc, _) in self.plans.items()},

@@ -234,3 +234,59 @@ def test_load_report_json_round_trip_and_truncation() -> None:
     assert r.backlog == 10 and r.msg_rate_in == 10
     back = LoadReport.from_json(r.to_json())
     assert back == r
+
+
+# ---------------------------------------------------------------- counts kept by the view
+def kept(s: Snapshot) -> Snapshot:
+    """``s`` with the counts a view keeps next to its owners (what the view hands a pass)."""
+    counts: dict[str, int] = {}
+    for o in s.owners.values():
+        counts[o.broker_id] = counts.get(o.broker_id, 0) + 1
+    moving = frozenset(n for n, o in s.owners.items() if o.moving_to)
+    return Snapshot(**{**{f: getattr(s, f) for f in Snapshot.__slots__}, "counts": counts, "moving": moving})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "s",
+    [
+        snap(owners=owners(a="b1", b="b9", c="b2"), unassigned=frozenset({"/default/n"})),  # b9 is dead
+        snap(owners=owners(a="b1", b="b1", c="b2"), admin_states={"b1": "draining"}),
+        snap(
+            owners={
+                **owners(a="b1", c="b2"),
+                "/default/m": Ownership("/default/m", "b1", 7, moving_to="b2"),
+            },
+            move_requests={"/default/a": ""},
+        ),
+    ],
+    ids=["orphans", "drain", "moving"],
+)
+def test_counts_kept_by_the_view_decide_as_a_walk_of_every_owner_does(s: Snapshot) -> None:
+    assert next_actions(kept(s), now_s=0.0, last_move_s={}) == next_actions(s, now_s=0.0, last_move_s={})
+
+
+async def test_the_view_keeps_topic_counts_and_moves_with_its_owners() -> None:
+    from danube_common.keys import Keys
+    from danube_common.metadata.memory import MemoryStore
+    from danube_common.resources import Resources
+    from danube_common.topic_name import TopicName
+    from danube_load_manager.view import ControlView
+    from tests.support import wait_until
+
+    store = MemoryStore()
+    res = Resources(store, Keys("c"))
+    view = ControlView(store, res.keys)
+    await view.start()
+    try:
+        a, b = TopicName("default", "a"), TopicName("default", "b")
+        await res.assign_if_unowned(a, "1")
+        held = await res.assign_if_unowned(b, "1")
+        await res.store.put(res.keys.owner(a), {"broker_id": "1", "moving_to": "2", "assigned_at_ms": 0})
+        await wait_until(lambda: bool(view.moving), timeout_s=5)
+        assert (view.topic_counts, view.moving) == ({"1": 2}, {str(a)})
+        await res.store.put(res.keys.owner(a), {"broker_id": "2", "assigned_at_ms": 0})
+        assert await res.release(held)
+        await wait_until(lambda: str(b) not in view.owners, timeout_s=5)
+        assert (view.topic_counts, view.moving) == ({"2": 1}, set())
+    finally:
+        await view.aclose()
