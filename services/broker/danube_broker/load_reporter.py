@@ -1,7 +1,11 @@
 """The broker's load report: every ``load_report_interval_s``, on the registration lease.
 
 Rates are counter deltas over the interval (per topic: messages and payload bytes in and out),
-CPU is this process's CPU time over the interval (in cores), memory its resident set. The report
+CPU is this process's CPU time over the interval (in cores), memory its resident set. Each topic
+is read through ``Topic.load_figures`` (counters, backlog, producers, consumers: no stats
+snapshot), and a topic whose figures did not move since the previous report, and that was idle
+then too, is reported with the very same :class:`TopicLoad` (all rates 0): an idle topic costs
+the report one tuple comparison. The report
 goes to ``/{cluster}/load/{broker_id}`` attached to the registration lease, so it disappears with
 the broker. A failed write is logged and retried at the next interval: the report is advisory
 (placement falls back to topic counts), never a reason to stop serving. With object storage
@@ -15,11 +19,10 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
-from typing import NoReturn
+from collections.abc import Callable, Mapping
+from typing import NoReturn, Protocol
 
-from danube_broker.registry import BrokerRegistry
-from danube_broker.stats import TopicStats
+from danube_broker.stats import LoadFigures
 from danube_common.errors import DanubeError
 from danube_common.keys import Keys
 from danube_common.load import LoadReport, TopicLoad, rate
@@ -48,10 +51,29 @@ def total_memory_bytes() -> int:
         return 0
 
 
+class LoadedTopic(Protocol):
+    """What the report reads of a topic (``danube_broker.topic.Topic``)."""
+
+    @property
+    def is_reliable(self) -> bool: ...
+
+    def load_figures(self) -> LoadFigures: ...
+
+
+class TopicSource(Protocol):
+    """What the report reads of the registry (``danube_broker.registry.BrokerRegistry``)."""
+
+    @property
+    def broker_id(self) -> str: ...
+
+    @property
+    def topics(self) -> Mapping[str, LoadedTopic]: ...
+
+
 class LoadReporter:
     def __init__(
         self,
-        registry: BrokerRegistry,
+        registry: TopicSource,
         store: MetadataStore,
         keys: Keys,
         *,
@@ -72,7 +94,9 @@ class LoadReporter:
         self._max_topics = max_topics
         self._wall = wall
         self._cpu = cpu
-        self._prev: dict[str, tuple[int, int, int, int]] = {}
+        #: topic -> (its figures and kind at the previous sample, its load then if it was idle
+        #: (every rate 0), else None)
+        self._prev: dict[str, tuple[LoadFigures, bool, TopicLoad | None]] = {}
         self._prev_wall = wall()
         self._prev_cpu = cpu()
         self.last: LoadReport | None = None
@@ -82,11 +106,19 @@ class LoadReporter:
         """Measure since the previous sample and return the report (pure of I/O but /proc)."""
         now_wall, now_cpu = self._wall(), self._cpu()
         dt = max(now_wall - self._prev_wall, 1e-6)
-        stats = self._reg.stats()
-        loads = [self._topic_load(name, st, dt) for name, st in stats.items()]
-        self._prev = {
-            name: (st.msgs_in, st.bytes_in, st.msgs_out, st.bytes_out) for name, st in stats.items()
-        }
+        prev = self._prev
+        nxt: dict[str, tuple[LoadFigures, bool, TopicLoad | None]] = {}
+        loads: list[TopicLoad] = []
+        for name, topic in self._reg.topics.items():
+            figures, reliable = topic.load_figures(), topic.is_reliable
+            last = prev.get(name)
+            if last is not None and last[2] is not None and last[0] == figures and last[1] == reliable:
+                load = last[2]  # idle then, unchanged since: the same report row
+            else:
+                load = topic_load(name, figures, last[0] if last is not None else figures, reliable, dt)
+            nxt[name] = (figures, reliable, load if load.weight == 0.0 else None)
+            loads.append(load)
+        self._prev = nxt
         report = LoadReport.build(
             self._reg.broker_id,
             now_ms(),
@@ -102,22 +134,6 @@ class LoadReporter:
         self.last = report
         return report
 
-    def _topic_load(self, name: str, st: TopicStats, dt: float) -> TopicLoad:
-        p_in, p_bin, p_out, p_bout = self._prev.get(
-            name, (st.msgs_in, st.bytes_in, st.msgs_out, st.bytes_out)
-        )
-        return TopicLoad(
-            topic=name,
-            msg_rate_in=rate(st.msgs_in, p_in, dt),
-            byte_rate_in=rate(st.bytes_in, p_bin, dt),
-            msg_rate_out=rate(st.msgs_out, p_out, dt),
-            byte_rate_out=rate(st.bytes_out, p_bout, dt),
-            backlog=sum(s.backlog for s in st.per_subscription.values()),
-            producers=st.producers,
-            consumers=st.consumers,
-            reliable=st.dispatch_strategy == "reliable",
-        )
-
     async def publish(self) -> LoadReport:
         report = self.sample()
         await self._store.put(self._keys.load(self._reg.broker_id), report.to_json(), lease=self._lease_id())
@@ -132,3 +148,19 @@ class LoadReporter:
                 await self.publish()
             except DanubeError as exc:
                 log.warning("load report not written (%s); retrying in %.1fs", exc, self._interval_s)
+
+
+def topic_load(name: str, now: LoadFigures, before: LoadFigures, reliable: bool, dt: float) -> TopicLoad:
+    """A topic's report row: rates from the figures' counters over ``dt`` seconds."""
+    msgs_in, bytes_in, msgs_out, bytes_out, backlog, producers, consumers = now
+    return TopicLoad(
+        topic=name,
+        msg_rate_in=rate(msgs_in, before[0], dt),
+        byte_rate_in=rate(bytes_in, before[1], dt),
+        msg_rate_out=rate(msgs_out, before[2], dt),
+        byte_rate_out=rate(bytes_out, before[3], dt),
+        backlog=backlog,
+        producers=producers,
+        consumers=consumers,
+        reliable=reliable,
+    )

@@ -636,24 +636,35 @@ class BrokerRegistry:
         return False
 
     def sweep(self) -> None:
-        """Expire idle producers, disconnected consumers and empty subscriptions."""
+        """Expire idle producers, disconnected consumers and empty subscriptions.
+
+        Walks the producers and consumers attached here, and the subscriptions of non-reliable
+        topics (a reliable topic's subscriptions are durable: never idle-expired), so an idle
+        reliable topic costs the sweep one attribute check.
+        """
         cfg = self._cfg
         now = self._clock()
-        for topic in list(self.topics.values()):
-            for p in list(topic.producers.values()):
-                if p.idle_expired(now, cfg.producer_idle_timeout_s):
-                    topic.detach_producer(p)
-                    self.producers.pop(p.id, None)
-                    log.info("producer %d (%s) on %s expired: idle", p.id, p.name, topic.name)
-            for sub in list(topic.subscriptions.values()):
-                for c in list(sub.consumers.values()):
-                    if c.expired(now, cfg.consumer_reconnect_grace_s):
-                        topic.remove_consumer(c, now)
-                        self.consumers.pop(c.id, None)
-                        log.info("consumer %d (%s) on %s expired: no stream", c.id, c.name, topic.name)
-                if sub.idle_expired(now, cfg.subscription_idle_timeout_s):
-                    del topic.subscriptions[sub.name]
-                    log.info("subscription %s on %s removed: no consumers", sub.name, topic.name)
+        for p in [p for p in self.producers.values() if p.idle_expired(now, cfg.producer_idle_timeout_s)]:
+            p.topic.detach_producer(p)
+            self.producers.pop(p.id, None)
+            log.info("producer %d (%s) on %s expired: idle", p.id, p.name, p.topic_name)
+        for c in [c for c in self.consumers.values() if c.expired(now, cfg.consumer_reconnect_grace_s)]:
+            topic = self.topics.get(c.topic_name)
+            if topic is None:
+                continue
+            topic.remove_consumer(c, now)
+            self.consumers.pop(c.id, None)
+            log.info("consumer %d (%s) on %s expired: no stream", c.id, c.name, topic.name)
+        for topic in self.topics.values():
+            if topic.is_reliable or not topic.subscriptions:
+                continue
+            for sub in [
+                s
+                for s in topic.subscriptions.values()
+                if s.idle_expired(now, cfg.subscription_idle_timeout_s)
+            ]:
+                del topic.subscriptions[sub.name]
+                log.info("subscription %s on %s removed: no consumers", sub.name, topic.name)
 
     # ------------------------------------------------------------------ shutdown and stats
     def begin_shutdown(self) -> None:

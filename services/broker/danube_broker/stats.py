@@ -23,6 +23,11 @@ class Counters:
     msgs_dropped: int = 0
 
 
+#: A topic's figures for the load report (``Topic.load_figures``): messages in, bytes in,
+#: messages out, bytes out, backlog, producers, consumers.
+LoadFigures = tuple[int, int, int, int, int, int, int]
+
+
 @dataclass(frozen=True, slots=True)
 class SubscriptionStats:
     name: str

@@ -194,6 +194,12 @@ class Subscription:
         self.msgs_dropped += len(msgs)
         self._topic_counters.msgs_dropped += len(msgs)
 
+    def backlog(self) -> int:
+        """Non-reliable: messages waiting in the consumer queues; reliable: published, not acked."""
+        if self.engine is not None:
+            return self.engine.backlog()
+        return sum(len(c.queue) for c in self.consumers.values())
+
     def stats(self, now: float | None = None) -> SubscriptionStats:
         """A snapshot; ``now`` is the engine's clock (reliable), else the monotonic clock."""
         consumers = len(self.consumers)
@@ -210,7 +216,7 @@ class Subscription:
                 msgs_dropped=self.msgs_dropped,
                 acks=self.acks,
                 nacks=self.nacks,
-                backlog=sum(len(c.queue) for c in self.consumers.values()),
+                backlog=self.backlog(),
                 msg_rate_out=self.rate_out.value(time.monotonic()),
             )
         return SubscriptionStats(
@@ -223,7 +229,7 @@ class Subscription:
             msgs_dropped=e.dropped_total,
             acks=e.acks_total,
             nacks=e.nacks_total,
-            backlog=e.backlog(),
+            backlog=self.backlog(),
             cursor=e.cursor if e.cursor >= 0 else None,
             unacked_in_flight=e.unacked_in_flight,
             pending_redeliveries=e.pending_redeliveries,

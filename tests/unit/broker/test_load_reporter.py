@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from danube_broker.load_reporter import LoadReporter
-from danube_broker.stats import SubscriptionStats, TopicStats
+from danube_broker.stats import LoadFigures
 from danube_common.keys import Keys
 from danube_common.load import LoadReport
 from danube_common.load_history import LoadHistoryReader, LoadHistoryWriter
@@ -19,19 +19,33 @@ from danube_common.objstore import LocalObjectStore
 pytestmark = pytest.mark.unit
 
 
+class FakeTopic:
+    def __init__(self, *, reliable: bool = True, backlog: int = 7, producers: int = 2) -> None:
+        self.msgs = 0
+        self.is_reliable = reliable
+        self.backlog, self.producers = backlog, producers
+
+    def load_figures(self) -> LoadFigures:
+        m = self.msgs
+        return (m, m * 100, m, m * 100, self.backlog, self.producers, 1)
+
+
 class FakeRegistry:
     broker_id = "b1"
 
-    def __init__(self) -> None:
-        self.msgs = 0
+    def __init__(self, n: int = 1) -> None:
+        self.topics = {
+            "/default/t": FakeTopic(),
+            **{f"/default/idle-{i}": FakeTopic(backlog=0, producers=0) for i in range(1, n)},
+        }
 
-    def stats(self) -> dict[str, TopicStats]:
-        sub = SubscriptionStats("s", "Shared", 1, 1, 0, 0, 0, 0, 0, backlog=7)
-        t = TopicStats(
-            "/default/t", "reliable", self.msgs, self.msgs * 100, self.msgs, self.msgs * 100, 0, 2, 1, 1, 0,
-            per_subscription={"s": sub},
-        )  # fmt: skip
-        return {t.topic: t}
+    @property
+    def msgs(self) -> int:
+        return self.topics["/default/t"].msgs
+
+    @msgs.setter
+    def msgs(self, n: int) -> None:
+        self.topics["/default/t"].msgs = n
 
 
 class Clock:
@@ -68,3 +82,43 @@ async def test_rates_cpu_and_history(tmp_path: Path) -> None:
     assert [r.msg_rate_in for r in await reader.read(key)] == [0.0, pytest.approx(1000.0)]
     await history.aclose()
     await objects.aclose()
+
+
+def report_of(reporter: LoadReporter) -> dict[str, Any]:
+    doc = reporter.sample().to_json()
+    del doc["at_ms"], doc["mem_rss_bytes"], doc["cpu_usage"]
+    return doc
+
+
+def test_an_idle_topic_is_reported_from_its_previous_row_until_it_moves() -> None:
+    """Idle topics reuse their row (the same object); a topic that moves gets rates, then
+    reads idle again (rates 0) once it stops; the report's content is the same as the
+    report of a reporter that never saw the topics before (no cache)."""
+    reg, wall = FakeRegistry(n=3), Clock()
+    reporter = LoadReporter(
+        reg, MemoryStore(), Keys("c"), lease_id=lambda: 0, interval_s=5, max_topics=10, wall=wall
+    )  # type: ignore[arg-type]
+    wall.t = 5.0
+    first = {t.topic: t for t in reporter.sample().topics}
+    wall.t = 10.0
+    second = {t.topic: t for t in reporter.sample().topics}
+    assert all(second[n] is first[n] for n in first)  # idle: the same rows
+    reg.msgs, wall.t = 500, 15.0
+    busy = {t.topic: t for t in reporter.sample().topics}
+    assert busy["/default/t"].msg_rate_in == pytest.approx(100.0)
+    assert busy["/default/idle-1"] is first["/default/idle-1"]
+    wall.t = 20.0
+    calm = {t.topic: t for t in reporter.sample().topics}
+    assert calm["/default/t"].msg_rate_in == 0.0 and calm["/default/t"] is not first["/default/t"]
+    assert calm["/default/t"] == first["/default/t"]  # same content as before it moved
+    reg.topics["/default/idle-2"].is_reliable = False  # its kind changed: a new row
+    wall.t = 25.0
+    changed = {t.topic: t for t in reporter.sample().topics}
+    assert not changed["/default/idle-2"].reliable
+    fresh = LoadReporter(
+        reg, MemoryStore(), Keys("c"), lease_id=lambda: 0, interval_s=5, max_topics=10, wall=wall
+    )  # type: ignore[arg-type]
+    wall.t = 30.0
+    cached_doc, fresh_doc = report_of(reporter), report_of(fresh)
+    cached_doc["interval_s"] = fresh_doc["interval_s"]
+    assert cached_doc == fresh_doc

@@ -14,6 +14,7 @@ from danube_broker.consumer import Consumer
 from danube_broker.dispatch.base import PublishStream, SubType
 from danube_broker.dispatch.reliable.dedup import Dedup
 from danube_broker.registry import BrokerRegistry
+from danube_broker.stats import TopicStats
 from danube_broker.topic import Topic
 from danube_broker.wal import DiskFull, Durability, StorageFailed
 from danube_common.errors import FailedPrecondition, TopicNotOwned
@@ -479,4 +480,24 @@ async def test_a_stream_never_stores_a_batch_after_an_earlier_refused_one(resour
         await rig.publish(p, [b"x"], stream=other)
     with pytest.raises(StorageFailed):
         await rig.publish(p, [b"y"], stream=other)
+    await rig.close()
+
+
+def figures_of(st: TopicStats) -> tuple[int, ...]:
+    """What the load report took from a stats snapshot before ``Topic.load_figures``."""
+    backlog = sum(s.backlog for s in st.per_subscription.values())
+    return (st.msgs_in, st.bytes_in, st.msgs_out, st.bytes_out, backlog, st.producers, st.consumers)
+
+
+async def test_load_figures_are_what_the_stats_snapshot_says(resources: Resources) -> None:
+    rig = Rig(resources)
+    p = await rig.producer()
+    c = await rig.subscribe()
+    assert rig.topic.load_figures() == figures_of(rig.topic.stats())
+    await rig.publish(p, [b"a", b"bb", b"ccc"])
+    await received(c, 3)
+    rig.reg.ack(TOPIC, "s", [0])
+    figures = rig.topic.load_figures()
+    assert figures == figures_of(rig.topic.stats())
+    assert figures[0] == 3 and figures[4] == 2 and figures[5:] == (1, 1)  # in, backlog, producers, consumers
     await rig.close()
