@@ -1,7 +1,8 @@
 """Crashes under a shared CommitGroup: no acknowledged record is lost, offsets stay gap-free.
 
-1. Power loss, simulated: many topics append through one group (with rolls); at a random
-   moment everything not fdatasync'ed is dropped — each segment file is cut back to its size at
+1. Power loss, simulated: many topics append through one group (with rolls; in one variant
+   the appenders pause now and then, so the group closes idle logs' segment files and their
+   next write opens them again); at a random moment everything not fdatasync'ed is dropped — each segment file is cut back to its size at
    its last fsync plus a random part of what came after (a torn, partly written-back tail),
    files never fsync'ed are emptied — then every log is recovered.
 2. kill -9: a child process runs the same load and prints each acknowledgement; it is killed
@@ -112,14 +113,20 @@ def check_recovered(base: Path, acked: list[tuple[int, int, list[bytes]]]) -> in
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_power_loss_under_a_shared_group_keeps_every_acked_record(tmp_path: Path, seed: int) -> None:
+@pytest.mark.parametrize(
+    ("seed", "idle_close_s"), [(1, 0.0), (2, 0.0), (3, 0.0), (4, 0.01), (5, 0.01)], ids=str
+)
+def test_power_loss_under_a_shared_group_keeps_every_acked_record(
+    tmp_path: Path, seed: int, idle_close_s: float
+) -> None:
     rng = random.Random(seed)
     ops = PowerLossOps(crash_at=rng.randint(300, 1500))
     acked: list[tuple[int, int, list[bytes]]] = []
+    closed = 0
 
     async def run() -> None:
-        group = CommitGroup(fsync_threads=4)
+        nonlocal closed
+        group = CommitGroup(fsync_threads=4, idle_close_s=idle_close_s)
         c = cfg(segment_max_bytes=4096)
         logs = [
             await TopicLog.open(
@@ -139,18 +146,25 @@ def test_power_loss_under_a_shared_group_keeps_every_acked_record(tmp_path: Path
                 except Exception:
                     return  # after the power loss
                 acked.append((i, first, recs))
+                if idle_close_s and r.random() < 0.2:
+                    await asyncio.sleep(r.uniform(0, 4 * idle_close_s))  # load shaping: go idle
 
         await asyncio.gather(*(appender(i, a) for i in range(TOPICS) for a in range(2)))
+        closed = group.idle_closed
         for lg in logs:
             await lg.aclose()
         await group.aclose()
 
     asyncio.run(run())
     assert ops.dead and len(acked) >= 100
+    assert closed > 0 if idle_close_s else closed == 0  # files were closed and opened again
     cut, dropped = lose_power(tmp_path, ops.snapshot, rng)
     total = check_recovered(tmp_path, acked)
     assert total >= sum(len(r) for _, _, r in acked)
-    print(f"seed {seed}: {len(acked)} acks, {cut} files cut ({dropped} bytes), {total} records recovered")
+    print(
+        f"seed {seed}: {len(acked)} acks, {cut} files cut ({dropped} bytes), {total} records recovered,"
+        f" {closed} idle files closed"
+    )
 
 
 CHILD = r"""
@@ -158,8 +172,8 @@ import asyncio, random, sys
 from pathlib import Path
 from danube_broker.wal import CommitGroup, Durability, TopicLog, WalConfig
 
-async def main(base, topics):
-    group = CommitGroup()
+async def main(base, topics, idle_close_s):
+    group = CommitGroup(idle_close_s=idle_close_s)
     c = WalConfig(segment_max_bytes=8192)
     logs = [await TopicLog.open(base / f"t{i}", cfg=c, durability=Durability.FSYNC, group=group)
             for i in range(topics)]
@@ -174,17 +188,20 @@ async def main(base, topics):
             out.write(f"{i} {a} {n} {first} {size}\n")
             out.flush()
             n += 1
+            if idle_close_s and r.random() < 0.2:
+                await asyncio.sleep(r.uniform(0, 4 * idle_close_s))  # go idle: files closed, reopened
 
     await asyncio.gather(*(appender(i, a) for i in range(topics) for a in range(2)))
 
-asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2])))
+asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])))
 """
 
 
 @pytest.mark.timeout(120)
-def test_kill9_under_a_shared_group_keeps_every_acked_record(tmp_path: Path) -> None:
+@pytest.mark.parametrize("idle_close_s", [0.0, 0.01], ids=str)
+def test_kill9_under_a_shared_group_keeps_every_acked_record(tmp_path: Path, idle_close_s: float) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(tmp_path), str(TOPICS)],
+        [sys.executable, "-c", CHILD, str(tmp_path), str(TOPICS), str(idle_close_s)],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -183,6 +183,7 @@ async def run(
                 commit_group = CommitGroup(
                     max_round_bytes=cfg.wal.max_round_bytes,
                     fsync_threads=cfg.wal.commit_fsync_threads,
+                    idle_close_s=cfg.wal.idle_fd_close_s,
                     observer=events,
                     on_failure=registry.tasks.report_failure,
                 )

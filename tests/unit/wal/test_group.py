@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import tempfile
 import threading
 from pathlib import Path
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from danube_broker.wal import CommitGroup, DiskFull, Durability, LogClosed, StorageFailed, TopicLog, WalConfig
 from danube_broker.wal.model import COMMIT_OBSERVER, CommitRound
 from danube_broker.wal.segments import ActiveSegment
+from tests.support import wait_until
 from tests.unit.wal.helpers import EIO, ENOSPC, Ops, cfg, read_all, records
 
 pytestmark = pytest.mark.unit
@@ -325,3 +327,74 @@ def test_offsets_stay_in_call_order_and_gap_free_per_log(steps: list[tuple[int, 
 
     with tempfile.TemporaryDirectory() as d:
         asyncio.run(run(Path(d)))
+
+
+def open_paths() -> set[str]:
+    """The files this process holds open."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            continue  # closed meanwhile
+    return out
+
+
+def active_path(lg: TopicLog) -> str:
+    return str(lg._store.active.path)
+
+
+async def test_idle_logs_close_their_segment_file_and_the_next_write_opens_it(tmp_path: Path) -> None:
+    """A log unserved for idle_close_s has its active segment's fd closed (between rounds); a
+    log kept busy keeps it; the next append opens it again and is durable (fsync'ed) and in
+    order, rolls included, and a recovery reads every record back."""
+    group = CommitGroup(idle_close_s=0.2)
+    c = cfg(segment_max_bytes=600)
+    logs, ops = await open_logs(tmp_path, 4, group, c=c)
+    for lg in logs:
+        await lg.append(records(2), [1, 2])
+    busy, idle = logs[0], logs[1:]
+    stop = asyncio.Event()
+
+    async def keep_busy() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            await busy.append(records(1, start=100 + n), [n])
+            await asyncio.sleep(0.02)  # load shaping: a write every 20 ms, well inside 0.2 s
+
+    writer = asyncio.create_task(keep_busy())
+    try:
+        await wait_until(lambda: group.idle_closed >= 3, timeout_s=10)
+        paths = open_paths()
+        assert not any(active_path(lg) in paths for lg in idle)
+        assert active_path(busy) in paths
+    finally:
+        stop.set()
+        await writer
+    fsyncs = [o.fsyncs for o in ops]
+    for i, lg in enumerate(idle, start=1):
+        first = await lg.append(records(20, start=2, size=40), [3] * 20)  # 20 x ~50 B: rolls
+        assert first == 2 and lg.durable_offset == 22
+        assert ops[i].fsyncs > fsyncs[i]  # the write after reopening was fsync'ed
+        assert lg.stats().segments > 1
+        assert [e.record for e in await read_all(lg)] == records(2) + records(20, start=2, size=40)
+    await wait_until(lambda: group.idle_closed >= 7, timeout_s=10)  # idle again: closed again
+    for lg in logs:
+        await lg.aclose()
+    await group.aclose()
+    for lg in idle:
+        again = await TopicLog.open(lg.directory, cfg=c, durability=Durability.FSYNC)
+        assert [e.record for e in await read_all(again)] == records(2) + records(20, start=2, size=40)
+        await again.aclose()
+
+
+async def test_no_idle_closing_by_default(tmp_path: Path) -> None:
+    group = CommitGroup()
+    logs, _ = await open_logs(tmp_path, 2, group)
+    await logs[0].append(records(1), [1])
+    paths = open_paths()
+    assert all(active_path(lg) in paths for lg in logs) and group.idle_closed == 0
+    for lg in logs:
+        await lg.aclose()
+    await group.aclose()

@@ -68,3 +68,7 @@ class WalConfig(BaseModel):
     #: Threads a shared round's fdatasyncs are spread over (ext4 merges concurrent ones into
     #: one journal commit: bench/wal_multi_fsync.py).
     commit_fsync_threads: int = Field(default=16, gt=0, le=256)
+    #: A topic whose log was not written for this long has its active segment's file closed
+    #: (opened again by the next write), so an idle topic holds one fd (its directory lock)
+    #: instead of two. 0: never closed.
+    idle_fd_close_s: float = Field(default=60.0, ge=0)

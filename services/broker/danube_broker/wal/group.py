@@ -11,14 +11,23 @@ A log without a group gets a private one (one log per round: the old per-log wri
 Rounds never overlap; work arriving during a round goes into the next one, which starts as
 soon as the round ends (no linger). Logs are served round-robin: a log still holding work after
 its turn goes to the back of the line, so a backlog cannot starve the others.
+
+Idle files (``idle_close_s`` > 0): the group remembers when each log was last served (in order
+of use, so finding the idle ones never walks the busy ones) and closes the active segment's fd
+of a log idle that long, between rounds, on the event loop: no write or fsync of that log is in
+flight then, and everything it wrote is already with the kernel (fsync'ed, if it syncs). Its
+next round opens the file again in the worker thread. So 10,000 idle topics hold one fd each
+(the WAL directory's lock) instead of two. The check runs when the group would otherwise sleep,
+and after a round at most every ``idle_close_s / 8``; with no open file left there is no timer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -107,7 +116,8 @@ def _sync_all(jobs: list[CommitJob]) -> None:
 class CommitGroup:
     """Use one per broker: pass it to every ``TopicLog.open(group=...)``; ``aclose()`` it after
     the logs. ``executor`` is the WAL's pool (one hop per round); ``fsync_threads`` (>= 1) the
-    threads a round's fdatasyncs are spread over (its own small pool)."""
+    threads a round's fdatasyncs are spread over (its own small pool); ``idle_close_s`` (0:
+    never) how long a log goes unserved before its active segment's fd is closed."""
 
     def __init__(
         self,
@@ -118,11 +128,12 @@ class CommitGroup:
         observer: RoundObserver | None = None,
         on_failure: Callable[[str, BaseException], None] | None = None,
         name: str = "wal-commit-group",
+        idle_close_s: float = 0.0,
     ) -> None:
         from danube_broker.wal.log import default_executor
 
-        if max_round_bytes <= 0 or fsync_threads <= 0:
-            raise ValueError("max_round_bytes and fsync_threads must be positive")
+        if max_round_bytes <= 0 or fsync_threads <= 0 or idle_close_s < 0:
+            raise ValueError("max_round_bytes and fsync_threads must be positive, idle_close_s >= 0")
         self._executor = executor or default_executor()
         self._max_round_bytes = max_round_bytes
         self._fsync_threads = fsync_threads
@@ -137,6 +148,12 @@ class CommitGroup:
         self._closing = False
         self._crashed: BaseException | None = None
         self.rounds = 0
+        self._idle_close_s = idle_close_s
+        #: Logs whose active segment may be open, by when they were last served (oldest first).
+        self._last_use: OrderedDict[TopicLog, float] = OrderedDict()
+        self._next_idle_check = 0.0
+        #: Active segment files closed for being idle (each is opened again by its next write).
+        self.idle_closed = 0
         self._task = asyncio.create_task(self._run(), name=name)
 
     @property
@@ -152,18 +169,54 @@ class CommitGroup:
         self._ready.append(lg)
         self._wake.set()
 
+    def used(self, lg: TopicLog) -> None:
+        """``lg`` was opened or served now: its file is open, and idle from now on."""
+        if self._idle_close_s > 0:
+            self._last_use[lg] = asyncio.get_running_loop().time()
+            self._last_use.move_to_end(lg)
+
+    def forget(self, lg: TopicLog) -> None:
+        """``lg`` is closed."""
+        self._last_use.pop(lg, None)
+
+    def _close_idle(self, now: float) -> float | None:
+        """Close the files of the logs unserved for ``idle_close_s``; return how long until the
+        next one is due (None: no file left open)."""
+        last_use = self._last_use
+        cutoff = now - self._idle_close_s
+        while last_use:
+            lg, at = next(iter(last_use.items()))
+            if at > cutoff:
+                self._next_idle_check = now + self._idle_close_s / 8
+                return max(at - cutoff, self._idle_close_s / 8)
+            del last_use[lg]
+            if lg in self._queued or lg in self._in_round:
+                continue  # served again soon: used() puts it back
+            if lg.close_idle_file():
+                self.idle_closed += 1
+        return None
+
     # ------------------------------------------------------------ the loop
 
     async def _run(self) -> None:
         jobs: list[CommitJob] = []
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 if not self._ready:
                     if self._closing:
                         return
                     self._wake.clear()
-                    await self._wake.wait()
+                    due = self._close_idle(loop.time()) if self._last_use else None
+                    if due is None:
+                        await self._wake.wait()
+                    else:
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(due):
+                                await self._wake.wait()
                     continue
+                if self._last_use and loop.time() >= self._next_idle_check:
+                    self._close_idle(loop.time())
                 jobs = self._take_round()
                 if jobs:
                     await self._run_round(jobs)
@@ -220,6 +273,7 @@ class CommitGroup:
         nbytes = 0
         for job in jobs:
             self._in_round.discard(job.log)
+            self.used(job.log)
             nbytes += len(job.data)
             try:
                 job.log.finish_commit(job, t0_ns, end_ns, seconds, len(jobs))

@@ -133,7 +133,10 @@ class TopicLog:
         self._fsync_s: deque[float] = deque(maxlen=_LATENCY_WINDOW)
         #: Without a shared group, a private one: one log per round (a per-log writer task).
         self._own_group = group is None
-        self._group = group or CommitGroup(executor, fsync_threads=1, name=f"wal-writer:{directory}")
+        self._group = group or CommitGroup(
+            executor, fsync_threads=1, name=f"wal-writer:{directory}", idle_close_s=cfg.idle_fd_close_s
+        )
+        self._group.used(self)
 
     @classmethod
     async def open(
@@ -443,6 +446,13 @@ class TopicLog:
         self._signal_advanced()
         self.round_done()
 
+    def close_idle_file(self) -> bool:
+        """The scheduler found this log idle (event loop, out of any round): close its active
+        segment's fd until the next write. False if there is work or it is closed already."""
+        if self._closed or self._job is not None or self.has_work():
+            return False
+        return self._store.active.close_idle()
+
     def round_done(self) -> None:
         """The scheduler is done with this log for now (wakes ``aclose``)."""
         ev, self._round_over = self._round_over, asyncio.Event()
@@ -600,6 +610,7 @@ class TopicLog:
             await self._group.aclose()
         if not self._closed:
             self._closed = True
+            self._group.forget(self)
             self._store.close()
             self._signal_advanced()
             log.debug("WAL %s closed at offset %d", self.directory, self._durable_offset)

@@ -177,7 +177,9 @@ class SealedSegment:
 class ActiveSegment:
     """The segment being appended to. ``size`` and ``index`` describe only durable frames and
     are changed on the event loop after a commit; ``dirty`` (bytes past ``size`` may be on disk
-    after a failed write) is handled by the worker thread before the next write."""
+    after a failed write) is handled by the worker thread before the next write. ``fd`` is -1
+    while the file is closed for being idle (:meth:`close_idle`): the next write opens it again
+    (:meth:`writable_fd`)."""
 
     path: Path
     fd: int
@@ -194,12 +196,31 @@ class ActiveSegment:
     def frames(self) -> int:
         return self.index.next_offset - self.index.first_offset
 
+    def writable_fd(self) -> int:
+        """The open fd, opened again if :meth:`close_idle` closed it (the writer: worker thread,
+        or the loop for an inline write)."""
+        if self.fd < 0:
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+        return self.fd
+
+    def close_idle(self) -> bool:
+        """Close the fd of a segment nothing is writing (event loop, the log out of any commit
+        round). Everything written was already handed to the kernel (and fsync'ed, when the log
+        syncs): closing loses nothing, and an fsync on the fd opened again covers the file.
+        False if it was closed already."""
+        if self.fd < 0:
+            return False
+        fd, self.fd = self.fd, -1
+        os.close(fd)
+        return True
+
     def repair(self, ops: DiskOps, sync: bool) -> None:
         """Cut off whatever a failed write left after the durable end (worker thread)."""
         if self.dirty:
-            ops.ftruncate(self.fd, self.size)
+            fd = self.writable_fd()
+            ops.ftruncate(fd, self.size)
             if sync:
-                ops.fsync(self.fd)
+                ops.fsync(fd)
             self.dirty = False
 
     def write(self, data: bytes, ops: DiskOps, sync: bool) -> float:
@@ -213,7 +234,7 @@ class ActiveSegment:
         without fsync. On any failure the segment is marked dirty and the error propagates."""
         try:
             self.repair(ops, sync)
-            write_all(ops, self.fd, data, self.size)
+            write_all(ops, self.writable_fd(), data, self.size)
         except BaseException:
             self.dirty = True
             raise
@@ -223,7 +244,7 @@ class ActiveSegment:
         the segment dirty (the kernel may have dropped the pages: they are cut and rewritten)."""
         try:
             t0 = time.perf_counter()
-            ops.fsync(self.fd)
+            ops.fsync(self.writable_fd())
             return time.perf_counter() - t0
         except BaseException:
             self.dirty = True
@@ -296,7 +317,7 @@ def roll(
     except BaseException:
         _unlink_quietly(idx_path)
         raise
-    os.close(active.fd)
+    active.close_idle()
     return SealedSegment(active.path, index, len(data)), nxt
 
 

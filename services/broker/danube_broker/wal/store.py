@@ -152,6 +152,8 @@ class SegmentStore:
     def close(self) -> None:
         """Close the active segment, then release the directory lock."""
         for fd in (self.active.fd, self._lock_fd):
+            if fd < 0:  # the active segment, closed while idle
+                continue
             try:
                 os.close(fd)
             except OSError as exc:
