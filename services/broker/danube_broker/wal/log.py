@@ -64,7 +64,7 @@ class _Batch:
     observer: Callable[[CommitRound], None] | None = None
 
 
-def _percentile_ms(samples: deque[float], q: float) -> float:
+def _percentile_ms(samples: deque[float] | None, q: float) -> float:
     if not samples:
         return 0.0
     ordered = sorted(samples)
@@ -73,6 +73,42 @@ def _percentile_ms(samples: deque[float], q: float) -> float:
 
 class TopicLog:
     """Use ``await TopicLog.open(...)``; close with ``await log.aclose()``."""
+
+    #: Slots, not an instance dict: one log per loaded topic (~1 KB less each).
+    __slots__ = (
+        "__weakref__",
+        "_advanced",
+        "_appends",
+        "_broken",
+        "_cache",
+        "_cfg",
+        "_closed",
+        "_closing",
+        "_commit_s",
+        "_commits",
+        "_committing",
+        "_disk_full",
+        "_durability",
+        "_durable_offset",
+        "_failed_commits",
+        "_fsync_s",
+        "_group",
+        "_job",
+        "_next_offset",
+        "_observer",
+        "_own_group",
+        "_pending_bytes",
+        "_queue",
+        "_records",
+        "_roll_requests",
+        "_round_over",
+        "_seq_accepted",
+        "_seq_durable",
+        "_space",
+        "_store",
+        "_sync",
+        "directory",
+    )
 
     def __init__(
         self,
@@ -112,13 +148,17 @@ class TopicLog:
         self._seq_durable = rec.producer_sequences
         self._seq_accepted = dict(rec.producer_sequences)
 
-        self._queue: deque[_Batch] = deque()
+        #: Batches waiting for a commit round (made at the first append: an idle log holds none).
+        self._queue: deque[_Batch] | None = None
         self._roll_requests: list[asyncio.Future[bool]] = []
         self._pending_bytes = 0
-        self._round_over = asyncio.Event()  # replaced each time a round served this log
+        # Events made only when someone waits (an idle log holds none: ~700 bytes each), and
+        # replaced by a fresh one each time they fire: a round served this log, durable_offset
+        # moved, pending bytes shrank.
+        self._round_over: asyncio.Event | None = None
         self._job: CommitJob | None = None  # this log's part of the round running now
-        self._advanced = asyncio.Event()  # replaced each time durable_offset moves
-        self._space = asyncio.Event()  # replaced each time pending bytes shrink
+        self._advanced: asyncio.Event | None = None
+        self._space: asyncio.Event | None = None
         self._committing = False
         self._disk_full = False
         self._closing = False
@@ -129,8 +169,9 @@ class TopicLog:
         self._records = 0
         self._commits = 0
         self._failed_commits = 0
-        self._commit_s: deque[float] = deque(maxlen=_LATENCY_WINDOW)
-        self._fsync_s: deque[float] = deque(maxlen=_LATENCY_WINDOW)
+        #: Latency windows, made at the first commit (a log never written holds none).
+        self._commit_s: deque[float] | None = None
+        self._fsync_s: deque[float] | None = None
         #: Without a shared group, a private one: one log per round (a per-log writer task).
         self._own_group = group is None
         self._group = group or CommitGroup(
@@ -259,6 +300,8 @@ class TopicLog:
             done.set_result(self._next_offset)
             return done
         while self._pending_bytes >= self._cfg.max_pending_bytes:
+            if self._space is None:
+                self._space = asyncio.Event()
             await self._space.wait()
             self._check_writable()
         if self._disk_full and self._committing:
@@ -288,6 +331,8 @@ class TopicLog:
         if seqs:
             merge_sequences(self._seq_accepted, seqs)
         fut: asyncio.Future[int] = loop.create_future()
+        if self._queue is None:
+            self._queue = deque()
         self._queue.append(_Batch(first, data, recs, pts, sizes, seqs, fut, COMMIT_OBSERVER.get()))
         self._pending_bytes += len(data)
         self._group.notify(self)
@@ -324,9 +369,9 @@ class TopicLog:
             for fut in requests:  # nothing to seal
                 if not fut.done():
                     fut.set_result(False)
-        if not self._queue:
-            return None
         q = self._queue
+        if not q:
+            return None
         cap = self._cfg.max_batch_bytes_per_commit
         if budget_bytes is not None:
             cap = min(cap, budget_bytes)
@@ -399,8 +444,12 @@ class TopicLog:
         self._commits += 1
         self._appends += len(batches)
         self._records += self._durable_offset - batches[0].first
+        if self._commit_s is None:
+            self._commit_s = deque(maxlen=_LATENCY_WINDOW)
         self._commit_s.append(seconds)
         if self._sync:
+            if self._fsync_s is None:
+                self._fsync_s = deque(maxlen=_LATENCY_WINDOW)
             self._fsync_s.append(fsync_s)
         if self._observer is not None:
             self._observer.committed(
@@ -455,13 +504,14 @@ class TopicLog:
 
     def round_done(self) -> None:
         """The scheduler is done with this log for now (wakes ``aclose``)."""
-        ev, self._round_over = self._round_over, asyncio.Event()
-        ev.set()
+        ev, self._round_over = self._round_over, None
+        if ev is not None:
+            ev.set()
 
     def _fail_commit(self, batches: list[_Batch], err: StorageError | LogClosed) -> None:
         """Fail this commit and everything queued behind it; the log stays at durable_offset."""
-        failed = [*batches, *self._queue]
-        self._queue.clear()
+        failed = [*batches, *(self._queue or ())]
+        self._queue = None
         self._next_offset = self._durable_offset
         self._pending_bytes = 0
         self._seq_accepted = dict(self._seq_durable)
@@ -491,12 +541,14 @@ class TopicLog:
         return await fut
 
     def _signal_advanced(self) -> None:
-        ev, self._advanced = self._advanced, asyncio.Event()
-        ev.set()
+        ev, self._advanced = self._advanced, None
+        if ev is not None:
+            ev.set()
 
     def _signal_space(self) -> None:
-        ev, self._space = self._space, asyncio.Event()
-        ev.set()
+        ev, self._space = self._space, None
+        if ev is not None:
+            ev.set()
 
     # ------------------------------------------------------------ reads
 
@@ -507,6 +559,8 @@ class TopicLog:
                 raise LogClosed(f"WAL {self.directory} is closed")
             if self._broken is not None:
                 raise StorageFailed(self._broken.message)
+            if self._advanced is None:
+                self._advanced = asyncio.Event()
             await self._advanced.wait()
 
     def read(
@@ -603,6 +657,8 @@ class TopicLog:
             if self._group.closed and self._job is None:
                 self._fail_commit([], LogClosed(f"WAL {self.directory}: its commit scheduler is closed"))
                 break
+            if self._round_over is None:
+                self._round_over = asyncio.Event()
             waiter = self._round_over
             self._group.notify(self)
             await waiter.wait()
