@@ -1,7 +1,9 @@
-"""What N idle reliable topics cost one broker: memory, idle CPU, tasks, etcd watches, fds.
+"""What N idle reliable topics cost one broker: memory, idle CPU, tasks, etcd watches, fds;
+or (``--tracemalloc``) where their memory goes.
 
     .venv/bin/python scripts/idle_topics.py --topics 1000
-    .venv/bin/python scripts/idle_topics.py --topics 10000 --concurrency 64 --idle-s 20
+    .venv/bin/python scripts/idle_topics.py --topics 10000 --concurrency 32 --idle-s 20
+    .venv/bin/python scripts/idle_topics.py --tracemalloc --topics 500 --top 25
 
 Starts a LocalCluster (etcd, lookup, one broker) in a scratch directory, measures the broker
 with no topic, then creates ``--topics`` reliable topics through the admin API and one
@@ -14,27 +16,45 @@ stays), ``--concurrency`` at a time. Once every topic is loaded it lets the clus
 - broker and etcd CPU% over the idle window (utime + stime from /proc), and the etcd
   transactions and puts made during it (etcd's own /metrics).
 
-Figures are noisy on a shared machine: compare runs made one after the other. Not a test and
-not a benchmark (bench/): a measuring tool for issue #17's fixed costs.
+The report also gives the time to create the topics and the lookup's and etcd's CPU seconds
+spent on it, and the machine's load average at the end (figures are noisy on a shared machine:
+compare runs made one after the other).
+
+``--tracemalloc`` instead starts etcd and one broker in this process, opens ``--topics`` reliable
+topics with one subscription each (a producer and a consumer come and go: the topics stay loaded,
+idle), and prints the allocations still held, grouped by source line, as bytes per topic: the
+fixed cost tracemalloc sees (Python objects; not the C heaps of grpc or the kernel's fd tables).
+
+Not a test and not a benchmark (``bench/idle_topics.py`` adds a phase with clients attached): a
+measuring tool for issue #17's fixed costs.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import re
 import tempfile
 import time
+import tracemalloc
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import grpc
+import grpc.aio
 
+from danube_broker.app import run
+from danube_broker.config import BrokerConfig
+from danube_common.etcd_server import EtcdProcess
 from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
+from danube_common.pb import DanubeApi_pb2 as pb
+from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
+from danube_common.service import ServiceReady
 from danube_local.cluster import LocalCluster
 from danube_sdk import DanubeClient
 
@@ -132,9 +152,78 @@ def wait_owned(lc: LocalCluster, n: int, timeout_s: float) -> None:
         time.sleep(0.5)
 
 
+# ------------------------------------------------------------------ --tracemalloc
+async def open_topics(addr: str, n: int) -> None:
+    async with grpc.aio.insecure_channel(addr) as ch:
+        producers, consumers = pb_grpc.ProducerServiceStub(ch), pb_grpc.ConsumerServiceStub(ch)
+        sem = asyncio.Semaphore(16)
+
+        async def one(i: int) -> None:
+            name = f"/default/mem-{i:05d}"
+            async with sem:
+                p = await producers.CreateProducer(
+                    pb.ProducerRequest(producer_name=f"p{i}", topic_name=name, dispatch_strategy=pb.Reliable),
+                    timeout=30,
+                )
+                c = await consumers.Subscribe(
+                    pb.ConsumerRequest(topic_name=name, consumer_name=f"c{i}", subscription="s"), timeout=30
+                )
+                await consumers.CloseConsumer(pb.CloseConsumerRequest(consumer_id=c.consumer_id), timeout=30)
+                await producers.CloseProducer(pb.CloseProducerRequest(producer_id=p.producer_id), timeout=30)
+
+        await asyncio.gather(*(one(i) for i in range(n)))
+
+
+async def memory_profile(args: argparse.Namespace) -> None:
+    work = Path(tempfile.mkdtemp(prefix="idle-mem-"))
+    etcd = EtcdProcess(data_dir=work / "etcd", log_path=work / "etcd.log")
+    etcd.start()
+    try:
+        cfg = BrokerConfig.model_validate(
+            {
+                "data_dir": str(work / "wal"),
+                "broker_id": "1",
+                "listen_addr": "127.0.0.1:0",
+                "etcd": {"endpoints": [etcd.endpoint], "cluster": "mem"},
+                "shutdown_grace_s": 1.0,
+            }
+        )
+        stop = asyncio.Event()
+        ready: asyncio.Future[ServiceReady] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(run(cfg, ready=ready.set_result, stop=stop))
+        info = await asyncio.wait_for(ready, 30)
+        await open_topics(info.addr, 20)  # warm every code path first
+        await asyncio.sleep(1.0)
+        gc.collect()
+        tracemalloc.start(1)
+        before = tracemalloc.take_snapshot()
+        await open_topics(info.addr, args.topics)
+        await asyncio.sleep(2.0)  # let closes and flushes settle
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+        stats = after.compare_to(before, "lineno")
+        total = sum(s.size_diff for s in stats)
+        print(f"{args.topics} idle reliable topics: {total / args.topics:.0f} bytes per topic (tracemalloc)")
+        for s in stats[: args.top]:
+            frame = s.traceback[0]
+            where = "/".join(Path(frame.filename).parts[-2:])
+            print(
+                f"{s.size_diff / args.topics:9.0f} B/topic {s.count_diff / args.topics:7.1f} blocks  {where}:{frame.lineno}"
+            )
+        tracemalloc.stop()
+        stop.set()
+        await task
+    finally:
+        etcd.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--topics", type=int, default=1000)
+    ap.add_argument(
+        "--tracemalloc", action="store_true", help="in-process: where the memory of idle topics goes"
+    )
+    ap.add_argument("--top", type=int, default=25, help="--tracemalloc: source lines shown")
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--idle-s", type=float, default=20.0)
     ap.add_argument("--settle-s", type=float, default=5.0, help="wait after loading, before measuring")
@@ -153,6 +242,9 @@ def main() -> None:
         help="keep the cluster up this long after the report (to profile it)",
     )
     args = ap.parse_args()
+    if args.tracemalloc:
+        asyncio.run(memory_profile(args))
+        return
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="idle-topics-"))
     lc = LocalCluster(
         brokers=1,
@@ -164,7 +256,10 @@ def main() -> None:
     try:
         time.sleep(args.settle_s)
         empty = {**snapshot(lc), **idle_window(lc, args.idle_s)}
+        pids = {"broker": lc.brokers[0].pid, "lookup": lc.lookup.pid, "etcd": lc.etcd.proc.pid}  # type: ignore[union-attr]
+        cpu0 = {k: cpu_s(p) for k, p in pids.items()}
         took = asyncio.run(create_topics(lc, args.topics, args.concurrency))
+        create_cpu = {f"{k}_cpu_s": round(cpu_s(p) - cpu0[k], 1) for k, p in pids.items()}
         wait_owned(lc, args.topics, timeout_s=600)
         time.sleep(args.settle_s)
         loaded = {**snapshot(lc), **idle_window(lc, args.idle_s)}
@@ -172,11 +267,13 @@ def main() -> None:
         report = {
             "topics": args.topics,
             "create_s": round(took, 1),
+            "create_cpu": create_cpu,
             "empty": empty,
             "loaded": loaded,
             "rss_kib_per_topic": round(per_topic_kib, 1),
             "fds_per_topic": round((loaded["fds"] - empty["fds"]) / max(1, args.topics), 2),
             "tasks_per_topic": round((loaded["tasks"] - empty["tasks"]) / max(1, args.topics), 2),
+            "loadavg": [round(x, 2) for x in os.getloadavg()],
             "workdir": str(workdir),
         }
         if args.json:
