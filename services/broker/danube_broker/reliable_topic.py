@@ -919,12 +919,14 @@ class ReliableTopic:
         """Cut the local log below what every subscription durably acknowledged (retention
         permitting; with object storage, never above the uploader's checkpoint)."""
         log_ = self.local
+        stats = log_.stats()
+        if stats.segments <= 1:
+            return  # only sealed segments are ever cut, and there is none (an idle topic's usual case)
         pol = self.policies
         acked = [c + 1 for c in self._persisted.values()]
         time_point = None
         if pol.retention_time_s:
             time_point = await log_.offset_for_time(int(time.time() * 1000) - pol.retention_time_s * 1000)
-        stats = log_.stats()
         segments = estimated_segments(
             log_.first_offset, log_.next_offset, stats.bytes_on_disk, stats.segments
         )
