@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 
 from danube_broker.config import BrokerConfig
 from danube_broker.dead_letter_publisher import DeadLetterPublisher
-from danube_broker.fd_limit import raise_fd_limit
+from danube_broker.fd_limit import raise_fd_limit, segment_files_budget
 from danube_broker.grpc_api import ConsumerApi, HealthApi, ProducerApi
 from danube_broker.handoff import TopicMover
 from danube_broker.load_reporter import LoadReporter
@@ -158,7 +158,7 @@ async def run(
     if stop is None:
         stop = asyncio.Event()
         install_stop_signals(stop)
-    raise_fd_limit()
+    fd_soft_limit, _ = raise_fd_limit()
     store = EtcdStore.from_config(cfg.etcd)
     try:
         await store.wait_ready(cfg.etcd.connect_timeout_s)
@@ -184,6 +184,7 @@ async def run(
                     max_round_bytes=cfg.wal.max_round_bytes,
                     fsync_threads=cfg.wal.commit_fsync_threads,
                     idle_close_s=cfg.wal.idle_fd_close_s,
+                    max_open_files=cfg.wal.max_open_segment_files or segment_files_budget(fd_soft_limit),
                     observer=events,
                     on_failure=registry.tasks.report_failure,
                 )

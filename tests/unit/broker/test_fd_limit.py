@@ -6,7 +6,7 @@ import resource
 
 import pytest
 
-from danube_broker.fd_limit import raise_fd_limit, raised
+from danube_broker.fd_limit import raise_fd_limit, raised, segment_files_budget
 
 pytestmark = pytest.mark.unit
 
@@ -38,3 +38,10 @@ def test_nothing_is_set_when_already_at_the_hard_limit() -> None:
     calls: list[object] = []
     assert raise_fd_limit(lambda _r: (4096, 4096), lambda *a: calls.append(a)) == (4096, 4096)
     assert calls == []
+
+
+@pytest.mark.parametrize(
+    ("soft", "budget"), [(20_000, 5_000), (1024, 256), (3, 1), (resource.RLIM_INFINITY, 0)]
+)
+def test_segment_files_budget_is_a_quarter_of_the_soft_limit(soft: int, budget: int) -> None:
+    assert segment_files_budget(soft) == budget

@@ -398,3 +398,33 @@ async def test_no_idle_closing_by_default(tmp_path: Path) -> None:
     for lg in logs:
         await lg.aclose()
     await group.aclose()
+
+
+async def test_a_log_never_written_is_closed_once_idle(tmp_path: Path) -> None:
+    """Opening logs is all that happens (no round ever runs): the group still sets its timer."""
+    group = CommitGroup(idle_close_s=0.1)
+    logs, _ = await open_logs(tmp_path, 3, group)
+    await wait_until(lambda: group.idle_closed == 3, timeout_s=10)
+    paths = open_paths()
+    assert not any(active_path(lg) in paths for lg in logs)
+    for lg in logs:
+        await lg.aclose()
+    await group.aclose()
+
+
+async def test_at_most_max_open_files_segment_files_stay_open(tmp_path: Path) -> None:
+    """Beyond the bound the least recently used log's file is closed at once (a burst of
+    topics opened faster than idle_close_s); writing to it opens it again and closes the next
+    least recently used."""
+    group = CommitGroup(idle_close_s=3600, max_open_files=2)
+    logs, _ = await open_logs(tmp_path, 5, group)
+    paths = open_paths()
+    assert [active_path(lg) in paths for lg in logs] == [False, False, False, True, True]
+    assert group.idle_closed == 3
+    assert await logs[0].append(records(1), [1]) == 0  # opened again, written, fsync'ed
+    paths = open_paths()
+    assert [active_path(lg) in paths for lg in logs] == [True, False, False, False, True]
+    assert [e.record for e in await read_all(logs[0])] == records(1)
+    for lg in logs:
+        await lg.aclose()
+    await group.aclose()

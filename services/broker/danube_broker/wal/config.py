@@ -72,3 +72,7 @@ class WalConfig(BaseModel):
     #: (opened again by the next write), so an idle topic holds one fd (its directory lock)
     #: instead of two. 0: never closed.
     idle_fd_close_s: float = Field(default=60.0, ge=0)
+    #: At most this many topics' active segment files open at once (beyond it the least recently
+    #: written one is closed, whatever its age: topics loaded in a burst). 0: a quarter of the
+    #: broker's open-file limit (as raised at start). Needs ``idle_fd_close_s`` > 0.
+    max_open_segment_files: int = Field(default=0, ge=0)

@@ -19,6 +19,9 @@ flight then, and everything it wrote is already with the kernel (fsync'ed, if it
 next round opens the file again in the worker thread. So 10,000 idle topics hold one fd each
 (the WAL directory's lock) instead of two. The check runs when the group would otherwise sleep,
 and after a round at most every ``idle_close_s / 8``; with no open file left there is no timer.
+``max_open_files`` (> 0) also bounds how many active segment files stay open at once: beyond it
+the least recently used log's file is closed at once, whatever its age (topics opened in a burst,
+faster than ``idle_close_s``, would otherwise hold two fds each until then).
 """
 
 from __future__ import annotations
@@ -117,7 +120,9 @@ class CommitGroup:
     """Use one per broker: pass it to every ``TopicLog.open(group=...)``; ``aclose()`` it after
     the logs. ``executor`` is the WAL's pool (one hop per round); ``fsync_threads`` (>= 1) the
     threads a round's fdatasyncs are spread over (its own small pool); ``idle_close_s`` (0:
-    never) how long a log goes unserved before its active segment's fd is closed."""
+    never) how long a log goes unserved before its active segment's fd is closed;
+    ``max_open_files`` (0: no bound) how many active segment files may be open at once (needs
+    ``idle_close_s`` > 0)."""
 
     def __init__(
         self,
@@ -129,11 +134,14 @@ class CommitGroup:
         on_failure: Callable[[str, BaseException], None] | None = None,
         name: str = "wal-commit-group",
         idle_close_s: float = 0.0,
+        max_open_files: int = 0,
     ) -> None:
         from danube_broker.wal.log import default_executor
 
-        if max_round_bytes <= 0 or fsync_threads <= 0 or idle_close_s < 0:
-            raise ValueError("max_round_bytes and fsync_threads must be positive, idle_close_s >= 0")
+        if max_round_bytes <= 0 or fsync_threads <= 0 or idle_close_s < 0 or max_open_files < 0:
+            raise ValueError(
+                "max_round_bytes and fsync_threads must be positive, idle_close_s and max_open_files >= 0"
+            )
         self._executor = executor or default_executor()
         self._max_round_bytes = max_round_bytes
         self._fsync_threads = fsync_threads
@@ -149,6 +157,7 @@ class CommitGroup:
         self._crashed: BaseException | None = None
         self.rounds = 0
         self._idle_close_s = idle_close_s
+        self._max_open_files = max_open_files
         #: Logs whose active segment may be open, by when they were last served (oldest first).
         self._last_use: OrderedDict[TopicLog, float] = OrderedDict()
         self._next_idle_check = 0.0
@@ -171,9 +180,18 @@ class CommitGroup:
 
     def used(self, lg: TopicLog) -> None:
         """``lg`` was opened or served now: its file is open, and idle from now on."""
-        if self._idle_close_s > 0:
-            self._last_use[lg] = asyncio.get_running_loop().time()
-            self._last_use.move_to_end(lg)
+        if self._idle_close_s <= 0:
+            return
+        last_use = self._last_use
+        if not last_use:
+            self._wake.set()  # the loop may sleep with no timer: have it set one
+        last_use[lg] = asyncio.get_running_loop().time()
+        last_use.move_to_end(lg)
+        while 0 < self._max_open_files < len(last_use):
+            oldest = next(iter(last_use))
+            del last_use[oldest]
+            if oldest not in self._queued and oldest not in self._in_round and oldest.close_idle_file():
+                self.idle_closed += 1
 
     def forget(self, lg: TopicLog) -> None:
         """``lg`` is closed."""
