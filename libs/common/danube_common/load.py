@@ -23,6 +23,7 @@ Totals always cover every topic; ``topics`` lists at most ``max_topics`` rows, t
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,7 +116,7 @@ class LoadReport:
     ) -> LoadReport:
         """Totals over every topic; the ``max_topics`` busiest listed (ties: by name)."""
         all_topics = list(topics)
-        listed = sorted(all_topics, key=lambda t: (-t.weight, t.topic))[: max(0, max_topics)]
+        listed = busiest(all_topics, max_topics)
         return cls(
             broker_id=broker_id,
             at_ms=at_ms,
@@ -203,6 +204,26 @@ class LoadReport:
             topics=tuple(topics),
             topics_truncated=bool(d.get("topics_truncated", False)),
         )
+
+
+def busiest(topics: list[TopicLoad], n: int) -> list[TopicLoad]:
+    """The ``n`` topics of highest weight, ties by name: ``sorted(topics, key=(-weight, topic))[:n]``.
+
+    Rates are never negative, so the topics with traffic come first and the idle ones (weight 0,
+    most of a broker's topics) follow by name; only those with traffic are weighed in Python,
+    the idle ones are ordered by a C-level key (the report is built every few seconds over every
+    topic of the broker)."""
+    n = max(0, n)
+    busy = [t for t in topics if t.msg_rate_in or t.msg_rate_out or t.byte_rate_in or t.byte_rate_out]
+    busy.sort(key=lambda t: (-t.weight, t.topic))
+    if len(busy) >= n:
+        return busy[:n]
+    idle = [t for t in topics if not (t.msg_rate_in or t.msg_rate_out or t.byte_rate_in or t.byte_rate_out)]
+    idle.sort(key=_by_name)
+    return busy + idle[: n - len(busy)]
+
+
+_by_name = operator.attrgetter("topic")
 
 
 def rate(now_count: int, prev_count: int, interval_s: float) -> float:
