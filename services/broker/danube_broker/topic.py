@@ -63,6 +63,9 @@ class Topic:
         self._cfg = cfg
         #: Topic metadata from etcd, once read (None: not read yet, or the topic has none yet).
         self.record: TopicRecord | None = None
+        #: The record says ``reliable`` (kept with ``record``: the sweep and the load report read
+        #: it for every topic).
+        self.is_reliable = False
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self.counters = Counters()
@@ -108,10 +111,6 @@ class Topic:
 
     # ---- metadata
     @property
-    def is_reliable(self) -> bool:
-        return self.record is not None and self.record.dispatch_strategy == "reliable"
-
-    @property
     def reliable(self) -> ReliableTopic | None:
         """Reliable topics: the log and durable subscriptions, once open (else None)."""
         return self.storage.reliable
@@ -124,6 +123,7 @@ class Topic:
                 f"Create the producer with dispatch strategy {record.dispatch_strategy}, or use another topic"
             )
         self.record = record
+        self.is_reliable = record.dispatch_strategy == "reliable"
         if record.dispatch_strategy == "reliable" and isinstance(self.storage, InMemoryStorage):
             self.storage = ReliableStorage(self, self._cfg, self._reliable_ctx)
 
