@@ -193,8 +193,11 @@ class SubscriptionEngine:
             delay = self.next_deadline() - self._clock()
             if delay <= 0:
                 continue
+            if math.isinf(delay):
+                await self._wake.wait()
+                continue
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(None if math.isinf(delay) else delay):
+                async with asyncio.timeout(delay):
                     await self._wake.wait()
 
     # ------------------------------------------------------------------ reading
@@ -399,7 +402,7 @@ class SubscriptionEngine:
             self.pending.remove_many(new)
             if self.acks.ack_many(new):
                 self._on_cursor()
-        self.notify()
+        self._notify_if_waiting()
 
     def ack_through(self, offset: int) -> None:
         """Cumulative ack: everything <= ``offset``."""
@@ -411,7 +414,14 @@ class SubscriptionEngine:
         self.acks_total += 1
         if self.acks.ack_through(offset):
             self._on_cursor()
-        self.notify()
+        self._notify_if_waiting()
+
+    def _notify_if_waiting(self) -> None:
+        """After acks: wake the dispatcher only if something waits to be delivered (the acks may
+        have opened a window it was held by). With nothing to deliver, the next publish wakes it:
+        one wake-up per message instead of two."""
+        if self._fresh or self.pending.ready or self.read_pos < self._deliverable():
+            self.notify()
 
     def nack(self, offset: int, *, delay_ms: int | None = None, reason: str = "") -> None:
         """A consumer could not process ``offset``: redeliver after ``delay_ms`` or the backoff."""
