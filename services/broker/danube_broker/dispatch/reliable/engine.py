@@ -40,6 +40,7 @@ from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink, DeadLett
 from danube_broker.dispatch.reliable.log_port import TopicLogPort
 from danube_broker.dispatch.reliable.pending import Pending, PendingSet, State
 from danube_broker.dispatch.reliable.policy import SubscriptionPolicy
+from danube_broker.dispatch.reliable.recent import RecentMessages
 from danube_broker.stats import Counters, Rate
 from danube_common.errors import DanubeError
 from danube_common.pb import DanubeApi_pb2 as pb
@@ -74,8 +75,11 @@ class SubscriptionEngine:
         max_pending: int = 10_000,
         read_batch: int = DEFAULT_READ_BATCH,
         deliverable: Callable[[], int] | None = None,
+        recent: RecentMessages | None = None,
     ) -> None:
         self.sub = sub
+        #: The topic's latest messages as objects (shared: never changed here), or None.
+        self._recent = recent
         self.log = log_
         #: Offsets below this may be delivered (default: the log's durable offset; a ``cloud``
         #: topic delivers only what object storage confirmed).
@@ -229,6 +233,7 @@ class SubscriptionEngine:
                 return 0  # a seek moved the read position meanwhile
         durable = self._deliverable()
         added = 0
+        recent = self._recent
         for e in entries:
             offset = e.offset
             if offset >= durable:
@@ -237,8 +242,10 @@ class SubscriptionEngine:
                 continue
             if offset > self.read_pos:
                 self._skip_gone(offset)
-            msg = pb.StreamMessage.FromString(e.record)
-            msg.msg_id.topic_offset = offset  # the log's offset is the truth
+            msg = recent.get(offset) if recent is not None else None
+            if msg is None:
+                msg = pb.StreamMessage.FromString(e.record)
+                msg.msg_id.topic_offset = offset  # the log's offset is the truth
             self._fresh.append(msg)
             self.read_pos = offset + 1
             added += 1
@@ -293,7 +300,12 @@ class SubscriptionEngine:
             limit = free + self.pending.ready + len(self._fresh)
         redeliver = self.pending.take_ready(limit, below=self.pending.blocked_at)
         for p in redeliver:
-            p.msg.redelivery_count = p.deliveries
+            if p.msg.redelivery_count != p.deliveries:
+                # A copy: the message object may be shared with the topic's other subscriptions.
+                copy = pb.StreamMessage()
+                copy.CopyFrom(p.msg)
+                copy.redelivery_count = p.deliveries
+                p.msg = copy
         fresh = self._take_fresh(limit - len(redeliver))
         candidates = [p.msg for p in redeliver] + fresh if redeliver else fresh
         if not candidates:
