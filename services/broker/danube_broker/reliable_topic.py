@@ -729,7 +729,7 @@ class ReliableTopic:
                     m.msg_id.topic_offset = first + i
             recent.add(first, msgs, sizes)
         for engine in engines:
-            engine.notify()
+            engine.dispatch_now()
 
     # ------------------------------------------------------------------ subscriptions
     async def subscribe(

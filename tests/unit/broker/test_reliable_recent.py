@@ -1,12 +1,18 @@
-"""The topic's latest message objects, shared by its dispatchers instead of parsing records."""
+"""The topic's latest message objects, shared by its dispatchers instead of parsing records, and
+delivery at publish time by a parked dispatcher."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
 from danube_broker.dispatch.base import Msg
+from danube_broker.dispatch.reliable.engine import SubscriptionEngine
+from danube_broker.dispatch.reliable.policy import SubscriptionPolicy
 from danube_broker.dispatch.reliable.recent import RecentMessages
 from danube_common.pb import DanubeApi_pb2 as pb
+from tests.support import wait_until
 from tests.unit.broker.fake_log import FakeLog
 from tests.unit.broker.reliable_helpers import make_rig, offsets, publish, take
 
@@ -84,3 +90,58 @@ async def test_a_redelivery_copies_the_shared_object() -> None:
     (other,) = take(c2)
     assert other.redelivery_count == 0, "the other subscription's delivery is not marked redelivered"
     assert recent.get(0) is other and recent.get(0) is not again
+
+
+# ---------------------------------------------------------------- delivering at publish time
+async def parked(rig_engine: SubscriptionEngine) -> None:
+    rig_engine.start()
+    await wait_until(lambda: rig_engine._parked, what="the dispatcher parked")
+
+
+async def test_a_parked_dispatcher_delivers_a_publish_at_once_without_its_task() -> None:
+    log = FakeLog()
+    rig = make_rig(log=log, policy=SubscriptionPolicy(ack_timeout_ms=0))
+    c = rig.attach("c", window=100)
+    await parked(rig.engine)
+    try:
+        await publish(log, 3)
+        rig.engine.dispatch_now()
+        assert offsets(take(c)) == [0, 1, 2], "delivered within the call"
+        assert not rig.engine._wake.is_set(), "nothing left for the task: it stays asleep"
+    finally:
+        await rig.engine.aclose()
+
+
+async def test_a_delivery_arms_the_ack_timeout_the_parked_task_did_not_have() -> None:
+    log = FakeLog()
+    rig = make_rig(log=log, policy=SubscriptionPolicy(ack_timeout_ms=30_000))
+    c = rig.attach("c", window=100)
+    await parked(rig.engine)
+    try:
+        assert rig.engine._parked_until == math.inf
+        await publish(log, 1)
+        rig.engine.dispatch_now()
+        assert offsets(take(c)) == [0]
+        expected = rig.clock() + 30.0
+        await wait_until(
+            lambda: rig.engine._parked and rig.engine._parked_until == expected,
+            what="the task waiting for the ack timeout",
+        )
+    finally:
+        await rig.engine.aclose()
+
+
+async def test_what_is_not_in_the_tail_cache_is_left_to_the_task() -> None:
+    log = FakeLog(cache_entries=2)
+    rig = make_rig(log=log, policy=SubscriptionPolicy(ack_timeout_ms=0))
+    c = rig.attach("c", window=100)
+    await parked(rig.engine)
+    try:
+        await publish(log, 6)  # offsets 0..3 are on "disk" only
+        rig.engine.dispatch_now()
+        assert take(c) == [] and rig.engine._wake.is_set()
+        got: list[Msg] = []
+        await wait_until(lambda: bool(got.extend(take(c))) or len(got) == 6, what="the replay")
+        assert offsets(got) == list(range(6))
+    finally:
+        await rig.engine.aclose()
