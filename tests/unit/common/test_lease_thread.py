@@ -236,6 +236,20 @@ async def test_wait_renewed_is_woken_by_a_renewal_on_the_thread() -> None:
     await store.aclose()
 
 
+async def test_a_lost_lease_ends_the_wait_for_a_renewal_at_once() -> None:
+    leases = Leases()
+    kept, store = threaded(leases)
+    lease_id = await kept.start()
+    kept.deadline = 0.0
+    leases.expire(lease_id)  # the next renewal hears that it is gone
+    t0 = time.monotonic()
+    assert not await kept.wait_renewed(20.0)
+    assert time.monotonic() - t0 < 10.0, "woken by the loss, not by the timeout"
+    assert kept.lost.is_set()
+    await kept.aclose()
+    await store.aclose()
+
+
 async def test_aclose_stops_the_thread_and_revokes() -> None:
     leases = Leases()
     kept, store = threaded(leases)

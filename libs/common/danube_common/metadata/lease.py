@@ -232,7 +232,12 @@ class KeptLease:
 
     def _mark_lost(self) -> None:
         self._gone = True
-        self._to_owner(self.lost.set)
+        self._to_owner(self._lost_on_owner)
+
+    def _lost_on_owner(self) -> None:
+        """On the owner's loop: say so, and let whoever waits for a renewal stop waiting."""
+        self.lost.set()
+        self._wake_renewed()
 
     def _to_owner(self, fn: Callable[[], None]) -> bool:
         """Run ``fn`` on the owner's loop (soon, from the renewal thread); False if that loop is
