@@ -232,7 +232,9 @@ class BrokerConfig(ServiceConfig):
     @classmethod
     def _ttl(cls, v: int) -> int:
         if v < 2:
-            raise ValueError("registration_ttl_s must be at least 2 (the lease is refreshed several times per TTL)")
+            raise ValueError(
+                "registration_ttl_s must be at least 2 (the lease is refreshed several times per TTL)"
+            )
         return v
 
     @field_validator("max_message_size_bytes")
