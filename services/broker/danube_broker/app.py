@@ -49,6 +49,7 @@ from danube_broker.stats_api import BrokerStatsApi
 from danube_broker.takeover import close_orphaned_stints
 from danube_broker.tiering import Tiering
 from danube_broker.wal import CommitGroup
+from danube_common import gc_tuning
 from danube_common.cluster_view import ClusterView
 from danube_common.discovery import DiscoveryServicer
 from danube_common.errors import DanubeError
@@ -339,6 +340,7 @@ async def _serve(
         info = ServiceReady("broker", addr, os.getpid(), extra, live=registry).with_http(http)
         if cfg.ready_file:
             write_ready_file(cfg.ready_file, info.to_json())
+        gc_tuning.serving(cfg.gc)
         log.info(
             "broker %s serving on %s (listen %s%s, cluster %s, etcd %s)",
             cfg.broker_id,

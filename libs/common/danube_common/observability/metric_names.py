@@ -312,6 +312,13 @@ AUTHZ_DENIED = MetricDef(
     ("code",),
 )
 
+GC_PAUSES = MetricDef(
+    "danube_gc_pause_seconds",
+    "histogram",
+    "Garbage-collection pauses of the service's process, by generation (0 young, 2 full).",
+    ("generation",),
+)
+
 #: Every metric above, in this module's order (the docs and the dashboard are checked against it).
 ALL: tuple[MetricDef, ...] = tuple(v for v in list(globals().values()) if isinstance(v, MetricDef))
 
@@ -390,4 +397,5 @@ SECTIONS: tuple[tuple[str, tuple[MetricDef, ...]], ...] = (
     ),
     ("Lookup", (LOOKUPS, PLACEMENTS)),
     ("Every service with auth on", (AUTHZ_DENIED,)),
+    ("Every service", (GC_PAUSES,)),
 )
