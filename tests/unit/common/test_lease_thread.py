@@ -9,6 +9,7 @@ clock. The client can be made slow, failing or crashing.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -210,7 +211,10 @@ async def test_lost_when_etcd_is_unreachable_for_a_ttl_and_not_before() -> None:
     await store.aclose()
 
 
-async def test_a_failed_renewal_is_retried_soon_and_the_deadline_never_passes() -> None:
+async def test_a_failed_renewal_is_retried_soon_and_the_deadline_never_passes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="danube_common.metadata.lease")
     leases = Leases()
     kept, store = threaded(leases, ttl_s=2, margin_s=0.5)
     await kept.start()
@@ -220,6 +224,10 @@ async def test_a_failed_renewal_is_retried_soon_and_the_deadline_never_passes() 
     n = len(leases.received)
     await wait_until(lambda: len(leases.received) > n, timeout_s=5, what="a renewal after the outage")
     assert kept.surely_alive() and not kept.lost.is_set()
+    await wait_until(lambda: "renewed again" in caplog.text, timeout_s=5, what="the recovery logged")
+    failures = [r for r in caplog.records if "keep-alive failed" in r.getMessage()]
+    assert [r.levelno for r in failures][:1] == [logging.WARNING], "the first failure is a warning"
+    assert all(r.levelno == logging.DEBUG for r in failures[1:]), "the retries are quiet"
     await kept.aclose()
     await store.aclose()
 

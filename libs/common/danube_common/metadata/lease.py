@@ -188,6 +188,7 @@ class KeptLease:
         timing = self.timing
         last_ok = answered
         next_at = sent + timing.interval_s
+        failed = 0  # attempts failed in a row (the first is logged as a warning, the rest quietly)
         while True:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             sent = time.monotonic()
@@ -205,10 +206,13 @@ class KeptLease:
                     )
                     self._mark_lost()
                     return
-                log.warning(
-                    "%s %x keep-alive failed, retrying: %s",
+                failed += 1
+                log.log(
+                    logging.WARNING if failed == 1 else logging.DEBUG,
+                    "%s %x keep-alive failed, retrying every %.1fs: %s",
                     self.name,
                     self.lease_id,
+                    timing.retry_s,
                     str(exc) or "no answer in time",
                 )
                 next_at = time.monotonic() + timing.retry_s
@@ -217,6 +221,15 @@ class KeptLease:
                 log.error("%s %x expired in etcd", self.name, self.lease_id)
                 self._mark_lost()
                 return
+            if failed:
+                log.info(
+                    "%s %x renewed again after %d failed attempt(s), %.1fs since the last renewal",
+                    self.name,
+                    self.lease_id,
+                    failed,
+                    time.monotonic() - last_ok,
+                )
+                failed = 0
             last_ok = time.monotonic()
             deadline = renewed_deadline(sent, remaining, ttl_s=self.ttl_s, margin_s=self.margin_s)
             if deadline > self.deadline:  # only this loop writes it (after start)
