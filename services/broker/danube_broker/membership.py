@@ -98,7 +98,12 @@ class Membership:
         self.lease = lease
         self.record = record
         log.info(
-            "registered as broker %s (%s), lease %x", self.broker_id, record.advertised_url, lease.lease_id
+            "registered as broker %s (%s), lease %x (renewed every %.1fs from %s)",
+            self.broker_id,
+            record.advertised_url,
+            lease.lease_id,
+            lease.timing.interval_s,
+            f"thread {lease.thread.name!r}" if lease.thread is not None else "the event loop",
         )
         return lease
 
