@@ -3,7 +3,8 @@
 Start-up: connect to etcd (bounded wait) -> bootstrap namespaces -> check the TLS files and
 (with ``auth`` enabled) load the RBAC view -> bind the client port (TLS when configured) and,
 with ``internal_listen_addr``, the internal listener (mTLS when TLS is configured) (the real
-ports are needed for the registration) -> register on a lease -> list our assignments and
+ports are needed for the registration) -> register on a lease (renewed from a thread of its own,
+see ``membership.py``) -> list our assignments and
 follow them -> start the cluster view (Discovery) -> serve -> announce readiness.
 
 The two servers serve one API with one AuthInterceptor; the cluster's own services dial the
