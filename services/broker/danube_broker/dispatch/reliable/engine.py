@@ -40,6 +40,7 @@ from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink, DeadLett
 from danube_broker.dispatch.reliable.log_port import TopicLogPort
 from danube_broker.dispatch.reliable.pending import Pending, PendingSet, State
 from danube_broker.dispatch.reliable.policy import SubscriptionPolicy
+from danube_broker.dispatch.reliable.recent import RecentMessages
 from danube_broker.stats import Counters, Rate
 from danube_common.errors import DanubeError
 from danube_common.pb import DanubeApi_pb2 as pb
@@ -74,8 +75,11 @@ class SubscriptionEngine:
         max_pending: int = 10_000,
         read_batch: int = DEFAULT_READ_BATCH,
         deliverable: Callable[[], int] | None = None,
+        recent: RecentMessages | None = None,
     ) -> None:
         self.sub = sub
+        #: The topic's latest messages as objects (shared: never changed here), or None.
+        self._recent = recent
         self.log = log_
         #: Offsets below this may be delivered (default: the log's durable offset; a ``cloud``
         #: topic delivers only what object storage confirmed).
@@ -193,8 +197,11 @@ class SubscriptionEngine:
             delay = self.next_deadline() - self._clock()
             if delay <= 0:
                 continue
+            if math.isinf(delay):
+                await self._wake.wait()
+                continue
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(None if math.isinf(delay) else delay):
+                async with asyncio.timeout(delay):
                     await self._wake.wait()
 
     # ------------------------------------------------------------------ reading
@@ -226,6 +233,7 @@ class SubscriptionEngine:
                 return 0  # a seek moved the read position meanwhile
         durable = self._deliverable()
         added = 0
+        recent = self._recent
         for e in entries:
             offset = e.offset
             if offset >= durable:
@@ -234,8 +242,10 @@ class SubscriptionEngine:
                 continue
             if offset > self.read_pos:
                 self._skip_gone(offset)
-            msg = pb.StreamMessage.FromString(e.record)
-            msg.msg_id.topic_offset = offset  # the log's offset is the truth
+            msg = recent.get(offset) if recent is not None else None
+            if msg is None:
+                msg = pb.StreamMessage.FromString(e.record)
+                msg.msg_id.topic_offset = offset  # the log's offset is the truth
             self._fresh.append(msg)
             self.read_pos = offset + 1
             added += 1
@@ -290,7 +300,12 @@ class SubscriptionEngine:
             limit = free + self.pending.ready + len(self._fresh)
         redeliver = self.pending.take_ready(limit, below=self.pending.blocked_at)
         for p in redeliver:
-            p.msg.redelivery_count = p.deliveries
+            if p.msg.redelivery_count != p.deliveries:
+                # A copy: the message object may be shared with the topic's other subscriptions.
+                copy = pb.StreamMessage()
+                copy.CopyFrom(p.msg)
+                copy.redelivery_count = p.deliveries
+                p.msg = copy
         fresh = self._take_fresh(limit - len(redeliver))
         candidates = [p.msg for p in redeliver] + fresh if redeliver else fresh
         if not candidates:
@@ -399,7 +414,7 @@ class SubscriptionEngine:
             self.pending.remove_many(new)
             if self.acks.ack_many(new):
                 self._on_cursor()
-        self.notify()
+        self._notify_if_waiting()
 
     def ack_through(self, offset: int) -> None:
         """Cumulative ack: everything <= ``offset``."""
@@ -411,7 +426,14 @@ class SubscriptionEngine:
         self.acks_total += 1
         if self.acks.ack_through(offset):
             self._on_cursor()
-        self.notify()
+        self._notify_if_waiting()
+
+    def _notify_if_waiting(self) -> None:
+        """After acks: wake the dispatcher only if something waits to be delivered (the acks may
+        have opened a window it was held by). With nothing to deliver, the next publish wakes it:
+        one wake-up per message instead of two."""
+        if self._fresh or self.pending.ready or self.read_pos < self._deliverable():
+            self.notify()
 
     def nack(self, offset: int, *, delay_ms: int | None = None, reason: str = "") -> None:
         """A consumer could not process ``offset``: redeliver after ``delay_ms`` or the backoff."""

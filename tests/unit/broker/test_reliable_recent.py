@@ -1,0 +1,86 @@
+"""The topic's latest message objects, shared by its dispatchers instead of parsing records."""
+
+from __future__ import annotations
+
+import pytest
+
+from danube_broker.dispatch.base import Msg
+from danube_broker.dispatch.reliable.recent import RecentMessages
+from danube_common.pb import DanubeApi_pb2 as pb
+from tests.unit.broker.fake_log import FakeLog
+from tests.unit.broker.reliable_helpers import make_rig, offsets, publish, take
+
+pytestmark = pytest.mark.unit
+
+
+def msgs(first: int, n: int) -> list[Msg]:
+    out = []
+    for i in range(first, first + n):
+        m = pb.StreamMessage(payload=f"m{i}".encode(), producer_name="p")
+        m.msg_id.topic_offset = i
+        out.append(m)
+    return out
+
+
+def test_kept_by_offset_until_trimmed() -> None:
+    r = RecentMessages()
+    batch = msgs(0, 5)
+    r.add(0, batch, [10] * 5)
+    assert r.get(3) is batch[3] and r.get(5) is None and r.bytes == 50
+    r.trim(3)
+    assert [r.get(i) is not None for i in range(5)] == [False, False, False, True, True]
+    assert len(r) == 2 and r.bytes == 20
+    r.trim(100)
+    assert len(r) == 0 and r.bytes == 0
+    r.add(100, msgs(100, 1), [7])
+    assert r.get(100) is not None
+
+
+def test_batches_finishing_out_of_order_are_trimmed_too() -> None:
+    r = RecentMessages()
+    r.add(5, msgs(5, 3), [1] * 3)
+    r.add(0, msgs(0, 5), [1] * 5)
+    r.trim(6)
+    assert sorted(o for o in range(8) if r.get(o) is not None) == [6, 7]
+
+
+@pytest.mark.parametrize(("max_entries", "max_bytes", "kept"), [(3, 10_000, 3), (100, 25, 2), (0, 10_000, 0)])
+def test_bounded_the_oldest_go_first(max_entries: int, max_bytes: int, kept: int) -> None:
+    r = RecentMessages(max_entries=max_entries, max_bytes=max_bytes)
+    r.add(0, msgs(0, 10), [10] * 10)
+    assert len(r) == kept and r.bytes == 10 * kept
+    assert all(r.get(o) is not None for o in range(10 - kept, 10))
+
+
+async def test_the_dispatcher_delivers_the_kept_objects_and_parses_the_rest() -> None:
+    recent = RecentMessages()
+    log = FakeLog()
+    rig = make_rig(log=log, recent=recent)
+    c = rig.attach("c", window=100)
+    await publish(log, 4)
+    shared = msgs(2, 2)  # what the topic kept of offsets 2 and 3
+    recent.add(2, shared, [1, 1])
+    await rig.pump()
+    got = take(c)
+    assert offsets(got) == [0, 1, 2, 3]
+    assert got[2] is shared[0] and got[3] is shared[1]
+    assert got[0].payload == b"m0", "parsed from the log"
+
+
+async def test_a_redelivery_copies_the_shared_object() -> None:
+    recent = RecentMessages()
+    log = FakeLog()
+    first, second = make_rig(log=log, recent=recent), make_rig(log=log, recent=recent)
+    c1, c2 = first.attach("c1", window=100), second.attach("c2", window=100)
+    await publish(log, 1)
+    recent.add(0, msgs(0, 1), [1])
+    await first.pump()
+    assert offsets(take(c1)) == [0]
+    first.engine.nack(0, delay_ms=0)
+    await first.pump()
+    (again,) = take(c1)
+    assert again.redelivery_count == 1
+    await second.pump()
+    (other,) = take(c2)
+    assert other.redelivery_count == 0, "the other subscription's delivery is not marked redelivered"
+    assert recent.get(0) is other and recent.get(0) is not again
