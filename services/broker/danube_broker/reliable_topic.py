@@ -722,8 +722,11 @@ class ReliableTopic:
         self.topic.count_in(len(msgs), nbytes)
         engines = [sub.engine for sub in self.topic.subscriptions.values() if sub.engine is not None]
         recent = self.recent
-        recent.trim(min((e.read_pos for e in engines), default=first + len(msgs)))
-        if engines:
+        # Kept for the subscriptions that read the tail; one further behind (no consumer, a
+        # backlog) parses what it reads, and holds nothing here.
+        near = [e.read_pos for e in engines if e.read_pos >= first - recent.max_entries]
+        recent.trim(min(near, default=first + len(msgs)))
+        if near:
             for i, m in enumerate(msgs):
                 if m.msg_id.topic_offset != first + i:  # the WAL made the call wait: not stamped right
                     m.msg_id.topic_offset = first + i

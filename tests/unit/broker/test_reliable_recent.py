@@ -4,6 +4,7 @@ delivery at publish time by a parked dispatcher."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -11,6 +12,7 @@ from danube_broker.dispatch.base import Msg
 from danube_broker.dispatch.reliable.engine import SubscriptionEngine
 from danube_broker.dispatch.reliable.policy import SubscriptionPolicy
 from danube_broker.dispatch.reliable.recent import RecentMessages
+from danube_broker.reliable_topic import ReliableTopic
 from danube_common.pb import DanubeApi_pb2 as pb
 from tests.support import wait_until
 from tests.unit.broker.fake_log import FakeLog
@@ -145,3 +147,17 @@ async def test_what_is_not_in_the_tail_cache_is_left_to_the_task() -> None:
         assert offsets(got) == list(range(6))
     finally:
         await rig.engine.aclose()
+
+
+async def test_a_subscription_far_behind_makes_the_topic_keep_nothing() -> None:
+    """Through the topic: a subscription with no consumer does not make it hold what it publishes."""
+    recent = RecentMessages(max_entries=4)
+    behind = make_rig(recent=recent).engine
+    behind.read_pos = 0
+    topic = SimpleNamespace(count_in=lambda n, b: None, subscriptions={"s": SimpleNamespace(engine=behind)})
+    host = SimpleNamespace(topic=topic, recent=recent)
+    publish_at = ReliableTopic._published
+    publish_at(host, 0, msgs(0, 2), [1, 1], 2)  # type: ignore[arg-type]
+    assert len(recent) == 2, "near the tail: kept"
+    publish_at(host, 10, msgs(10, 2), [1, 1], 2)  # type: ignore[arg-type]
+    assert len(recent) == 0, "10 behind with room for 4: nothing kept"

@@ -8,8 +8,9 @@ subscription has read past them, and the dispatchers take them instead of parsin
 
 The objects are shared by every subscription of the topic and must not be changed after
 :meth:`RecentMessages.add`: a dispatcher copies one before setting its ``redelivery_count``.
-Bounded by ``max_entries`` and ``max_bytes`` (the oldest go first): a subscription with no
-consumer must not make the topic hold everything it publishes; older offsets are parsed.
+Bounded by ``max_entries`` and ``max_bytes`` (the oldest go first), and kept only for the
+subscriptions reading near the tail (the topic's part, ``ReliableTopic._published``): one with no
+consumer or a backlog parses what it reads and makes the topic hold nothing.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ from collections.abc import Sequence
 
 from danube_broker.dispatch.base import Msg
 
-DEFAULT_MAX_ENTRIES = 1024
-DEFAULT_MAX_BYTES = 1024 * 1024
+DEFAULT_MAX_ENTRIES = 256
+DEFAULT_MAX_BYTES = 256 * 1024
 
 
 class RecentMessages:
     def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-        self._max_entries = max(0, max_entries)
+        self.max_entries = max(0, max_entries)
         self._max_bytes = max(0, max_bytes)
         self._by_offset: dict[int, tuple[Msg, int]] = {}
         #: No entry below this offset (the next to look at when trimming).
@@ -40,14 +41,14 @@ class RecentMessages:
 
     def add(self, first: int, msgs: Sequence[Msg], sizes: Sequence[int]) -> None:
         """``msgs`` are stored at ``first``, ``first + 1``, ... (their ``msg_id.topic_offset``)."""
-        if not self._max_entries:
+        if not self.max_entries:
             return
         by_offset = self._by_offset
         for i, (m, size) in enumerate(zip(msgs, sizes, strict=True)):
             by_offset[first + i] = (m, size)
             self.bytes += size
         self._low = min(self._low, first)
-        while len(by_offset) > self._max_entries or self.bytes > self._max_bytes:
+        while len(by_offset) > self.max_entries or self.bytes > self._max_bytes:
             self._drop_lowest()
 
     def trim(self, below: int) -> None:
