@@ -130,6 +130,11 @@ class ReliableContext:
         """Whether ``broker_id`` holds a registration (its lease is alive)."""
         return await self.resources.get_broker(broker_id) is not None
 
+    def sure_of_ownership(self) -> bool:
+        """The registration lease is surely alive (or there is none): deliveries may go out."""
+        lease = self.lease
+        return lease is None or lease.surely_alive()
+
     async def check_ackable(self, topic: str) -> None:
         """Raise OwnershipUncertain unless the registration lease is surely alive (waiting up to
         ``renewal_wait_s`` for a renewal): called before every acknowledgement and append."""
@@ -807,6 +812,7 @@ class ReliableTopic:
             max_pending=self._cfg.max_pending_messages_per_subscription,
             deliverable=self._deliverable if self.cloud is not None else None,
             recent=self.recent,
+            may_deliver=self._ctx.sure_of_ownership,
         )
         sub.engine = engine
         self._persisted[name] = cursor

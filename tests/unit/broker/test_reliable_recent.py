@@ -3,13 +3,14 @@ delivery at publish time by a parked dispatcher."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from types import SimpleNamespace
 
 import pytest
 
 from danube_broker.dispatch.base import Msg
-from danube_broker.dispatch.reliable.engine import SubscriptionEngine
+from danube_broker.dispatch.reliable.engine import HELD_RETRY_S, SubscriptionEngine
 from danube_broker.dispatch.reliable.policy import SubscriptionPolicy
 from danube_broker.dispatch.reliable.recent import RecentMessages
 from danube_broker.reliable_topic import ReliableTopic
@@ -161,3 +162,27 @@ async def test_a_subscription_far_behind_makes_the_topic_keep_nothing() -> None:
     assert len(recent) == 2, "near the tail: kept"
     publish_at(host, 10, msgs(10, 2), [1, 1], 2)  # type: ignore[arg-type]
     assert len(recent) == 0, "10 behind with room for 4: nothing kept"
+
+
+async def test_nothing_is_delivered_while_ownership_is_uncertain() -> None:
+    """A broker waking from a pause past its lease must not deliver what it committed meanwhile
+    (a new owner may reuse those offsets); once the lease is surely alive again, it delivers
+    without waiting for another publish or ack."""
+    sure = [True]
+    log = FakeLog()
+    rig = make_rig(log=log, policy=SubscriptionPolicy(ack_timeout_ms=0))
+    rig.engine._may_deliver = lambda: sure[0]
+    c = rig.attach("c", window=100)
+    await parked(rig.engine)
+    try:
+        sure[0] = False
+        await publish(log, 2)
+        rig.engine.dispatch_now()
+        await asyncio.sleep(HELD_RETRY_S * 3)  # the task's retries run meanwhile: still held
+        assert take(c) == []
+        sure[0] = True
+        got: list[Msg] = []
+        await wait_until(lambda: bool(got.extend(take(c))) or len(got) == 2, what="delivery once sure")
+        assert offsets(got) == [0, 1]
+    finally:
+        await rig.engine.aclose()

@@ -57,6 +57,8 @@ DEFAULT_READ_BATCH = 256
 READ_MAX_BYTES = 4 << 20
 #: Retry delays after a failed log read (first, cap), in seconds.
 READ_RETRY_FIRST_S = 1.0
+#: How often a dispatcher held back by uncertain ownership looks again.
+HELD_RETRY_S = 0.05
 READ_RETRY_MAX_S = 30.0
 
 
@@ -76,8 +78,13 @@ class SubscriptionEngine:
         read_batch: int = DEFAULT_READ_BATCH,
         deliverable: Callable[[], int] | None = None,
         recent: RecentMessages | None = None,
+        may_deliver: Callable[[], bool] | None = None,
     ) -> None:
         self.sub = sub
+        #: False while the broker is not sure it still owns the topic (its registration lease
+        #: may have expired: a paused process waking up): nothing is delivered then, since what
+        #: it committed meanwhile may not be the topic's history (a new owner reuses offsets).
+        self._may_deliver = may_deliver
         #: The topic's latest messages as objects (shared: never changed here), or None.
         self._recent = recent
         self.log = log_
@@ -99,6 +106,8 @@ class SubscriptionEngine:
         self._generation = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: The last step delivered nothing because ownership was uncertain.
+        self._held = False
         #: The task waits for a wake-up (nothing of it in progress), until ``_parked_until``.
         self._parked = False
         self._parked_until = math.inf
@@ -180,8 +189,8 @@ class SubscriptionEngine:
             self._wake.set()  # a read from disk, a gap or an error: the task's business
             return
         delivered = self.step()
-        if (delivered or added) and (self._fresh or self._readable()):
-            self._wake.set()  # more than one pass' worth
+        if self._held or ((delivered or added) and (self._fresh or self._readable())):
+            self._wake.set()  # more than one pass' worth, or held back: the task's business
         elif self.next_deadline() < self._parked_until:
             self._wake.set()  # a timer earlier than the one the task waits for
 
@@ -219,6 +228,8 @@ class SubscriptionEngine:
             if self._wake.is_set():
                 continue
             deadline = self.next_deadline()
+            if self._held:  # ownership uncertain: look again soon (it is renewed, or lost for good)
+                deadline = min(deadline, self._clock() + HELD_RETRY_S)
             delay = deadline - self._clock()
             if delay <= 0:
                 continue
@@ -333,6 +344,10 @@ class SubscriptionEngine:
     # ------------------------------------------------------------------ delivery
     def step(self) -> bool:
         """Run due timers and deliver what the consumers' windows allow; True if any was delivered."""
+        if self._may_deliver is not None and not self._may_deliver():
+            self._held = True
+            return False
+        self._held = False
         now = self._clock()
         self._expire(now)
         free = sum(max(0, c.free) for c in self.sub.consumers.values() if c.routable)
