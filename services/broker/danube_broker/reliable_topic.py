@@ -737,7 +737,13 @@ class ReliableTopic:
                     m.msg_id.topic_offset = first + i
             recent.add(first, msgs, sizes)
         for engine in engines:
-            engine.dispatch_now()
+            try:
+                engine.dispatch_now()
+            except Exception:  # a dispatcher's bug must not fail a publish that is stored
+                log.exception(
+                    "topic %s: delivering at publish time failed; its dispatcher retries", self.topic.name
+                )
+                engine.notify()
 
     # ------------------------------------------------------------------ subscriptions
     async def subscribe(
