@@ -124,6 +124,19 @@ def _ports(text: str) -> list[int]:
     return ports
 
 
+def _broker_count(text: str) -> int:
+    """A number, or ``auto``: one broker per core this process may run on (a broker's event loop
+    uses one core; see docs/benchmarks.md, "The cores question")."""
+    if text.strip().lower() == "auto":
+        return max(
+            1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        )
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a number of brokers or 'auto', got {text!r}") from exc
+
+
 def _port(text: str) -> int:
     ports = _ports(text)
     if len(ports) != 1:
@@ -148,7 +161,14 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=UP_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    up.add_argument("--brokers", type=int, default=3, metavar="N", help="number of brokers (default: 3)")
+    up.add_argument(
+        "--brokers",
+        type=_broker_count,
+        default=3,
+        metavar="N",
+        help="number of brokers, or 'auto' for one per CPU core available (a broker uses one core); "
+        "default: 3",
+    )
     up.add_argument(
         "--leaders",
         type=int,

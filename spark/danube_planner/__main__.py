@@ -7,6 +7,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from danube_common import gc_tuning
 from danube_common.config import load_config, split_list
 from danube_common.errors import ConfigError
 from danube_common.logs import setup_logging
@@ -113,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     setup_logging(cfg.log_level, service=cfg.candidate_id)
+    gc_tuning.tune(cfg.gc)  # no freeze: a planner cycle's objects are short-lived
     with process_tracing(
         "danube-planner", instance_id=cfg.candidate_id, attributes={"service.namespace": cfg.etcd.cluster}
     ) as ok:

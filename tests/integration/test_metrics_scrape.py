@@ -319,8 +319,15 @@ async def test_every_service_serves_metrics(cluster: Cluster) -> None:
     scrapes = await scrape_all(cluster.every_service)
     for info, s in zip(cluster.every_service, scrapes, strict=True):
         assert s.value("process_resident_memory_bytes") > 0, info.service
+        # The services share this test's process: its collections so far (young ones at least).
+        assert s.value("danube_gc_pause_seconds_count", generation="0") > 0, info.service
     # Auth is off here: nothing counts denials.
     assert all("danube_authz_deny_total" not in s.samples for s in scrapes)
+    for s in await scrape_all(cluster.brokers):
+        # Registered, and renewed on time: the ack deadline is ahead (at most TTL - margin).
+        left = s.value("danube_broker_lease_surely_alive_seconds")
+        assert 0 < left <= 10, left
+        assert s.value("danube_broker_lease_renewal_failures_total") == 0
 
 
 @module_loop

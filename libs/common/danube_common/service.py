@@ -32,8 +32,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from pydantic import Field, field_validator
 
+from danube_common import gc_tuning
 from danube_common.config import EtcdConfig, Frozen, split_list
 from danube_common.errors import ConfigError, DanubeError, InvalidNamespaceName, MetadataUnavailable, Timeout
+from danube_common.gc_tuning import GcConfig
 from danube_common.grpc_util import SERVER_OPTIONS, new_server
 from danube_common.keys import Keys
 from danube_common.logs import setup_logging
@@ -112,6 +114,8 @@ class ServiceConfig(Frozen):
     http_listen_addr: str | None = None
     #: What ``/metrics`` shows (the per-topic series bound).
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    #: The process's garbage collector (thresholds, freezing start-up objects).
+    gc: GcConfig = Field(default_factory=GcConfig)
 
     @field_validator("bootstrap_namespaces")
     @classmethod
@@ -446,6 +450,7 @@ def service_main(
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
     setup_logging(cfg.log_level, service=name(cfg))
+    gc_tuning.tune(cfg.gc)
     with process_tracing(
         service, instance_id=name(cfg), attributes={"service.namespace": cfg.etcd.cluster}
     ) as ok:

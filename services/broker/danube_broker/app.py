@@ -3,7 +3,8 @@
 Start-up: connect to etcd (bounded wait) -> bootstrap namespaces -> check the TLS files and
 (with ``auth`` enabled) load the RBAC view -> bind the client port (TLS when configured) and,
 with ``internal_listen_addr``, the internal listener (mTLS when TLS is configured) (the real
-ports are needed for the registration) -> register on a lease -> list our assignments and
+ports are needed for the registration) -> register on a lease (renewed from a thread of its own,
+see ``membership.py``) -> list our assignments and
 follow them -> start the cluster view (Discovery) -> serve -> announce readiness.
 
 The two servers serve one API with one AuthInterceptor; the cluster's own services dial the
@@ -42,13 +43,14 @@ from danube_broker.grpc_api import ConsumerApi, HealthApi, ProducerApi
 from danube_broker.handoff import TopicMover
 from danube_broker.load_reporter import LoadReporter
 from danube_broker.membership import Membership
-from danube_broker.metrics import BrokerCollector, BrokerEvents, RuntimeCollector
+from danube_broker.metrics import BrokerCollector, BrokerEvents, LeaseCollector, RuntimeCollector
 from danube_broker.registry import BrokerRegistry
 from danube_broker.schema_gate import SchemaGate
 from danube_broker.stats_api import BrokerStatsApi
 from danube_broker.takeover import close_orphaned_stints
 from danube_broker.tiering import Tiering
 from danube_broker.wal import CommitGroup
+from danube_common import gc_tuning
 from danube_common.cluster_view import ClusterView
 from danube_common.discovery import DiscoveryServicer
 from danube_common.errors import DanubeError
@@ -57,7 +59,7 @@ from danube_common.keys import Keys
 from danube_common.leadership import read_leaders
 from danube_common.load_history import LoadHistoryWriter
 from danube_common.metadata.etcd import EtcdStore
-from danube_common.metadata.lease import KeptLease
+from danube_common.metadata.lease import KeepaliveClientFactory, KeptLease
 from danube_common.observability.http import HttpEndpoint
 from danube_common.observability.metrics import new_registry
 from danube_common.pb import DanubeAdmin_pb2_grpc as admin_grpc
@@ -190,6 +192,7 @@ async def run(
                 )
                 registry.reliable.commit_group = commit_group
             metrics.register(RuntimeCollector(asyncio.get_running_loop(), store))
+            metrics.register(LeaseCollector(lambda: registry.reliable.lease))
             http = await start_http(
                 cfg, security, metrics, service="broker", advertised_host=cfg.advertised_host
             )
@@ -224,6 +227,12 @@ async def run(
     log.info("broker %s stopped", cfg.broker_id)
 
 
+def _renewal_client(cfg: BrokerConfig) -> KeepaliveClientFactory:
+    """The registration lease's renewal thread's own etcd connection: the same endpoints, TLS
+    and deadline as the broker's store, on a channel of that thread's event loop (made there)."""
+    return lambda: EtcdStore.from_config(cfg.etcd)
+
+
 async def _serve(
     cfg: BrokerConfig,
     resources: Resources,
@@ -237,7 +246,11 @@ async def _serve(
     http: HttpEndpoint | None = None,
 ) -> None:
     membership = Membership(
-        resources, registry, registration_ttl_s=cfg.registration_ttl_s, ack_margin_s=cfg.ack_margin_s
+        resources,
+        registry,
+        registration_ttl_s=cfg.registration_ttl_s,
+        ack_margin_s=cfg.ack_margin_s,
+        keepalive_client=_renewal_client(cfg) if cfg.registration_renewal_thread else None,
     )
     mover = TopicMover(
         registry, resources, move_timeout_s=cfg.move_timeout_s, tiering=tiering, events=registry.events
@@ -330,6 +343,7 @@ async def _serve(
         info = ServiceReady("broker", addr, os.getpid(), extra, live=registry).with_http(http)
         if cfg.ready_file:
             write_ready_file(cfg.ready_file, info.to_json())
+        gc_tuning.serving(cfg.gc)
         log.info(
             "broker %s serving on %s (listen %s%s, cluster %s, etcd %s)",
             cfg.broker_id,

@@ -57,6 +57,10 @@ class BrokerConfig(ServiceConfig):
     # ---- cluster membership
     #: TTL of the lease holding /{cluster}/brokers/{id}; a dead broker's topics move after this.
     registration_ttl_s: int = 10
+    #: Renew the registration lease from a thread of its own (its own event loop and etcd
+    #: connection), so a saturated or blocked event loop cannot let the ack deadline pass. False:
+    #: renew from the broker's event loop (as before; for comparisons).
+    registration_renewal_thread: bool = True
     #: Claim unowned topics (and create topic metadata) when a producer or consumer arrives.
     auto_create_topics: bool = True
     #: How often the load report (/{cluster}/load/{id}: CPU, memory, per-topic rates) is written.
@@ -228,7 +232,9 @@ class BrokerConfig(ServiceConfig):
     @classmethod
     def _ttl(cls, v: int) -> int:
         if v < 2:
-            raise ValueError("registration_ttl_s must be at least 2 (the lease is refreshed every TTL/3)")
+            raise ValueError(
+                "registration_ttl_s must be at least 2 (the lease is refreshed several times per TTL)"
+            )
         return v
 
     @field_validator("max_message_size_bytes")

@@ -1,7 +1,8 @@
 """Cluster membership: the broker's leased registration, and the watch on its assignments.
 
 - Registration: ``/{cluster}/brokers/{id}`` = BrokerRecord, attached to a lease kept alive by
-  :class:`KeptLease`. It is created only if absent: if a previous run with the same id left
+  :class:`KeptLease` (in the broker, from a thread of its own: see ``app.py``). It is created
+  only if absent: if a previous run with the same id left
   its key behind (killed without revoking), we wait for that lease to expire (at most one
   TTL) rather than take over the key from what might be a live process.
 - Assignments: ``/{cluster}/assignments/{id}/...`` listed once, then watched from the list's
@@ -22,7 +23,7 @@ from danube_broker.handoff import TopicMover
 from danube_broker.metrics import BrokerEvents
 from danube_broker.registry import BrokerRegistry
 from danube_common.errors import MetadataUnavailable
-from danube_common.metadata.lease import KeptLease
+from danube_common.metadata.lease import KeepaliveClientFactory, KeptLease
 from danube_common.metadata.store import WatchCompacted
 from danube_common.observability import tracing
 from danube_common.observability.record_context import traceparent_of
@@ -55,13 +56,17 @@ class Membership:
         registration_ttl_s: int,
         stale_wait_s: float | None = None,
         ack_margin_s: float = 0.0,
+        keepalive_client: KeepaliveClientFactory | None = None,
     ) -> None:
+        """``keepalive_client``: renew the registration from a thread of its own, through the
+        client this makes there (see :class:`KeptLease`); None: from this event loop."""
         self._res = resources
         self._store = resources.store
         self._keys = resources.keys
         self._registry = registry
         self._ttl_s = registration_ttl_s
         self._ack_margin_s = ack_margin_s
+        self._keepalive_client = keepalive_client
         #: How long start-up waits for a previous registration of our id to expire.
         self._stale_wait_s = registration_ttl_s + 2.0 if stale_wait_s is None else stale_wait_s
         self.lease: KeptLease | None = None
@@ -82,6 +87,7 @@ class Membership:
             self._ttl_s,
             name=f"broker {self.broker_id} registration",
             margin_s=self._ack_margin_s,
+            keepalive_client=self._keepalive_client,
         )
         await lease.start()
         try:
@@ -92,7 +98,12 @@ class Membership:
         self.lease = lease
         self.record = record
         log.info(
-            "registered as broker %s (%s), lease %x", self.broker_id, record.advertised_url, lease.lease_id
+            "registered as broker %s (%s), lease %x (renewed every %.1fs from %s)",
+            self.broker_id,
+            record.advertised_url,
+            lease.lease_id,
+            lease.timing.interval_s,
+            f"thread {lease.thread.name!r}" if lease.thread is not None else "the event loop",
         )
         return lease
 

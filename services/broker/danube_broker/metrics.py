@@ -9,6 +9,7 @@ Two kinds, both on the broker's own registry (several brokers can share a proces
   are summed under ``topic="_other"`` (and ``subscription="_other"``). A topic's counters
   start from 0 each time it is loaded here (a move, a restart), which Prometheus reads as a
   counter reset.
+- :class:`LeaseCollector` reads the registration lease's surely-alive time and failed renewals.
 - :class:`BrokerEvents` counts and times what nothing else keeps, as it happens and never per
   message: a publish (one histogram observation per batch), a WAL group commit and segment roll
   (it is the WAL's :class:`~danube_broker.wal.WalObserver`), a topic loaded, a move.
@@ -17,13 +18,14 @@ Two kinds, both on the broker's own registry (several brokers can share a proces
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
 from danube_broker.stats import SubscriptionStats, TopicStats
+from danube_common.metadata.lease import KeptLease
 from danube_common.metadata.store import MetadataStore
 from danube_common.observability import metric_names as mn
 from danube_common.observability.metrics import OTHER_TOPICS, MetricDef, OtherTotals, SeriesBound, add_samples
@@ -168,6 +170,23 @@ class RuntimeCollector:
         add_samples(watches, {(): self._store.open_watches})
         yield tasks
         yield watches
+
+
+class LeaseCollector:
+    """The registration lease, read at each scrape (from any thread: two plain numbers)."""
+
+    def __init__(self, lease: Callable[[], KeptLease | None]) -> None:
+        self._lease = lease
+
+    def describe(self) -> list[Metric]:
+        return [mn.LEASE_SURELY_ALIVE.family(), mn.LEASE_RENEWAL_FAILURES.family()]
+
+    def collect(self) -> Iterator[Metric]:
+        lease = self._lease()
+        if lease is None:  # not registered yet
+            return
+        yield add_samples(mn.LEASE_SURELY_ALIVE.family(), {(): lease.remaining_s()})
+        yield add_samples(mn.LEASE_RENEWAL_FAILURES.family(), {(): lease.renewal_failures})
 
 
 class BrokerEvents:

@@ -56,6 +56,7 @@ from danube_broker.dispatch.reliable.maintenance import Maintenance
 from danube_broker.dispatch.reliable.meta import FencedOut, SubscriptionRecord, SubscriptionStore
 from danube_broker.dispatch.reliable.policy import PolicyError, SubscriptionPolicy
 from danube_broker.dispatch.reliable.policy_watch import PolicyWatch
+from danube_broker.dispatch.reliable.recent import RecentMessages
 from danube_broker.dispatch.reliable.retention import estimated_segments, retention_point
 from danube_broker.producer import Producer
 from danube_broker.stats import TieredStats
@@ -128,6 +129,11 @@ class ReliableContext:
     async def broker_registered(self, broker_id: str) -> bool:
         """Whether ``broker_id`` holds a registration (its lease is alive)."""
         return await self.resources.get_broker(broker_id) is not None
+
+    def sure_of_ownership(self) -> bool:
+        """The registration lease is surely alive (or there is none): deliveries may go out."""
+        lease = self.lease
+        return lease is None or lease.surely_alive()
 
     async def check_ackable(self, topic: str) -> None:
         """Raise OwnershipUncertain unless the registration lease is surely alive (waiting up to
@@ -211,6 +217,8 @@ class ReliableTopic:
         self._inherited = dict(stint.producer_sequences) if stint is not None else {}
         self._store = SubscriptionStore(ctx.resources, topic.topic_name, lambda: topic.epoch)
         self._dedup = Dedup(self.last_sequence)
+        #: The latest published messages as objects, shared by the dispatchers (no re-parsing).
+        self.recent = RecentMessages()
         #: The log's end when opened: sequence ids below it are learnt lazily (``_seed_dedup``).
         self._opened_at = log_.next_offset
         self._dedup_seeded = False
@@ -478,6 +486,7 @@ class ReliableTopic:
                 now_ms = int(time.time() * 1000)
                 self.topic.stamp(producer, new, first, now_ms)
                 records = [m.SerializeToString() for m in new]
+                sizes = [len(r) for r in records]
                 times = [m.publish_time for m in new]
                 seqs = (
                     [(producer.name, m.sequence_id) for m in new]
@@ -499,7 +508,9 @@ class ReliableTopic:
                 durable.add_done_callback(partial(self._settled, producer.name, split.append))
         if durable is not None:
             first = await asyncio.shield(durable)  # StorageError/LogClosed: nothing of it stored
-            self._published(new, nbytes if len(new) == len(msgs) else sum(len(m.payload) for m in new))
+            self._published(
+                first, new, sizes, nbytes if len(new) == len(msgs) else sum(len(m.payload) for m in new)
+            )
             if self.reservation is not None and (
                 self.log.next_offset + self._cfg.offset_reservation_block // 2 >= self.reservation.reserved_to
             ):
@@ -710,11 +721,29 @@ class ReliableTopic:
             if sub.engine is not None:
                 sub.engine.notify()
 
-    def _published(self, msgs: list[Msg], nbytes: int) -> None:
+    def _published(self, first: int, msgs: list[Msg], sizes: list[int], nbytes: int) -> None:
+        """``msgs`` are durable at ``first``...: counted, kept for the dispatchers (see
+        :mod:`~danube_broker.dispatch.reliable.recent`), and the dispatchers woken."""
         self.topic.count_in(len(msgs), nbytes)
-        for sub in self.topic.subscriptions.values():
-            if sub.engine is not None:
-                sub.engine.notify()
+        engines = [sub.engine for sub in self.topic.subscriptions.values() if sub.engine is not None]
+        recent = self.recent
+        # Kept for the subscriptions that read the tail; one further behind (no consumer, a
+        # backlog) parses what it reads, and holds nothing here.
+        near = [e.read_pos for e in engines if e.read_pos >= first - recent.max_entries]
+        recent.trim(min(near, default=first + len(msgs)))
+        if near:
+            for i, m in enumerate(msgs):
+                if m.msg_id.topic_offset != first + i:  # the WAL made the call wait: not stamped right
+                    m.msg_id.topic_offset = first + i
+            recent.add(first, msgs, sizes)
+        for engine in engines:
+            try:
+                engine.dispatch_now()
+            except Exception:  # a dispatcher's bug must not fail a publish that is stored
+                log.exception(
+                    "topic %s: delivering at publish time failed; its dispatcher retries", self.topic.name
+                )
+                engine.notify()
 
     # ------------------------------------------------------------------ subscriptions
     async def subscribe(
@@ -788,6 +817,8 @@ class ReliableTopic:
             dead_letter=self._ctx.dead_letter,
             max_pending=self._cfg.max_pending_messages_per_subscription,
             deliverable=self._deliverable if self.cloud is not None else None,
+            recent=self.recent,
+            may_deliver=self._ctx.sure_of_ownership,
         )
         sub.engine = engine
         self._persisted[name] = cursor

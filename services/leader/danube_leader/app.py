@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc.aio
 
+from danube_common import gc_tuning
 from danube_common.grpc_util import SERVER_OPTIONS, install_stop_signals
 from danube_common.keys import Keys
 from danube_common.metadata.etcd import EtcdStore
@@ -108,6 +109,7 @@ async def run(
         if cfg.ready_file:
             write_ready_file(cfg.ready_file, info.to_json())
             stack.callback(remove_ready_file, cfg.ready_file)
+        gc_tuning.serving(cfg.gc)
         log.info(
             "leader election serving on %s (cluster %s, etcd %s)",
             info.addr,

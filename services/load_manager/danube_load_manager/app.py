@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import grpc.aio
 
+from danube_common import gc_tuning
 from danube_common.errors import DanubeError
 from danube_common.grpc_util import install_stop_signals
 from danube_common.keys import Keys
@@ -280,6 +281,7 @@ async def run(
         )
         if cfg.ready_file:
             write_ready_file(cfg.ready_file, info.to_json())
+        gc_tuning.serving(cfg.gc)
         log.info(
             "load manager %s up (status on %s, leader service %s, cluster %s)",
             cfg.candidate_id,

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc.aio
 
+from danube_common import gc_tuning
 from danube_common.cluster_view import ClusterView
 from danube_common.discovery import DiscoveryServicer
 from danube_common.grpc_util import install_stop_signals
@@ -137,6 +138,7 @@ async def run(
         if cfg.ready_file:
             write_ready_file(cfg.ready_file, info.to_json())
             stack.callback(remove_ready_file, cfg.ready_file)
+        gc_tuning.serving(cfg.gc)
         log.info(
             "lookup serving: discovery on %s, admin on %s (cluster %s, etcd %s)",
             info.addr,

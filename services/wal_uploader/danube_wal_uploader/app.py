@@ -21,6 +21,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from danube_common import gc_tuning
 from danube_common.errors import ConfigError, DanubeError
 from danube_common.grpc_util import install_stop_signals
 from danube_common.keys import Keys
@@ -167,6 +168,7 @@ async def run(
             loops[asyncio.create_task(coro, name=f"wal-uploader: {what}")] = what
         if cfg.ready_file:
             write_ready_file(cfg.ready_file, info.to_json())
+        gc_tuning.serving(cfg.gc)
         log.info(
             "WAL uploader of broker %s up: API on %s, data dir %s, object store %s, broker %s (cluster %s)",
             cfg.broker_id,

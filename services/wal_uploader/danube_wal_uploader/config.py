@@ -39,7 +39,7 @@ class WalUploaderConfig(ServiceConfig):
     #: While the broker is dead, topics are looked at this often: a log record the broker still
     #: holds open gets its end recorded, and the tail up to there uploaded.
     final_state_poll_s: float = Field(default=0.5, gt=0)
-    #: TTL of the lease holding ``/{cluster}/uploaders/{broker_id}`` (refreshed every TTL/3).
+    #: TTL of the lease holding ``/{cluster}/uploaders/{broker_id}`` (refreshed every TTL/4).
     registration_ttl_s: int = Field(default=10, ge=2)
     #: Progress and lag are logged at INFO this often while any topic has data not uploaded.
     status_log_interval_s: float = Field(default=30.0, gt=0)

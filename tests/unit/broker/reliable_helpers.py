@@ -9,6 +9,7 @@ from danube_broker.consumer import Consumer
 from danube_broker.dispatch.base import Msg, SubType
 from danube_broker.dispatch.reliable.engine import SubscriptionEngine
 from danube_broker.dispatch.reliable.policy import SubscriptionPolicy
+from danube_broker.dispatch.reliable.recent import RecentMessages
 from danube_broker.stats import Counters
 from danube_broker.subscription import Subscription
 from danube_common.pb import DanubeApi_pb2 as pb
@@ -91,6 +92,7 @@ def make_rig(
     dead_letter: Any = None,
     max_pending: int = 10_000,
     read_batch: int = 256,
+    recent: RecentMessages | None = None,
 ) -> Rig:
     clock = Clock()
     log = log or FakeLog()
@@ -115,6 +117,7 @@ def make_rig(
         dead_letter=dead_letter,
         max_pending=max_pending,
         read_batch=read_batch,
+        recent=recent,
     )
     sub.engine = engine
     return Rig(sub, engine, log, clock, moves)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
@@ -49,6 +50,34 @@ async def test_register_puts_the_record_on_a_lease(
     assert kv is not None and kv.lease == lease.lease_id
     assert (await res.get_broker("b1")) == RECORD
     await lease.aclose(revoke=True)
+    assert await res.get_broker("b1") is None
+
+
+class Renewals:
+    """The renewal thread's client: counts keepalives and the threads they came from."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+
+    async def keepalive(self, lease_id: int) -> int:
+        self.threads.append(threading.current_thread().name)
+        return 3
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_register_can_renew_from_a_thread_of_its_own(res: Resources) -> None:
+    reg = BrokerRegistry(config(), res, broker_url=BROKER_URL)
+    renewals = Renewals()
+    m = Membership(res, reg, registration_ttl_s=3, ack_margin_s=0.6, keepalive_client=lambda: renewals)
+    lease = await m.register(RECORD)
+    assert lease.threaded and lease.thread is not None and lease.thread.is_alive()
+    await wait_until(lambda: len(renewals.threads) >= 2, timeout_s=5, what="renewals")
+    assert set(renewals.threads) == {lease.thread.name} != {threading.current_thread().name}
+    assert lease.surely_alive()
+    await lease.aclose(revoke=True)
+    assert not lease.thread.is_alive()
     assert await res.get_broker("b1") is None
 
 

@@ -9,9 +9,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
-from danube_broker.metrics import BrokerEvents, BrokerSeries
+from danube_broker.metrics import BrokerEvents, BrokerSeries, LeaseCollector
 from danube_broker.stats import SubscriptionStats, TopicStats
 from danube_broker.wal import Durability, TopicLog, WalConfig
+from danube_common.metadata.lease import KeptLease
+from danube_common.metadata.memory import MemoryStore
 
 pytestmark = pytest.mark.unit
 
@@ -237,3 +239,24 @@ async def test_the_wal_reports_commits_and_rolls(tmp_path: Path) -> None:
     assert registry.get_sample_value("danube_wal_flush_latency_seconds_count") == 5
     # Commits 2 to 5 each found the segment too full for them; then the roll on request.
     assert registry.get_sample_value("danube_wal_file_rotate_total") == 5
+
+
+async def test_lease_collector_reports_the_surely_alive_time_and_failed_renewals() -> None:
+    store = MemoryStore()
+    holder: list[KeptLease] = []
+    collector = LeaseCollector(lambda: holder[0] if holder else None)
+    assert list(collector.collect()) == [], "nothing before the broker registered"
+    kept = KeptLease(store, 10, margin_s=2.0)
+    await kept.start()
+    holder.append(kept)
+    got = samples(collector.collect())
+    left = got[("danube_broker_lease_surely_alive_seconds", ())]
+    assert 7.0 < left <= 8.0, "TTL - margin after the grant"
+    assert got[("danube_broker_lease_renewal_failures_total", ())] == 0
+    kept.renewal_failures = 3
+    kept.deadline = 0.0  # past the deadline: 0, never negative
+    got = samples(collector.collect())
+    assert got[("danube_broker_lease_surely_alive_seconds", ())] == 0.0
+    assert got[("danube_broker_lease_renewal_failures_total", ())] == 3
+    await kept.aclose()
+    await store.aclose()

@@ -38,8 +38,8 @@ async def test_keeps_the_lease_alive_past_its_ttl() -> None:
     kept = KeptLease(store, ttl_s=1)
     lease = await kept.start()
     await store.put("/k", b"", lease=lease)
-    # Refreshes come every ttl/3: four of them span more than a whole TTL.
-    await wait_until(lambda: store.keepalives >= 4, timeout_s=5, what="four keep-alives")
+    # Refreshes come every ttl/4: five of them span more than a whole TTL.
+    await wait_until(lambda: store.keepalives >= 5, timeout_s=5, what="five keep-alives")
     assert not kept.lost.is_set()
     assert await store.get("/k") is not None
     await kept.aclose()

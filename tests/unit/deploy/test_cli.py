@@ -37,6 +37,13 @@ def test_up_options() -> None:
     assert a.etcd_endpoint == "10.0.0.1:2379" and a.cluster == "x"
 
 
+def test_brokers_auto_is_one_per_available_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli.os, "sched_getaffinity", lambda pid: {0, 1, 2, 5}, raising=False)
+    assert parse("up", "--brokers", "auto").brokers == 4
+    with pytest.raises(SystemExit):
+        parse("up", "--brokers", "many")
+
+
 @pytest.mark.parametrize(
     "argv",
     [

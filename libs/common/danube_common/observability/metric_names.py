@@ -148,6 +148,20 @@ ETCD_WATCHES = MetricDef(
     "danube_broker_etcd_watches", "gauge", "etcd watches this broker holds open (broker-wide, not per topic)."
 )
 
+# ---------------------------------------------------------------- broker: registration lease
+LEASE_SURELY_ALIVE = MetricDef(
+    "danube_broker_lease_surely_alive_seconds",
+    "gauge",
+    "How long the registration lease is still surely alive: the ack deadline minus now (0: past it, "
+    "or lost: publishes wait for a renewal, then are refused with OWNERSHIP_UNCERTAIN).",
+)
+LEASE_RENEWAL_FAILURES = MetricDef(
+    "danube_broker_lease_renewal_failures",
+    "counter",
+    "Renewals of the registration lease that failed or got no answer in time (each is retried "
+    "within half a second).",
+)
+
 # ---------------------------------------------------------------- broker: ownership and moves
 OWNERSHIP_ACQUIRED = MetricDef(
     "danube_broker_assignments",
@@ -298,6 +312,13 @@ AUTHZ_DENIED = MetricDef(
     ("code",),
 )
 
+GC_PAUSES = MetricDef(
+    "danube_gc_pause_seconds",
+    "histogram",
+    "Garbage-collection pauses of the service's process, by generation (0 young, 2 full).",
+    ("generation",),
+)
+
 #: Every metric above, in this module's order (the docs and the dashboard are checked against it).
 ALL: tuple[MetricDef, ...] = tuple(v for v in list(globals().values()) if isinstance(v, MetricDef))
 
@@ -348,6 +369,7 @@ SECTIONS: tuple[tuple[str, tuple[MetricDef, ...]], ...] = (
         ),
     ),
     ("Broker: fixed costs", (ASYNCIO_TASKS, ETCD_WATCHES)),
+    ("Broker: registration lease", (LEASE_SURELY_ALIVE, LEASE_RENEWAL_FAILURES)),
     ("Broker: ownership and moves", (OWNERSHIP_ACQUIRED, TOPIC_MOVES)),
     (
         "WAL uploader",
@@ -375,4 +397,5 @@ SECTIONS: tuple[tuple[str, tuple[MetricDef, ...]], ...] = (
     ),
     ("Lookup", (LOOKUPS, PLACEMENTS)),
     ("Every service with auth on", (AUTHZ_DENIED,)),
+    ("Every service", (GC_PAUSES,)),
 )

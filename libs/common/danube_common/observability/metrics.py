@@ -104,7 +104,7 @@ class MetricDef:
 
 def new_registry() -> CollectorRegistry:
     """A service's registry, with the process's CPU, memory and file descriptors
-    (``process_*``).
+    (``process_*``) and garbage-collection pauses (``danube_gc_pause_seconds``).
 
     Counters and histograms are exposed without prometheus_client's ``*_created`` series (a
     creation timestamp per series, doubling their number; Prometheus does not need them): that
@@ -112,6 +112,11 @@ def new_registry() -> CollectorRegistry:
     disable_created_metrics()
     registry = CollectorRegistry(auto_describe=True)
     ProcessCollector(registry=registry)
+    # Imported here: gc_tuning takes its metric's name from metric_names, which imports this.
+    from danube_common.gc_tuning import PAUSES, GcCollector
+
+    PAUSES.install()
+    registry.register(GcCollector())
     return registry
 
 

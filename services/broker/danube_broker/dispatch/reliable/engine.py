@@ -31,15 +31,16 @@ import contextlib
 import logging
 import math
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from danube_broker.dispatch.base import Msg, SubType
 from danube_broker.dispatch.reliable.acks import AckTracker
 from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink, DeadLetterWorker
-from danube_broker.dispatch.reliable.log_port import TopicLogPort
+from danube_broker.dispatch.reliable.log_port import Entry, TopicLogPort
 from danube_broker.dispatch.reliable.pending import Pending, PendingSet, State
 from danube_broker.dispatch.reliable.policy import SubscriptionPolicy
+from danube_broker.dispatch.reliable.recent import RecentMessages
 from danube_broker.stats import Counters, Rate
 from danube_common.errors import DanubeError
 from danube_common.pb import DanubeApi_pb2 as pb
@@ -56,6 +57,8 @@ DEFAULT_READ_BATCH = 256
 READ_MAX_BYTES = 4 << 20
 #: Retry delays after a failed log read (first, cap), in seconds.
 READ_RETRY_FIRST_S = 1.0
+#: How often a dispatcher held back by uncertain ownership looks again.
+HELD_RETRY_S = 0.05
 READ_RETRY_MAX_S = 30.0
 
 
@@ -74,8 +77,16 @@ class SubscriptionEngine:
         max_pending: int = 10_000,
         read_batch: int = DEFAULT_READ_BATCH,
         deliverable: Callable[[], int] | None = None,
+        recent: RecentMessages | None = None,
+        may_deliver: Callable[[], bool] | None = None,
     ) -> None:
         self.sub = sub
+        #: False while the broker is not sure it still owns the topic (its registration lease
+        #: may have expired: a paused process waking up): nothing is delivered then, since what
+        #: it committed meanwhile may not be the topic's history (a new owner reuses offsets).
+        self._may_deliver = may_deliver
+        #: The topic's latest messages as objects (shared: never changed here), or None.
+        self._recent = recent
         self.log = log_
         #: Offsets below this may be delivered (default: the log's durable offset; a ``cloud``
         #: topic delivers only what object storage confirmed).
@@ -95,6 +106,11 @@ class SubscriptionEngine:
         self._generation = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: The last step delivered nothing because ownership was uncertain.
+        self._held = False
+        #: The task waits for a wake-up (nothing of it in progress), until ``_parked_until``.
+        self._parked = False
+        self._parked_until = math.inf
         self.dead_letters = DeadLetterWorker(self, dead_letter)
         # ---- counters
         self.delivered_total = 0
@@ -157,6 +173,27 @@ class SubscriptionEngine:
     def notify(self) -> None:
         self._wake.set()
 
+    def dispatch_now(self) -> None:
+        """Messages were just published: deliver them here, without waking the dispatcher's
+        task, when nothing needs waiting for (the task is parked and the records are in the
+        tail cache); otherwise wake the task. With many quiet topics this saves a task
+        switch per message."""
+        if not self._parked:
+            self._wake.set()
+            return
+        try:
+            added = self._fill_cached()
+        except DanubeError:
+            added = None
+        if added is None:
+            self._wake.set()  # a read from disk, a gap or an error: the task's business
+            return
+        delivered = self.step()
+        if self._held or ((delivered or added) and (self._fresh or self._readable())):
+            self._wake.set()  # more than one pass' worth, or held back: the task's business
+        elif self.next_deadline() < self._parked_until:
+            self._wake.set()  # a timer earlier than the one the task waits for
+
     async def run(self) -> None:
         read_retry_s = READ_RETRY_FIRST_S
         while True:
@@ -190,12 +227,22 @@ class SubscriptionEngine:
                 continue
             if self._wake.is_set():
                 continue
-            delay = self.next_deadline() - self._clock()
+            deadline = self.next_deadline()
+            if self._held:  # ownership uncertain: look again soon (it is renewed, or lost for good)
+                deadline = min(deadline, self._clock() + HELD_RETRY_S)
+            delay = deadline - self._clock()
             if delay <= 0:
                 continue
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(None if math.isinf(delay) else delay):
+            self._parked, self._parked_until = True, deadline
+            try:
+                if math.isinf(delay):
                     await self._wake.wait()
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await self._wake.wait()
+            finally:
+                self._parked = False
 
     # ------------------------------------------------------------------ reading
     def _readable(self) -> bool:
@@ -206,6 +253,23 @@ class SubscriptionEngine:
             and len(self.pending) + len(self._fresh) < self._max_pending
         )
 
+    def _room(self) -> int:
+        return min(
+            self._read_batch - len(self._fresh),
+            self._max_pending - len(self.pending) - len(self._fresh),
+            self._deliverable() - self.read_pos,
+        )
+
+    def _fill_cached(self) -> int | None:
+        """:meth:`fill` from the tail cache only; None if that cannot be done without waiting."""
+        log_ = self.log
+        if self.read_pos < log_.first_offset:
+            return None
+        if not self._readable():
+            return 0
+        entries = log_.read(self.read_pos, self._room(), READ_MAX_BYTES)
+        return None if entries is None else self._add_entries(entries)
+
     async def fill(self) -> int:
         """Top up the read buffer from the log; return how many messages were added."""
         log_ = self.log
@@ -213,19 +277,19 @@ class SubscriptionEngine:
             self._skip_gone(log_.first_offset)
         if not self._readable():
             return 0
-        room = min(
-            self._read_batch - len(self._fresh),
-            self._max_pending - len(self.pending) - len(self._fresh),
-            self._deliverable() - self.read_pos,
-        )
+        room = self._room()
         generation = self._generation
         entries = log_.read(self.read_pos, room, READ_MAX_BYTES)
         if entries is None:
             entries = await log_.read_async(self.read_pos, room, READ_MAX_BYTES)
             if generation != self._generation:
                 return 0  # a seek moved the read position meanwhile
+        return self._add_entries(entries)
+
+    def _add_entries(self, entries: Sequence[Entry]) -> int:
         durable = self._deliverable()
         added = 0
+        recent = self._recent
         for e in entries:
             offset = e.offset
             if offset >= durable:
@@ -234,8 +298,10 @@ class SubscriptionEngine:
                 continue
             if offset > self.read_pos:
                 self._skip_gone(offset)
-            msg = pb.StreamMessage.FromString(e.record)
-            msg.msg_id.topic_offset = offset  # the log's offset is the truth
+            msg = recent.get(offset) if recent is not None else None
+            if msg is None:
+                msg = pb.StreamMessage.FromString(e.record)
+                msg.msg_id.topic_offset = offset  # the log's offset is the truth
             self._fresh.append(msg)
             self.read_pos = offset + 1
             added += 1
@@ -278,6 +344,10 @@ class SubscriptionEngine:
     # ------------------------------------------------------------------ delivery
     def step(self) -> bool:
         """Run due timers and deliver what the consumers' windows allow; True if any was delivered."""
+        if self._may_deliver is not None and not self._may_deliver():
+            self._held = True
+            return False
+        self._held = False
         now = self._clock()
         self._expire(now)
         free = sum(max(0, c.free) for c in self.sub.consumers.values() if c.routable)
@@ -290,7 +360,12 @@ class SubscriptionEngine:
             limit = free + self.pending.ready + len(self._fresh)
         redeliver = self.pending.take_ready(limit, below=self.pending.blocked_at)
         for p in redeliver:
-            p.msg.redelivery_count = p.deliveries
+            if p.msg.redelivery_count != p.deliveries:
+                # A copy: the message object may be shared with the topic's other subscriptions.
+                copy = pb.StreamMessage()
+                copy.CopyFrom(p.msg)
+                copy.redelivery_count = p.deliveries
+                p.msg = copy
         fresh = self._take_fresh(limit - len(redeliver))
         candidates = [p.msg for p in redeliver] + fresh if redeliver else fresh
         if not candidates:
@@ -399,7 +474,7 @@ class SubscriptionEngine:
             self.pending.remove_many(new)
             if self.acks.ack_many(new):
                 self._on_cursor()
-        self.notify()
+        self._notify_if_waiting()
 
     def ack_through(self, offset: int) -> None:
         """Cumulative ack: everything <= ``offset``."""
@@ -411,7 +486,14 @@ class SubscriptionEngine:
         self.acks_total += 1
         if self.acks.ack_through(offset):
             self._on_cursor()
-        self.notify()
+        self._notify_if_waiting()
+
+    def _notify_if_waiting(self) -> None:
+        """After acks: wake the dispatcher only if something waits to be delivered (the acks may
+        have opened a window it was held by). With nothing to deliver, the next publish wakes it:
+        one wake-up per message instead of two."""
+        if self._fresh or self.pending.ready or self.read_pos < self._deliverable():
+            self.notify()
 
     def nack(self, offset: int, *, delay_ms: int | None = None, reason: str = "") -> None:
         """A consumer could not process ``offset``: redeliver after ``delay_ms`` or the backoff."""
