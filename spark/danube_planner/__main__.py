@@ -7,7 +7,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from danube_common import gc_tuning
 from danube_common.config import load_config, split_list
 from danube_common.errors import ConfigError
 from danube_common.logs import setup_logging
@@ -17,6 +16,7 @@ from danube_common.service import (
     check_security_files,
     common_flags,
     run_main,
+    tune_process,
 )
 from danube_planner.app import run
 from danube_planner.config import PlannerConfig
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     setup_logging(cfg.log_level, service=cfg.candidate_id)
-    gc_tuning.tune(cfg.gc)  # no freeze: a planner cycle's objects are short-lived
+    tune_process(cfg)  # gc: no freeze (serving() is not called): a cycle's objects are short-lived
     with process_tracing(
         "danube-planner", instance_id=cfg.candidate_id, attributes={"service.namespace": cfg.etcd.cluster}
     ) as ok:

@@ -116,6 +116,11 @@ class ServiceConfig(Frozen):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     #: The process's garbage collector (thresholds, freezing start-up objects).
     gc: GcConfig = Field(default_factory=GcConfig)
+    #: How long a thread may hold the GIL while another waits for it (CPython's default: 5 ms).
+    #: The WAL's commit threads and the lease renewal thread need it for a few microseconds
+    #: after each system call; with the default, a busy event loop made each of them wait up to
+    #: 5 ms per call (docs/benchmarks.md). 0 keeps the interpreter's setting.
+    gil_switch_interval_ms: float = Field(default=0.1, ge=0)
 
     @field_validator("bootstrap_namespaces")
     @classmethod
@@ -450,13 +455,21 @@ def service_main(
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
     setup_logging(cfg.log_level, service=name(cfg))
-    gc_tuning.tune(cfg.gc)
+    tune_process(cfg)
     with process_tracing(
         service, instance_id=name(cfg), attributes={"service.namespace": cfg.etcd.cluster}
     ) as ok:
         if not ok:
             return 2
         return run_main(lambda: run(cfg), etcd_endpoints=cfg.etcd.endpoints, fatal=fatal)
+
+
+def tune_process(cfg: ServiceConfig) -> None:
+    """The interpreter settings of a service process: its garbage collector and the GIL's
+    switch interval (at start, by the service's command; not when embedded in a program)."""
+    gc_tuning.tune(cfg.gc)
+    if cfg.gil_switch_interval_ms:
+        sys.setswitchinterval(cfg.gil_switch_interval_ms / 1000.0)
 
 
 def run_main(

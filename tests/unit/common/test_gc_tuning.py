@@ -1,8 +1,10 @@
-"""The service processes' garbage-collector settings and the pause histogram."""
+"""The service processes' interpreter settings (garbage collector, GIL switch interval) and the
+GC pause histogram."""
 
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +13,7 @@ from prometheus_client import generate_latest
 from danube_common import gc_tuning
 from danube_common.gc_tuning import GcCollector, GcConfig, PauseRecorder
 from danube_common.observability.metrics import new_registry
+from danube_common.service import ServiceConfig, tune_process
 
 
 @pytest.fixture
@@ -86,3 +89,14 @@ def test_zero_leaves_the_interpreters_thresholds(restore_gc: None) -> None:
     gc_tuning.tune(GcConfig(young_threshold_objects=0, freeze_at_start=False))
     gc_tuning.serving(GcConfig(young_threshold_objects=0, freeze_at_start=False))
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_a_service_process_takes_the_configured_switch_interval(restore_gc: None) -> None:
+    before = sys.getswitchinterval()
+    try:
+        tune_process(ServiceConfig(gil_switch_interval_ms=0.25, gc=GcConfig(young_threshold_objects=0)))
+        assert sys.getswitchinterval() == pytest.approx(0.00025)
+        tune_process(ServiceConfig(gil_switch_interval_ms=0, gc=GcConfig(young_threshold_objects=0)))
+        assert sys.getswitchinterval() == pytest.approx(0.00025), "0 leaves it"
+    finally:
+        sys.setswitchinterval(before)
