@@ -116,11 +116,11 @@ class ServiceConfig(Frozen):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     #: The process's garbage collector (thresholds, freezing start-up objects).
     gc: GcConfig = Field(default_factory=GcConfig)
-    #: How long a thread may hold the GIL while another waits for it (CPython's default: 5 ms).
-    #: The WAL's commit threads and the lease renewal thread need it for a few microseconds
-    #: after each system call; with the default, a busy event loop made each of them wait up to
-    #: 5 ms per call (docs/benchmarks.md). 0 keeps the interpreter's setting.
-    gil_switch_interval_ms: float = Field(default=0.1, ge=0)
+    #: How long a thread may hold the GIL while another waits for it; 0 (default) keeps
+    #: CPython's 5 ms. Shorter lets the WAL's commit threads take the GIL back sooner after each
+    #: system call, but costs the event loop more switches: on the broker 0.1 ms measured worse
+    #: and 1 ms no better than the default (docs/benchmarks.md, "the GIL convoy").
+    gil_switch_interval_ms: float = Field(default=0.0, ge=0)
 
     @field_validator("bootstrap_namespaces")
     @classmethod
