@@ -63,6 +63,42 @@ READ_RETRY_MAX_S = 30.0
 
 
 class SubscriptionEngine:
+    #: Slots: one engine per subscription, thousands per broker (a dict per instance costs ~1 KiB).
+    __slots__ = (
+        "_clock",
+        "_deliverable",
+        "_fresh",
+        "_generation",
+        "_held",
+        "_max_pending",
+        "_may_deliver",
+        "_on_cursor",
+        "_parked",
+        "_parked_until",
+        "_read_batch",
+        "_recent",
+        "_task",
+        "_topic_counters",
+        "_wake",
+        "ack_timeouts_total",
+        "acks",
+        "acks_total",
+        "dead_lettered_total",
+        "dead_letters",
+        "delivered_total",
+        "dropped_total",
+        "log",
+        "nacks_total",
+        "pending",
+        "policy",
+        "rate_out",
+        "read_error",
+        "read_pos",
+        "redelivered_total",
+        "skipped_total",
+        "sub",
+    )
+
     def __init__(
         self,
         sub: Subscription,
