@@ -35,7 +35,6 @@ from pydantic import Field, field_validator
 from danube_common import gc_tuning
 from danube_common.config import EtcdConfig, Frozen, split_list
 from danube_common.errors import ConfigError, DanubeError, InvalidNamespaceName, MetadataUnavailable, Timeout
-from danube_common.gc_tuning import GcConfig
 from danube_common.grpc_util import SERVER_OPTIONS, new_server
 from danube_common.keys import Keys
 from danube_common.logs import setup_logging
@@ -115,7 +114,7 @@ class ServiceConfig(Frozen):
     #: What ``/metrics`` shows (the per-topic series bound).
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     #: The process's garbage collector (thresholds, freezing start-up objects).
-    gc: GcConfig = Field(default_factory=GcConfig)
+    gc: gc_tuning.GcConfig = Field(default_factory=gc_tuning.GcConfig)
     #: How long a thread may hold the GIL while another waits for it; 0 (default) keeps
     #: CPython's 5 ms. Shorter lets the WAL's commit threads take the GIL back sooner after each
     #: system call, but costs the event loop more switches: on the broker 0.1 ms measured worse
