@@ -32,6 +32,7 @@ from danube_sdk.client import DanubeClient
 from danube_sdk.consumer import Consumer
 from danube_sdk.errors import ClientClosed, ClientTimeout, PermissionDenied, Unauthenticated
 from danube_sdk.producer import Producer
+from danube_sdk.reader import Reader
 from danube_sdk.routing import fnv1a64
 from danube_sdk.schema_registry import (
     CompatibilityCheck,
@@ -43,6 +44,7 @@ from danube_sdk.schema_registry import (
     TopicSchemaConfig,
 )
 from danube_sdk.schemas import AvroSchema, JsonSchema, ProtobufSchema, Schema, SchemaReference
+from danube_sdk.start_position import StartPosition
 from danube_sdk.types import (
     AccessMode,
     DispatchStrategy,
@@ -70,6 +72,7 @@ __all__ = [
     "PermissionDenied",
     "Producer",
     "ProtobufSchema",
+    "Reader",
     "RegisteredSchema",
     "RoutingMode",
     "Schema",
@@ -77,6 +80,7 @@ __all__ = [
     "SchemaReference",
     "SchemaRegistryClient",
     "SchemaVersion",
+    "StartPosition",
     "SubType",
     "SubjectSummary",
     "TlsOptions",
