@@ -4,6 +4,7 @@ the live tail, nothing stored in etcd, no hold on retention, and a topic move in
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from danube_common.metadata.etcd import EtcdStore
 from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 from danube_sdk import ClientTimeout, DanubeClient, DispatchStrategy, InitialPosition, Reader, StartPosition
+from danube_sdk.cli.produce_consume import build_parser, run_consume
 from danube_sdk.producer import Producer
 from tests.integration.test_broker_grpc import Broker
 from tests.integration.test_reliable_dispatch import reliable_broker, stop
@@ -196,3 +198,24 @@ async def test_a_reader_continues_across_a_topic_move(
         assert reader.skipped == {}
         assert reader._consumer._parts[topic].broker_url == b.info.url, "re-attached at the new owner"
         await reader.close()
+
+
+async def test_danube_cli_consume_reader(
+    brokers: tuple[Broker, Broker], etcd_store: EtcdStore, cluster_name: str
+) -> None:
+    topic = f"/default/{unique('rdcli')}"
+    url = brokers[0].info.url
+    async with DanubeClient(url) as client:
+        producer = await reliable_producer(client, topic)
+        for i in range(3):
+            await producer.send(f"m{i}".encode())
+    out, err = io.StringIO(), io.StringIO()
+    args = build_parser({}).parse_args(
+        ["consume", "-s", url, "-t", topic, "--reader", "--start", "1", "-c", "2"]
+    )
+    assert await run_consume(args, out=out, err=err, stop=asyncio.Event()) == 0
+    assert out.getvalue().splitlines() == ["1 - m1 -", "2 - m2 -"]
+    assert f"reading {topic} from offset 1 as reader" in err.getvalue()
+    assert "received 2 messages" in err.getvalue()
+    kvs, _ = await etcd_store.get_prefix(Keys(cluster_name).subscriptions_prefix(TopicName.parse(topic)))
+    assert kvs == []
