@@ -14,6 +14,7 @@ from danube_common.errors import InvalidArgument, TopicNotFound
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_sdk import StartPosition
 from danube_sdk.cli.produce_consume import build_parser
+from danube_sdk.errors import ClientClosed
 from danube_sdk.options import ClientOptions, ConsumerOptions
 from danube_sdk.receive_queue import ReceiveQueue
 from danube_sdk.sync._runner import LoopThread, call
@@ -150,3 +151,5 @@ def test_the_loop_thread_starts_lazily_and_stops_with_its_last_user() -> None:
     lt.release()
     thread.join(5)
     assert not thread.is_alive() and not lt.running and loop.is_closed()
+    with pytest.raises(ClientClosed):  # a wrapper kept after its client closed
+        call(loop, where())

@@ -19,6 +19,8 @@ import weakref
 from collections.abc import Coroutine
 from typing import Any, Protocol, TypeVar
 
+from danube_sdk.errors import ClientClosed
+
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
@@ -99,6 +101,9 @@ def call(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, R]) -> R:
     An interrupt while waiting (KeyboardInterrupt) cancels the coroutine. Calling from the
     loop's own thread would wait forever: that raises RuntimeError instead.
     """
+    if loop.is_closed():  # its client was closed (the last one stops the loop)
+        coro.close()
+        raise ClientClosed("the client is closed")
     if _on_loop_thread(loop):
         coro.close()
         raise RuntimeError(
