@@ -117,22 +117,26 @@ class Producer(Generic[T]):
         if self._wake is not None:
             self._wake.set()
 
-    def _take(self) -> _Item | None:
+    def _take(self) -> list[_Item]:
+        """Everything queued now, in order ([] when nothing: the next send wakes the pump)."""
         with self._lock:
-            if not self._inbox:
+            inbox = self._inbox
+            if not inbox:
                 self._wake_pending = False
-                return None
-            item = self._inbox.popleft()
-        self._room.release()
-        return item
+                return []
+            items = list(inbox)
+            inbox.clear()
+        self._room.release(len(items))
+        return items
 
     async def _run(self) -> None:
         assert self._wake is not None
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while (item := self._take()) is not None:
-                await self._hand_over(item)
+            while items := self._take():
+                for item in items:
+                    await self._hand_over(item)
             if self._stopping:
                 return
 
