@@ -16,6 +16,7 @@ from danube_common.errors import FailedPrecondition
 from danube_common.etcd_server import EtcdProcess
 from danube_common.keys import Keys
 from danube_common.metadata.etcd import EtcdStore
+from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 from danube_sdk import ClientTimeout, DanubeClient, DispatchStrategy, InitialPosition, Reader, StartPosition
@@ -223,3 +224,67 @@ async def test_danube_cli_consume_reader(
     assert "received 2 messages" in err.getvalue()
     kvs, _ = await etcd_store.get_prefix(Keys(cluster_name).subscriptions_prefix(TopicName.parse(topic)))
     assert kvs == []
+
+
+async def test_a_reader_that_never_streams_expires_with_its_consumer(
+    etcd_server: EtcdProcess, cluster_name: str, tmp_path: Path
+) -> None:
+    b = await reliable_broker(
+        etcd_server, cluster_name, tmp_path / "x", consumer_reconnect_grace_s=0.3, sweep_interval_s=0.1
+    )
+    topic = f"/default/{unique('rdgone')}"
+    try:
+        async with DanubeClient(b.info.url) as client:
+            await (await reliable_producer(client, topic)).send(b"x")
+        # A reader's Subscribe from a client that dies before it opens a stream.
+        resp = await b.consumers.Subscribe(
+            pb.ConsumerRequest(
+                topic_name=topic, consumer_name="r", subscription="r", reader=pb.ReaderStart(earliest=True)
+            ),
+            timeout=10,
+        )
+        assert resp.reader_start_offset == 0
+        subs = b.registry.topics[topic].subscriptions
+        assert subs["r"].non_durable
+        await wait_until(lambda: "r" not in subs, timeout_s=10, what="the reader expired with its consumer")
+        assert resp.consumer_id not in b.registry.consumers
+    finally:
+        await stop(b)
+
+
+async def test_a_move_waits_for_an_attached_reader_to_catch_up(
+    brokers: tuple[Broker, Broker], etcd_store: EtcdStore, cluster_name: str
+) -> None:
+    """Without object storage the new owner has only what is published from the move on: the
+    draining move waits for an attached reader as for a durable subscription."""
+    topic = f"/default/{unique('rdlag')}"
+    res = Resources(etcd_store, Keys(cluster_name))
+    async with DanubeClient(brokers[0].info.url, operation_timeout_s=30) as client:
+        producer = await reliable_producer(client, topic)
+        await producer.send_many([f"m{i}".encode() for i in range(100)])
+        reader = await client.create_reader(topic, start="earliest", receiver_queue_size=10)
+        assert await read(reader, 5) == [(i, f"m{i}".encode()) for i in range(5)]
+        t = TopicName.parse(topic)
+        a = owner(brokers, topic)
+        (b,) = [x for x in brokers if x is not a]
+        own = await res.get_owner(t)
+        assert own is not None
+        assert await res.mark_moving(own, b.cfg.broker_id) is not None
+        got = []
+        for _ in range(95):  # slowly: the move must wait for every one of them
+            moved = await _owner_is(res, t, b.cfg.broker_id)
+            assert not moved, f"the topic moved with the reader at offset {len(got) + 5}"
+            got.append((await reader.receive(timeout_s=10)).offset)
+        assert got == list(range(5, 100))
+        await wait_until(
+            lambda: _owner_is(res, t, b.cfg.broker_id), timeout_s=20, what="moved once caught up"
+        )
+        await producer.send(b"after")
+        msg = await reader.receive(timeout_s=20)
+        assert (msg.offset, msg.payload) == (100, b"after")
+        assert reader.skipped == {}
+
+
+async def _owner_is(res: Resources, t: TopicName, broker_id: str) -> bool:
+    own = await res.get_owner(t)
+    return own is not None and own.broker_id == broker_id and not own.moving_to
