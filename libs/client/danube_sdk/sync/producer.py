@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import threading
 from collections import deque
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from danube_sdk.errors import ClientClosed
@@ -92,9 +93,13 @@ class Producer(Generic[T]):
         """Send one message and wait for the broker's acknowledgement; return its id."""
         return self.send_async(value, properties=properties, key=key).result()
 
-    def send_many(self, values: list[T], *, properties: dict[str, str] | None = None) -> list[MessageId]:
-        """Send all, pipelined; their ids in order (the first failure is raised)."""
-        futs = [self.send_async(v, properties=properties) for v in values]
+    def send_many(
+        self, values: Iterable[T], *, properties: dict[str, str] | None = None, key: str | None = None
+    ) -> list[MessageId]:
+        """Send all, pipelined; their ids in order once all are acknowledged (the first failure
+        is raised after all have finished)."""
+        futs = [self.send_async(v, properties=properties, key=key) for v in values]
+        concurrent.futures.wait(futs)
         return [f.result() for f in futs]
 
     def flush(self) -> None:
