@@ -193,8 +193,9 @@ def test_reader_and_the_loop_thread_lifecycle(cluster: LocalCluster) -> None:
 _SCRIPT = """
 import sys
 from danube_sdk.sync import DanubeClient, DispatchStrategy
-client = DanubeClient(sys.argv[1])
-producer = client.create_producer(sys.argv[2], dispatch_strategy=DispatchStrategy.RELIABLE)
+producer = DanubeClient(sys.argv[1]).create_producer(  # the client itself is not even kept
+    sys.argv[2], dispatch_strategy=DispatchStrategy.RELIABLE
+)
 for i in range(200):
     producer.send_async(f"m{i}".encode())
 print("queued", flush=True)

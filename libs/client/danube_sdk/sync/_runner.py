@@ -15,7 +15,6 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
-import weakref
 from collections.abc import Coroutine
 from typing import Any, Protocol, TypeVar
 
@@ -132,8 +131,9 @@ def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
 
 #: The process's loop thread, shared by every blocking client.
 LOOP = LoopThread()
-#: Open blocking clients, closed at interpreter exit (their producers flushed).
-OPEN_CLIENTS: weakref.WeakSet[_Closeable] = weakref.WeakSet()
+#: Open blocking clients, closed at interpreter exit (their producers flushed). Held strongly:
+#: a client dropped without ``close()`` (its producers still in use) is closed at exit too.
+OPEN_CLIENTS: set[_Closeable] = set()
 
 
 @atexit.register
