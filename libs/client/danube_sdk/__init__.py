@@ -17,6 +17,10 @@ Typed values with the schema registry (see danube_sdk.schemas):
     consumer = await client.subscribe("/default/orders", subscription="s", schema=schema)
     order = (await consumer.receive()).value()
 
+A reader (a reliable topic from a position, nothing stored): ``await
+client.create_reader("/default/t", start="earliest")``. The blocking API for scripts, threads and
+WSGI apps is :mod:`danube_sdk.sync` (the same names).
+
 A secured cluster (TLS, a client certificate for mTLS, a JWT on every call):
 
     client = DanubeClient(
