@@ -8,6 +8,7 @@ import io
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ from danube_sdk import ClientTimeout, DanubeClient, DispatchStrategy, InitialPos
 from danube_sdk.cli.produce_consume import build_parser, run_consume
 from danube_sdk.producer import Producer
 from tests.integration.test_broker_grpc import Broker
-from tests.integration.test_reliable_dispatch import reliable_broker, stop
+from tests.integration.test_reliable_dispatch import receive, reliable_broker, stop
 from tests.support import unique, wait_until
 
 pytestmark = pytest.mark.integration
@@ -288,3 +289,39 @@ async def test_a_move_waits_for_an_attached_reader_to_catch_up(
 async def _owner_is(res: Resources, t: TopicName, broker_id: str) -> bool:
     own = await res.get_owner(t)
     return own is not None and own.broker_id == broker_id and not own.moving_to
+
+
+async def test_a_reader_reattaching_where_it_stopped_gets_no_redelivered_copies(
+    brokers: tuple[Broker, Broker],
+) -> None:
+    """The broker's side of a re-attach: what the broken stream held (delivered, unacked) is not
+    redelivered below the offset the reader asks for, even when that is the engine's read
+    position (the SDK would drop such copies unacknowledged, and hold its window and a move)."""
+    topic = f"/default/{unique('rdre')}"
+    async with DanubeClient(brokers[0].info.url) as client:
+        producer = await reliable_producer(client, topic)
+        await producer.send_many([f"m{i}".encode() for i in range(10)])
+        b = owner(brokers, topic)
+
+        async def attach(start: pb.ReaderStart) -> tuple[int, Any]:
+            resp = await b.consumers.Subscribe(
+                pb.ConsumerRequest(topic_name=topic, consumer_name="r", subscription="r", reader=start),
+                timeout=10,
+            )
+            return resp.consumer_id, b.consumers.ReceiveBatches(
+                pb.ReceiveBatchRequest(consumer_id=resp.consumer_id)
+            )
+
+        cid, stream = await attach(pb.ReaderStart(earliest=True))
+        assert [m.msg_id.topic_offset for m in await receive(stream, 10)] == list(range(10))
+        stream.cancel()  # broken before the reader acknowledged anything
+        engine = b.registry.topics[topic].subscriptions["r"].engine
+        assert engine is not None
+        await wait_until(lambda: not b.registry.consumers[cid].connected, what="the stream seen closed")
+        cid2, stream2 = await attach(pb.ReaderStart(offset=10))
+        assert cid2 == cid
+        await producer.send(b"m10")
+        first = (await receive(stream2, 1))[0]
+        assert first.msg_id.topic_offset == 10, "no copy of 0..9 before the reader's next offset"
+        assert engine.backlog() == 1 and engine.cursor == 9
+        stream2.cancel()

@@ -819,6 +819,7 @@ class ReliableTopic:
                 f"{subscription!r} is a durable subscription of {self.topic.name}; a reader needs a name "
                 "of its own (readers are not stored)"
             )
+        existing = sub is not None
         if sub is None:
             sub = self._add_subscription(
                 subscription, SubType.EXCLUSIVE, cursor=offset - 1, policy=READER_POLICY, durable=False
@@ -839,8 +840,11 @@ class ReliableTopic:
             now=now,
             window=window,
         )
-        if sub.engine is not None and sub.engine.read_pos != offset:
-            offset = sub.engine.seek(offset)  # re-attaching: continue where the reader asks
+        if existing and sub.engine is not None:
+            # Re-attaching: continue where the reader asks. Always a seek, even at the engine's
+            # read position: what the old stream held is queued for redelivery below it, and the
+            # reader would drop those copies without acknowledging them.
+            offset = sub.engine.seek(offset)
         sub.reader_start = offset
         return consumer
 
