@@ -311,6 +311,7 @@ async def _serve(
             interval_s=cfg.load_report_interval_s,
             max_topics=cfg.load_report_max_topics,
             history=history,
+            full_refresh_every=max(1, round(cfg.load_report_full_refresh_s / cfg.load_report_interval_s)),
         )
         await reporter.publish()
         loops[asyncio.create_task(reporter.run(), name="load-report")] = "the load reporter"

@@ -950,9 +950,9 @@ class ReliableTopic:
         """Cut the local log below what every subscription durably acknowledged (retention
         permitting; with object storage, never above the uploader's checkpoint)."""
         log_ = self.local
-        stats = log_.stats()
-        if stats.segments <= 1:
+        if log_.segment_count <= 1:
             return  # only sealed segments are ever cut, and there is none (an idle topic's usual case)
+        stats = log_.stats()
         pol = self.policies
         acked = [c + 1 for c in self._persisted.values()]
         time_point = None

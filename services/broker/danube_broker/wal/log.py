@@ -248,6 +248,11 @@ class TopicLog:
         return self._durability
 
     @property
+    def segment_count(self) -> int:
+        """Segments on disk: the sealed ones and the active one (cheap; no stats snapshot)."""
+        return self._store.segment_count
+
+    @property
     def failed_commits(self) -> int:
         """Commits that failed so far (each failed its batches and every batch queued behind)."""
         return self._failed_commits
