@@ -10,12 +10,14 @@ lateness distribution.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import statistics
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,6 +134,15 @@ async def test_exclusive_subscriptions_deliver_in_order_at_once(cluster: LocalCl
     assert got[1][1] < got[1][0].deliver_at_ms
 
 
+def admin_json(cluster: LocalCluster, *args: str) -> Any:
+    r = subprocess.run(
+        [cli("danube-admin"), "--admin-url", cluster.admin_url, "-o", "json", *args],
+        capture_output=True, text=True, timeout=30, env=subprocess_env(),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
 async def owner_of(res: Resources, topic: str) -> str:
     own = await res.get_owner(TopicName.parse(topic))
     assert own is not None
@@ -152,6 +163,9 @@ async def pending_through(cluster: LocalCluster, fault: str) -> None:
         first = await collect(consumer, 2, timeout_s=20)
         assert sorted(m.payload for m, _ in first) == [b"after", b"before"]
         await consumer.flush_acks()
+        stats = await asyncio.to_thread(admin_json, cluster, "topics", "stats", topic)
+        (sub,) = stats["subscriptions"]
+        assert sub["delayed"] == 10 and sub["backlog"] == 10, sub  # held, unacknowledged
         owner = await owner_of(res, topic)
         started = time.monotonic()
         if fault == "kill9":
