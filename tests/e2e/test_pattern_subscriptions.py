@@ -48,6 +48,14 @@ async def test_a_list_of_topics_is_one_fair_consumer(cluster: LocalCluster) -> N
             [a, b], subscription="s", initial_position=InitialPosition.EARLIEST, receiver_queue_size=60
         )
         assert consumer.topics == [a, f"{b}-part-0", f"{b}-part-1"]
+        # The merge is fair among topics with buffered messages: wait until every topic's stream
+        # has started (a slow start of one is not unfairness), then check the turns.
+        queue = consumer._queue
+        await wait_until(
+            lambda: all(queue.buffered(t) for t in consumer.topics),
+            timeout_s=30,
+            what="every topic streaming",
+        )
         got = []
         while len(got) < 600:
             for msg in await consumer.receive_many(50, timeout_s=30):
@@ -57,10 +65,11 @@ async def test_a_list_of_topics_is_one_fair_consumer(cluster: LocalCluster) -> N
     assert sorted(m.payload for m in got) == sorted(
         [b"a%d" % i for i in range(300)] + [b"b%d" % i for i in range(300)]
     )
-    # Fair merge: topic a (one stream) is not starved by b's two partitions, nor the reverse.
+    # Fair merge, one message per topic in turn: a (one topic) gets about a third, not starved by
+    # b's two partitions, nor the reverse.
     first = Counter(m.topic == a for m in got[:150])
     print(f"\nfirst 150 messages: {first[True]} from {a}, {first[False]} from {b}'s partitions")
-    assert first[True] >= 30 and first[False] >= 30
+    assert 35 <= first[True] <= 65
     # Order within each topic is kept.
     for t in consumer.topics:
         offsets = [m.offset for m in got if m.topic == t]
