@@ -373,6 +373,8 @@ class SubscriptionEngine:
         from the read if it is acknowledged already)."""
         if self.acks.is_acked(offset):
             return True
+        if self.pending.get(offset) is not None:
+            return False  # already tracked (a dead-letter copy in flight across a seek)
         due = due_monotonic(msg.deliver_at_ms, wall_now_s=self._wall_clock(), mono_now=self._clock())
         if due is None:
             return False

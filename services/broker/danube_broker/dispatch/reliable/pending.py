@@ -203,8 +203,9 @@ class PendingSet:
         heapq.heappush(self._waiting, (due, p.token, p.offset))
 
     def delay(self, p: Pending, due: float) -> None:
-        """A never-delivered message held until ``due`` (delayed delivery): DELAYED."""
-        self._by_offset.setdefault(p.offset, p)
+        """A never-delivered message held until ``due`` (delayed delivery): DELAYED. ``p`` must
+        be new (no record of its offset yet)."""
+        self._by_offset[p.offset] = p
         self._release(p)
         self._next_token += 1
         p.token = self._next_token
