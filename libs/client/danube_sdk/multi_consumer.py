@@ -152,6 +152,15 @@ class MultiTopicConsumer(Consumer[T]):
     async def _start(self) -> None:
         await super()._start()
         self._watch_task = asyncio.create_task(self._watch(), name=f"danube-topics {self.topic}")
+        self._watch_task.add_done_callback(self._watch_ended)
+
+    def _watch_ended(self, task: asyncio.Task[None]) -> None:
+        """The watch task only ends by cancellation; a crash ends the consumer loudly."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        log.error("consumer %s (%s): following its topics failed: %r", self.consumer_name, self.topic, exc)
+        self._queue.fail(ClientClosed(f"consumer {self.consumer_name} on {self.topic} stopped: {exc!r}"))
 
     # ---- membership
     def _part_failed(self, part: TopicConsumer, err: DanubeError) -> bool:
