@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import io
+import json
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -175,3 +179,30 @@ def test_consume_topic_flags() -> None:
     assert args.pattern == "/default/orders-.*" and args.topics is None
     with pytest.raises(SystemExit):
         parse("consume", "-m", "s", "--topics", "/default/a", "--pattern", "/default/.*")
+
+
+async def test_cli_consumes_a_list_and_produces_with_a_due_time(cluster: FakeCluster) -> None:
+    from danube_sdk.cli.produce_consume import run_consume, run_produce
+
+    a, b = "/default/cli-a", "/default/cli-b"
+    cluster.create_topic(a)
+    cluster.create_topic(b)
+    out, err = io.StringIO(), io.StringIO()
+    args = parse(
+        "consume", "-s", cluster.service_url, "--topics", f"{a},{b}", "-m", "s", "-c", "2", "--output", "json"
+    )
+    task = asyncio.create_task(run_consume(args, out=out, err=err, stop=asyncio.Event()))
+    await wait_until(
+        lambda: "s" in cluster.topics[a].subs and "s" in cluster.topics[b].subs, what="subscribed"
+    )
+    for topic in (a, b):
+        produced = parse(
+            "produce", "-s", cluster.service_url, "-t", topic, "-m", "hi", "--deliver-after", "1h"
+        )
+        assert await run_produce(produced, out=io.StringIO(), err=io.StringIO(), stop=asyncio.Event()) == 0
+    assert await task == 0
+    docs = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert sorted(d["topic"] for d in docs) == [a, b]
+    # About an hour ahead (the fake broker does not hold messages back).
+    assert all(d["deliver_at_ms"] > time.time() * 1000 + 3_500_000 for d in docs)
+    assert f"consuming {a},{b}" in err.getvalue()
