@@ -152,6 +152,9 @@ REQUESTS: dict[str, Builder] = {
     ),
     f"{_API}Discovery/TopicLookup": lambda e: pb.TopicLookupRequest(request_id=next(_seq), topic=e.topic),
     f"{_API}Discovery/TopicPartitions": lambda e: pb.TopicLookupRequest(request_id=next(_seq), topic=e.topic),
+    f"{_API}Discovery/NamespaceTopics": lambda e: pb.NamespaceTopicsRequest(
+        request_id=next(_seq), namespace="default"
+    ),
     f"{_API}HealthCheck/HealthCheck": lambda e: pb.HealthCheckRequest(
         request_id=next(_seq), client=pb.HealthCheckRequest.Producer, id=e.producer_id
     ),

@@ -31,6 +31,7 @@ from danube_sdk.auth import TlsOptions, TokenSupplier
 from danube_sdk.client import DanubeClient
 from danube_sdk.consumer import Consumer
 from danube_sdk.errors import ClientClosed, ClientTimeout, PermissionDenied, Unauthenticated
+from danube_sdk.multi_consumer import MultiTopicConsumer
 from danube_sdk.producer import Producer
 from danube_sdk.routing import fnv1a64
 from danube_sdk.schema_registry import (
@@ -67,6 +68,7 @@ __all__ = [
     "JsonSchema",
     "Message",
     "MessageId",
+    "MultiTopicConsumer",
     "PermissionDenied",
     "Producer",
     "ProtobufSchema",

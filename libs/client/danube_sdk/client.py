@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar, overload
 
 from danube_common.errors import DanubeError, InvalidArgument, TopicNotFound
 from danube_common.topic_name import TopicName
+from danube_sdk import multi_consumer
 from danube_sdk.auth import ChannelSecurity, TlsOptions, TokenSupplier
 from danube_sdk.connection import Connections
 from danube_sdk.consumer import Consumer
@@ -284,6 +285,58 @@ class DanubeClient:
             decode=schema.decode if schema is not None else None,
         )
         await consumer._start()
+        consumer.on_closed = self._consumers.discard
+        self._consumers.add(consumer)
+        return consumer
+
+    async def subscribe_many(
+        self,
+        topics: Sequence[str] | None = None,
+        *,
+        pattern: str | None = None,
+        subscription: str,
+        schema: Schema[Any] | None = None,
+        consumer_name: str | None = None,
+        sub_type: SubType = SubType.SHARED,
+        key_filters: Iterable[str] = (),
+        receiver_queue_size: int = 1000,
+        ack_batch_size: int = 1000,
+        ack_flush_interval_ms: float = 5.0,
+        initial_position: InitialPosition = InitialPosition.LATEST,
+        max_unacked_messages: int = 0,
+        refresh_interval_s: float = multi_consumer.DEFAULT_REFRESH_INTERVAL_S,
+    ) -> multi_consumer.MultiTopicConsumer[Any]:
+        """Subscribe to many topics as one consumer: a list (``topics``, each must exist), or every
+        topic of one namespace matching ``pattern`` (``/namespace/REGEX``), followed as topics are
+        created and deleted (listed every ``refresh_interval_s``). Messages of all topics are
+        merged fairly; options as :meth:`subscribe`. See :mod:`danube_sdk.multi_consumer`.
+        """
+        self._check_open()
+        if not subscription:
+            raise ValueError("subscription is required")
+        for t in topics if topics is not None and not isinstance(topics, str) else ():
+            TopicName.parse(t)
+        opts = ConsumerOptions(
+            sub_type=SubType(sub_type),
+            key_filters=tuple(key_filters),
+            receiver_queue_size=receiver_queue_size,
+            ack_batch_size=ack_batch_size,
+            ack_flush_interval_ms=ack_flush_interval_ms,
+            initial_position=InitialPosition(initial_position),
+            max_unacked_messages=max_unacked_messages,
+        )
+        consumer = await multi_consumer.create(
+            self._conns,
+            self._opts,
+            topics=topics,
+            pattern=pattern,
+            subscription=subscription,
+            name=consumer_name or f"consumer-{uuid.uuid4().hex[:12]}",
+            opts=opts,
+            decode=schema.decode if schema is not None else None,
+            partitions_of=self.topic_partitions,
+            refresh_interval_s=refresh_interval_s,
+        )
         consumer.on_closed = self._consumers.discard
         self._consumers.add(consumer)
         return consumer

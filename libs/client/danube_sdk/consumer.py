@@ -271,8 +271,11 @@ class Consumer(Generic[T]):
 
         async def one(topic: str, offsets: list[int]) -> None:
             nonlocal ok
+            part = self._parts.get(topic)
+            if part is None:
+                return  # a multi-topic consumer dropped the topic (deleted): nothing to ack
             try:
-                await self._parts[topic].ack_batch(offsets)
+                await part.ack_batch(offsets)
             except DanubeError as err:
                 if err.retryable and self._closed is None:
                     self._acks.add_many(topic, offsets)

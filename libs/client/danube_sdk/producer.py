@@ -7,9 +7,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from danube_common.errors import DanubeError, MessageTooLarge
+from danube_sdk import delivery
 from danube_sdk.connection import Connections
 from danube_sdk.errors import ClientClosed
 from danube_sdk.options import ClientOptions, ProducerOptions
@@ -114,7 +116,13 @@ class Producer(Generic[T]):
     # ------------------------------------------------------------------ sending
 
     async def send_async(
-        self, value: T, *, properties: dict[str, str] | None = None, key: str | None = None
+        self,
+        value: T,
+        *,
+        properties: dict[str, str] | None = None,
+        key: str | None = None,
+        deliver_after: float | timedelta | None = None,
+        deliver_at: int | datetime | None = None,
     ) -> asyncio.Future[MessageId]:
         """Queue one message; return a future resolved with its id once the broker acks it.
 
@@ -122,7 +130,16 @@ class Producer(Generic[T]):
         (MessageTooLarge, Timeout, ProducerBusy, ClientClosed ...) are set on the future; a
         value the producer's schema cannot encode raises ``InvalidPayload`` here, before
         anything is queued.
+
+        Delayed delivery (reliable topics; shared and key-shared subscriptions): not before
+        ``deliver_after`` seconds (or timedelta) from now, or not before ``deliver_at`` (epoch
+        milliseconds, or an aware datetime). See :mod:`danube_sdk.delivery`.
         """
+        due_ms = 0
+        if deliver_after is not None or deliver_at is not None:
+            due_ms = delivery.deliver_at_ms(
+                deliver_after=deliver_after, deliver_at=deliver_at, now_ms=time.time_ns() // 1_000_000
+            )
         payload = self._encode(value) if self._encode is not None else cast(bytes, value)
         while self._pending >= self._max_pending and self._closed is None:
             self._space.clear()
@@ -144,14 +161,23 @@ class Producer(Generic[T]):
             )
             return fut
         self._pending += 1
-        part.add(payload, properties, key, fut, time.time_ns() // 1_000_000)
+        part.add(payload, properties, key, fut, time.time_ns() // 1_000_000, due_ms)
         return fut
 
     async def send(
-        self, value: T, *, properties: dict[str, str] | None = None, key: str | None = None
+        self,
+        value: T,
+        *,
+        properties: dict[str, str] | None = None,
+        key: str | None = None,
+        deliver_after: float | timedelta | None = None,
+        deliver_at: int | datetime | None = None,
     ) -> MessageId:
-        """Send one message and wait until the broker has acknowledged it."""
-        fut = await self.send_async(value, properties=properties, key=key)
+        """Send one message and wait until the broker has acknowledged it (options as
+        :meth:`send_async`)."""
+        fut = await self.send_async(
+            value, properties=properties, key=key, deliver_after=deliver_after, deliver_at=deliver_at
+        )
         return await fut
 
     async def send_many(
@@ -160,12 +186,19 @@ class Producer(Generic[T]):
         *,
         properties: dict[str, str] | None = None,
         key: str | None = None,
+        deliver_after: float | timedelta | None = None,
+        deliver_at: int | datetime | None = None,
     ) -> list[MessageId]:
         """Send many messages pipelined; return their ids in order once all are acknowledged.
 
         If any fails, the first failure is raised after all have completed.
         """
-        futs = [await self.send_async(p, properties=properties, key=key) for p in payloads]
+        futs = [
+            await self.send_async(
+                p, properties=properties, key=key, deliver_after=deliver_after, deliver_at=deliver_at
+            )
+            for p in payloads
+        ]
         if not futs:
             return []
         await asyncio.wait(futs)

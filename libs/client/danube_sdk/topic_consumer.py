@@ -71,6 +71,9 @@ class TopicConsumer:
         self._task: asyncio.Task[None] | None = None
         #: This consumer's lane of the ConsumeMux stream while a session runs on one.
         self._lane: ConsumeLane | None = None
+        #: Told of a fatal error first (multi-topic consumers); True: handled, the shared queue
+        #: is not failed.
+        self.on_fatal: Callable[[TopicConsumer, DanubeError], bool] | None = None
 
     async def subscribe(self, hint_url: str | None = None) -> None:
         url = hint_url or await self._conns.lookup(self.topic)
@@ -185,7 +188,7 @@ class TopicConsumer:
             self.attached = False
             if not err.retryable:
                 log.error("consumer %s on %s failed: %s", self.name, self.topic, err)
-                self._queue.fail(err)
+                self._fatal(err)
                 return
             if self._received_in_session:
                 attempt = 0
@@ -200,10 +203,14 @@ class TopicConsumer:
                 except DanubeError as exc:
                     if not exc.retryable:
                         log.error("consumer %s on %s cannot resubscribe: %s", self.name, self.topic, exc)
-                        self._queue.fail(exc)
+                        self._fatal(exc)
                         return
                     log.info("resubscribing %s on %s failed: %s", self.name, self.topic, exc)
                     hint = exc.redirect
+
+    def _fatal(self, err: DanubeError) -> None:
+        if self.on_fatal is None or not self.on_fatal(self, err):
+            self._queue.fail(err)
 
     async def _session(self) -> None:
         """Receive until the stream fails; raises the error that ended it. With multiplexing

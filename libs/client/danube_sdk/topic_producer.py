@@ -175,6 +175,7 @@ class TopicProducer:
         key: str | None,
         fut: asyncio.Future[MessageId],
         now_ms: int,
+        deliver_at_ms: int = 0,
     ) -> None:
         """Append one message to the open batch (sealing batches as they fill)."""
         size = len(payload)
@@ -199,6 +200,8 @@ class TopicProducer:
             size += sum(len(k) + len(v) for k, v in properties.items())
         if key is not None:
             m.routing_key = key
+        if deliver_at_ms:
+            m.deliver_at_ms = deliver_at_ms
         if self._sends is not None:
             span = self._sends.start(self.topic, self.name, m.attributes, len(payload))
             if span is not None:

@@ -152,6 +152,11 @@ class Message(Generic[T]):
         return self._raw.sequence_id
 
     @property
+    def deliver_at_ms(self) -> int:
+        """The due time its producer asked for (epoch ms; 0: none). See ``send(deliver_after=)``."""
+        return self._raw.deliver_at_ms
+
+    @property
     def raw(self) -> pb.StreamMessage:
         """The wire message as delivered (for acks and nacks, which echo its ``msg_id``)."""
         return self._raw

@@ -113,6 +113,9 @@ class BrokerConfig(ServiceConfig):
     #: Messages a subscription holds read-but-unacknowledged (delivered, awaiting redelivery, or
     #: buffered); reading the log pauses at this bound (back-pressure, never dropping).
     max_pending_messages_per_subscription: int = Field(default=10_000, ge=1)
+    #: Delayed messages (shared/key-shared, not due yet) a subscription holds in memory; reading
+    #: the log pauses at this bound until the earliest of them is due (not counted above).
+    max_delayed_messages_per_subscription: int = Field(default=100_000, ge=1)
     #: Changed cursors are written to etcd in one batch at most this often.
     cursor_flush_interval_ms: int = Field(default=500, ge=1)
     #: Retention (time rule, deletions) is also re-checked at least this often.

@@ -816,6 +816,7 @@ class ReliableTopic:
             on_cursor=self._cursor_moved,
             dead_letter=self._ctx.dead_letter,
             max_pending=self._cfg.max_pending_messages_per_subscription,
+            max_delayed=self._cfg.max_delayed_messages_per_subscription,
             deliverable=self._deliverable if self.cloud is not None else None,
             recent=self.recent,
             may_deliver=self._ctx.sure_of_ownership,

@@ -378,6 +378,7 @@ def subscription_stats_dict(s: apb.SubscriptionStats) -> dict[str, Any]:
         "dropped_total": s.dropped_total,
         "skipped_total": s.skipped_total,
         "read_error": s.read_error,
+        "delayed": s.delayed,
         "msg_rate_out": s.msg_rate_out,
     }
 

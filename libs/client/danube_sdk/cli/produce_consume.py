@@ -40,6 +40,7 @@ from danube_sdk import (
     SubType,
 )
 from danube_sdk.auth import tls_failure
+from danube_sdk.cli import delivery_flags
 from danube_sdk.cli.auth_flags import SECURITY_EPILOG, add_auth_arguments, resolve_auth
 from danube_sdk.schema_registry import encoder_for
 
@@ -64,12 +65,16 @@ examples:
   danube-cli produce -t /default/orders -m "tick" -c 1000 --rate 100 -a source:cli,env:dev
   danube-cli produce -t /default/orders --size 1024 -c 1000000 --reliable
   danube-cli produce -t /default/orders -f ./order.json -k customer-42
+  danube-cli produce -t /default/reminders --reliable -m "ping" --deliver-after 30s
+  danube-cli produce -t /default/reminders --reliable -m "ping" --deliver-at 2026-11-27T12:00:00Z
   danube-cli produce -t /default/orders --schema-subject orders -m '{"id": 1, "item": "pen"}'
   danube-cli produce -t /default/orders --schema-subject orders --schema-file order.avsc \
       --schema-type avro -m '{"id": 1, "item": "pen"}'
   danube-cli consume -t /default/orders -m my-sub
   danube-cli consume -t /default/orders -m audit --sub-type exclusive -c 10 --output json
   danube-cli consume -t /default/orders -m replay --initial-position earliest
+  danube-cli consume --topics /default/orders,/default/refunds -m audit
+  danube-cli consume --pattern '/default/orders-.*' -m all-orders
   danube-cli consume -s https://localhost:6650 --tls-ca ca.pem --token-file app.jwt \
       -t /default/orders -m my-sub
 
@@ -195,6 +200,7 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
         "version), then produce with that version",
     )
     schema.add_argument("--schema-type", choices=SCHEMA_FILE_TYPES, help="the type of --schema-file")
+    delivery_flags.add_produce_arguments(prod)
     prod.set_defaults(func=run_produce)
 
     cons = sub.add_parser(
@@ -226,6 +232,7 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
         help="print payloads as they are (by default a message carrying a schema id is decoded with "
         "that schema, fetched from the registry once)",
     )
+    delivery_flags.add_consume_arguments(cons)
     cons.set_defaults(func=run_consume)
     return parser
 
@@ -350,7 +357,12 @@ async def run_produce(
                     delay = progress.started + i / args.rate - time.monotonic()
                     if delay > 0 and await _stopped_within(stop, delay):
                         break
-                fut = await producer.send_async(payload, properties=args.attributes or None, key=args.key)
+                fut = await producer.send_async(
+                    payload,
+                    properties=args.attributes or None,
+                    key=args.key,
+                    **delivery_flags.send_options(args),
+                )
                 fut.add_done_callback(on_done)
                 progress.sent += 1
             await producer.flush()
@@ -443,6 +455,8 @@ def format_json(msg: Message[Any], decoded: Any = RAW) -> str:
         "schema_id": msg.schema_id,
         "schema_version": msg.schema_version,
     }
+    if msg.deliver_at_ms:
+        doc["deliver_at_ms"] = msg.deliver_at_ms
     if decoded is not RAW:
         doc["value"] = decoded
     try:
@@ -470,15 +484,16 @@ async def run_consume(
         tls=auth.tls,
         token=auth.token,
     ) as client:
-        consumer = await client.subscribe(
-            args.topic,
+        consumer = await delivery_flags.subscribe(
+            client,
+            args,
             subscription=args.subscription,
             consumer_name=args.consumer_name,
             sub_type=SUB_TYPES[args.sub_type],
             initial_position=INITIAL_POSITIONS[args.initial_position],
         )
         print(
-            f"consuming {args.topic} as subscription {args.subscription!r} ({args.sub_type}); Ctrl-C to stop",
+            f"consuming {consumer.topic} as subscription {args.subscription!r} ({args.sub_type}); Ctrl-C to stop",
             file=err,
             flush=True,
         )

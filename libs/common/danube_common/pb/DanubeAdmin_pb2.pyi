@@ -302,7 +302,7 @@ class TopicStatsRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class SubscriptionStats(_message.Message):
-    __slots__ = ("name", "type", "consumers", "backlog", "cursor", "has_cursor", "unacked_in_flight", "delivered_total", "redelivered_total", "dead_lettered_total", "dropped_total", "msg_rate_out", "skipped_total", "read_error")
+    __slots__ = ("name", "type", "consumers", "backlog", "cursor", "has_cursor", "unacked_in_flight", "delivered_total", "redelivered_total", "dead_lettered_total", "dropped_total", "msg_rate_out", "skipped_total", "read_error", "delayed")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
@@ -317,6 +317,7 @@ class SubscriptionStats(_message.Message):
     MSG_RATE_OUT_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     READ_ERROR_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
     name: str
     type: str
     consumers: int
@@ -331,7 +332,8 @@ class SubscriptionStats(_message.Message):
     msg_rate_out: float
     skipped_total: int
     read_error: str
-    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., consumers: _Optional[int] = ..., backlog: _Optional[int] = ..., cursor: _Optional[int] = ..., has_cursor: _Optional[bool] = ..., unacked_in_flight: _Optional[int] = ..., delivered_total: _Optional[int] = ..., redelivered_total: _Optional[int] = ..., dead_lettered_total: _Optional[int] = ..., dropped_total: _Optional[int] = ..., msg_rate_out: _Optional[float] = ..., skipped_total: _Optional[int] = ..., read_error: _Optional[str] = ...) -> None: ...
+    delayed: int
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., consumers: _Optional[int] = ..., backlog: _Optional[int] = ..., cursor: _Optional[int] = ..., has_cursor: _Optional[bool] = ..., unacked_in_flight: _Optional[int] = ..., delivered_total: _Optional[int] = ..., redelivered_total: _Optional[int] = ..., dead_lettered_total: _Optional[int] = ..., dropped_total: _Optional[int] = ..., msg_rate_out: _Optional[float] = ..., skipped_total: _Optional[int] = ..., read_error: _Optional[str] = ..., delayed: _Optional[int] = ...) -> None: ...
 
 class AcceptedGap(_message.Message):
     __slots__ = ("start_offset", "next_offset", "reason", "decided_by", "at_ms", "writer")

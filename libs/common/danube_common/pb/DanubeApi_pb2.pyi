@@ -124,7 +124,7 @@ class ReceiveRequest(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., consumer_id: _Optional[int] = ...) -> None: ...
 
 class StreamMessage(_message.Message):
-    __slots__ = ("request_id", "msg_id", "payload", "publish_time", "producer_name", "subscription_name", "attributes", "schema_id", "schema_version", "routing_key", "sequence_id", "redelivery_count")
+    __slots__ = ("request_id", "msg_id", "payload", "publish_time", "producer_name", "subscription_name", "attributes", "schema_id", "schema_version", "routing_key", "sequence_id", "redelivery_count", "deliver_at_ms")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -144,6 +144,7 @@ class StreamMessage(_message.Message):
     ROUTING_KEY_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     REDELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     msg_id: MsgID
     payload: bytes
@@ -156,7 +157,8 @@ class StreamMessage(_message.Message):
     routing_key: str
     sequence_id: int
     redelivery_count: int
-    def __init__(self, request_id: _Optional[int] = ..., msg_id: _Optional[_Union[MsgID, _Mapping]] = ..., payload: _Optional[bytes] = ..., publish_time: _Optional[int] = ..., producer_name: _Optional[str] = ..., subscription_name: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ..., schema_id: _Optional[int] = ..., schema_version: _Optional[int] = ..., routing_key: _Optional[str] = ..., sequence_id: _Optional[int] = ..., redelivery_count: _Optional[int] = ...) -> None: ...
+    deliver_at_ms: int
+    def __init__(self, request_id: _Optional[int] = ..., msg_id: _Optional[_Union[MsgID, _Mapping]] = ..., payload: _Optional[bytes] = ..., publish_time: _Optional[int] = ..., producer_name: _Optional[str] = ..., subscription_name: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ..., schema_id: _Optional[int] = ..., schema_version: _Optional[int] = ..., routing_key: _Optional[str] = ..., sequence_id: _Optional[int] = ..., redelivery_count: _Optional[int] = ..., deliver_at_ms: _Optional[int] = ...) -> None: ...
 
 class MsgID(_message.Message):
     __slots__ = ("producer_id", "topic_name", "broker_addr", "topic_offset")
@@ -271,6 +273,30 @@ class HealthCheckResponse(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     status: HealthCheckResponse.ClientStatus
     def __init__(self, status: _Optional[_Union[HealthCheckResponse.ClientStatus, str]] = ...) -> None: ...
+
+class NamespaceTopicsRequest(_message.Message):
+    __slots__ = ("request_id", "namespace")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    namespace: str
+    def __init__(self, request_id: _Optional[int] = ..., namespace: _Optional[str] = ...) -> None: ...
+
+class NamespaceTopicsResponse(_message.Message):
+    __slots__ = ("request_id", "topics")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    topics: _containers.RepeatedCompositeFieldContainer[NamespaceTopic]
+    def __init__(self, request_id: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[NamespaceTopic, _Mapping]]] = ...) -> None: ...
+
+class NamespaceTopic(_message.Message):
+    __slots__ = ("name", "partition_of")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_OF_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partition_of: str
+    def __init__(self, name: _Optional[str] = ..., partition_of: _Optional[str] = ...) -> None: ...
 
 class PublishBatch(_message.Message):
     __slots__ = ("producer_id", "batch_seq", "messages", "session")

@@ -179,6 +179,7 @@ RULES: dict[str, Rule] = {
     f"{_API}ConsumerService/ConsumeMux": Rule(_P.CONSUME, _consume_mux, "each named consumer_id's topic"),
     f"{_API}Discovery/TopicLookup": Rule(_P.LOOKUP, _topic("topic"), "topic"),
     f"{_API}Discovery/TopicPartitions": Rule(_P.LOOKUP, _topic("topic"), "topic"),
+    f"{_API}Discovery/NamespaceTopics": Rule(_P.LOOKUP, _list_topics, "namespace"),
     f"{_API}HealthCheck/HealthCheck": Rule(_P.LOOKUP, _health, "the producer's / consumer's topic"),
     # ---- schema registry (SchemaRegistry.proto); subjects belong to the cluster
     f"{_SCHEMA}RegisterSchema": Rule(_P.MANAGE_SCHEMA, _cluster, "cluster"),
