@@ -1,0 +1,309 @@
+"""Namespace policies applied to the topics this broker owns.
+
+Each loaded topic whose namespace (or own record) sets any limit carries a :class:`TopicLimits`
+in ``Topic.limits``; a topic with none carries None, so the hot path pays one attribute check
+per batch (``registry.publish``). :class:`NamespaceLimits` keeps them current: it computes a
+topic's limits when the topic is loaded or its record adopted, and again for every loaded topic
+of a namespace whose policies the :class:`~danube_common.namespace_view.NamespaceView` saw
+change (so a change reaches running topics within the watch's latency), also handing reliable
+topics their new retention defaults.
+
+Where each limit is enforced:
+
+- producers / consumers / subscriptions per topic: when one attaches (``check_*``), with the
+  counts the topic has then; an attached one is never detached by a lower limit;
+- message size: per batch, before anything of it is stored (``MESSAGE_TOO_LARGE``);
+- publish rate (msg/s, bytes/s): a batch over the rate *waits* before it enters the topic, so
+  its ack is delayed and, with the publish stream's bounded pipeline, the broker stops reading
+  the producer's batches: back-pressure, nothing dropped. The rate is a GCRA (virtual
+  scheduling) with ``RATE_BURST_S`` of tolerance;
+- backlog quota (reliable topics): when a batch would take the slowest subscription's backlog
+  over the quota: ``hold`` waits (polling the backlog every ``HOLD_POLL_S``) until consumers
+  acknowledged enough; ``refuse`` answers ``QUOTA_EXCEEDED`` (nothing stored); ``evict``
+  acknowledges the oldest unacknowledged messages of the subscriptions over it (counted in
+  ``TopicLimits.evicted``).
+
+Ordering: batches that must wait pass one gate per topic (a FIFO lock) in arrival order, and a
+batch arriving while others wait queues behind them, so waits never reorder a producer's
+batches. From the gate to the topic's log there is no suspension point: they enter the log in
+gate order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from danube_broker.dispatch.base import Msg
+from danube_broker.reliable_topic import TopicPolicies
+from danube_common.errors import (
+    MessageTooLarge,
+    QuotaExceeded,
+    TooManyConsumers,
+    TooManyProducers,
+    TooManySubscriptions,
+)
+from danube_common.namespace_policies import NamespacePolicies
+
+if TYPE_CHECKING:
+    from danube_broker.config import BrokerConfig
+    from danube_broker.topic import Topic
+    from danube_common.namespace_view import NamespaceView
+
+log = logging.getLogger(__name__)
+
+#: Tolerance of the publish rate: a burst of up to this much time's worth passes at once.
+RATE_BURST_S = 0.1
+#: How often a batch held by a full backlog (policy ``hold``) looks at the backlog again.
+HOLD_POLL_S = 0.02
+
+
+def gcra(tat: float, now: float, cost_s: float, burst_s: float) -> tuple[float, float]:
+    """Generic cell rate algorithm: the next theoretical arrival time after admitting a batch
+    costing ``cost_s`` (its size divided by the rate) at ``now``, and how long it must wait
+    first. Over time admissions average the rate; a burst of ``burst_s`` passes unwaited."""
+    start = max(tat, now)
+    delay = max(0.0, start - now - burst_s)
+    return start + cost_s, delay
+
+
+class PublishRate:
+    """A topic's publish rate limit (either bound may be None)."""
+
+    __slots__ = ("_clock", "_tat", "bytes_per_s", "msgs_per_s")
+
+    def __init__(
+        self,
+        msgs_per_s: float | None,
+        bytes_per_s: float | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.msgs_per_s = msgs_per_s
+        self.bytes_per_s = bytes_per_s
+        self._tat = 0.0
+        self._clock = clock
+
+    def reserve(self, msgs: int, nbytes: int) -> float:
+        """Admit a batch now; return how long it must wait before going on."""
+        cost = 0.0
+        if self.msgs_per_s:
+            cost = msgs / self.msgs_per_s
+        if self.bytes_per_s:
+            cost = max(cost, nbytes / self.bytes_per_s)
+        self._tat, delay = gcra(self._tat, self._clock(), cost, RATE_BURST_S)
+        return delay
+
+
+class TopicLimits:
+    """The limits in force on one topic (mutable: :meth:`apply` takes new policies in place,
+    keeping the gate and the rate's state, so batches already waiting keep their order)."""
+
+    def __init__(self, policies: NamespacePolicies, *, broker_max_message_bytes: int) -> None:
+        self.policies = NamespacePolicies()
+        self._broker_max = broker_max_message_bytes
+        self.max_message_bytes = broker_max_message_bytes
+        self.rate: PublishRate | None = None
+        self._gate = asyncio.Lock()
+        #: Messages acknowledged on the subscriptions' behalf by the ``evict`` backlog policy.
+        self.evicted = 0
+        #: Batches that waited for the publish rate, or for room in the backlog.
+        self.rate_waits = 0
+        self.backlog_waits = 0
+        self.apply(policies)
+
+    def apply(self, policies: NamespacePolicies) -> None:
+        self.policies = policies
+        p = policies
+        self.max_message_bytes = min(self._broker_max, p.max_message_size_bytes or self._broker_max)
+        if p.publish_rate_msgs_per_s is None and p.publish_rate_bytes_per_s is None:
+            self.rate = None
+        elif self.rate is None:
+            self.rate = PublishRate(p.publish_rate_msgs_per_s, p.publish_rate_bytes_per_s)
+        else:
+            self.rate.msgs_per_s = p.publish_rate_msgs_per_s
+            self.rate.bytes_per_s = p.publish_rate_bytes_per_s
+
+    @property
+    def busy(self) -> bool:
+        """Batches are waiting at the gate (the limits object must stay until they passed)."""
+        return self._gate.locked()
+
+    # ------------------------------------------------------------------ admission
+    def check_producer(self, topic: Topic) -> None:
+        cap = self.policies.max_producers_per_topic
+        if cap is not None and len(topic.producers) >= cap:
+            raise TooManyProducers(
+                f"topic {topic.name} already has {len(topic.producers)} producer(s), the most its namespace "
+                f"allows (max_producers_per_topic={cap}); close one, or ask an administrator to raise the limit"
+            )
+
+    def check_consumer(self, topic: Topic, subscription: str) -> None:
+        p = self.policies
+        cap = p.max_subscriptions_per_topic
+        if cap is not None and subscription not in topic.subscriptions and len(topic.subscriptions) >= cap:
+            raise TooManySubscriptions(
+                f"topic {topic.name} already has {len(topic.subscriptions)} subscription(s), the most its "
+                f"namespace allows (max_subscriptions_per_topic={cap}); join an existing subscription "
+                "or unsubscribe one"
+            )
+        cap = p.max_consumers_per_topic
+        if cap is not None:
+            consumers = sum(len(s.consumers) for s in topic.subscriptions.values())
+            if consumers >= cap:
+                raise TooManyConsumers(
+                    f"topic {topic.name} already has {consumers} consumer(s), the most its namespace allows "
+                    f"(max_consumers_per_topic={cap}); close one, or ask an administrator to raise the limit"
+                )
+
+    # ------------------------------------------------------------------ publish
+    async def admit(self, topic: Topic, msgs: list[Msg], nbytes: int) -> None:
+        """Let a batch in: size check, then (in arrival order) backlog quota and publish rate."""
+        cap = self.max_message_bytes
+        if cap < self._broker_max:
+            self._check_sizes(topic, msgs, cap)
+        quota = self.policies.backlog_quota_messages if topic.is_reliable else None
+        rate = self.rate
+        if quota is None and rate is None and not self._gate.locked():
+            return
+        async with self._gate:
+            if quota is not None:
+                await self._backlog_room(topic, quota, len(msgs))
+            if rate is not None:
+                delay = rate.reserve(len(msgs), nbytes)
+                if delay > 0:
+                    self.rate_waits += 1
+                    await asyncio.sleep(delay)
+            topic.check_accepting()
+
+    @staticmethod
+    def _check_sizes(topic: Topic, msgs: Iterable[Msg], cap: int) -> None:
+        for i, m in enumerate(msgs):
+            if len(m.payload) > cap:
+                raise MessageTooLarge(
+                    f"message {i} of the batch has a {len(m.payload)}-byte payload; namespace "
+                    f"{topic.topic_name.namespace} accepts at most {cap} bytes (max_message_size_bytes)"
+                )
+
+    async def _backlog_room(self, topic: Topic, quota: int, incoming: int) -> None:
+        policy = self.policies.backlog_policy
+        room = max(0, quota - incoming)
+        if _worst_backlog(topic) <= room:
+            return
+        if policy == "refuse":
+            raise QuotaExceeded(
+                f"topic {topic.name} has {_worst_backlog(topic)} unacknowledged message(s) on its slowest "
+                f"subscription; its namespace allows {quota} (backlog_quota_messages, policy refuse): the "
+                "batch was not stored; retry once consumers have acknowledged more"
+            )
+        if policy == "evict":
+            self.evicted += _evict(topic, room)
+            return
+        self.backlog_waits += 1
+        while _worst_backlog(topic) > room:
+            topic.check_accepting()
+            await asyncio.sleep(HOLD_POLL_S)
+
+
+def _worst_backlog(topic: Topic) -> int:
+    return max((s.backlog() for s in topic.subscriptions.values()), default=0)
+
+
+def _evict(topic: Topic, room: int) -> int:
+    """Acknowledge the oldest unacknowledged messages of every subscription whose backlog is
+    over ``room``; return how many messages that skipped."""
+    skipped = 0
+    for sub in topic.subscriptions.values():
+        engine = sub.engine
+        if engine is None:
+            continue
+        before = engine.backlog()
+        if before <= room:
+            continue
+        engine.ack_through(engine.log.next_offset - 1 - room)
+        after = engine.backlog()
+        skipped += before - after
+        log.info(
+            "topic %s subscription %s: backlog quota reached, %d oldest unacknowledged message(s) evicted",
+            topic.name,
+            sub.name,
+            before - after,
+        )
+    return skipped
+
+
+class NamespaceLimits:
+    """Keeps ``Topic.limits`` of the loaded topics in step with their namespaces' policies."""
+
+    def __init__(self, view: NamespaceView, topics: dict[str, Topic], cfg: BrokerConfig) -> None:
+        self._view = view
+        self._topics = topics
+        self._cfg = cfg
+
+    def policies_of(self, topic: Topic) -> NamespacePolicies:
+        ns = self._view.get(topic.topic_name.namespace)
+        record = topic.record
+        return ns.with_topic_overrides(record.policies if record is not None else None)
+
+    def refresh(self, topic: Topic) -> None:
+        """Compute ``topic.limits`` (and a reliable topic's retention defaults) anew."""
+        policies = self.policies_of(topic)
+        limits = topic.limits
+        if limits is not None:
+            limits.apply(policies)
+            if not _any_limit(policies) and not limits.busy:
+                topic.limits = None
+        elif _any_limit(policies):
+            topic.limits = TopicLimits(policies, broker_max_message_bytes=self._cfg.max_message_size_bytes)
+        self._retention(topic)
+
+    def _retention(self, topic: Topic) -> None:
+        rt, record = topic.reliable, topic.record
+        if rt is None or record is None:
+            return
+        ns = self._view.get(topic.topic_name.namespace)
+        now = TopicPolicies.of(record, self._cfg, ns.topic_defaults())
+        if (now.retention_time_s, now.retention_size_bytes) != (
+            rt.policies.retention_time_s,
+            rt.policies.retention_size_bytes,
+        ):
+            rt.policies = replace(
+                rt.policies,
+                retention_time_s=now.retention_time_s,
+                retention_size_bytes=now.retention_size_bytes,
+            )
+            log.info(
+                "topic %s: retention now %ds / %d bytes (namespace policy)",
+                topic.name,
+                now.retention_time_s,
+                now.retention_size_bytes,
+            )
+
+    def namespaces_changed(self, namespaces: set[str]) -> None:
+        """The view saw these namespaces' policies change: refresh their loaded topics."""
+        for topic in list(self._topics.values()):
+            if topic.topic_name.namespace in namespaces:
+                self.refresh(topic)
+        log.info("namespace policies changed: %s", ", ".join(sorted(namespaces)))
+
+    def max_message_bytes(self, topic: Topic) -> int:
+        limits = topic.limits
+        return limits.max_message_bytes if limits is not None else self._cfg.max_message_size_bytes
+
+
+def _any_limit(p: NamespacePolicies) -> bool:
+    return any(
+        v is not None
+        for v in (
+            p.max_producers_per_topic,
+            p.max_consumers_per_topic,
+            p.max_subscriptions_per_topic,
+            p.max_message_size_bytes,
+            p.publish_rate_msgs_per_s,
+            p.publish_rate_bytes_per_s,
+            p.backlog_quota_messages,
+        )
+    )
