@@ -79,7 +79,9 @@ class Resources(OwnershipTxns):
             kv = await self.store.get(key)
             value = kv.json() if kv is not None else None
             if not isinstance(value, dict) or kv is None:
-                raise NamespaceNotFound(f"namespace {ns!r} does not exist")
+                raise NamespaceNotFound(
+                    f"namespace {ns!r} does not exist; create it with `danube-admin namespaces create {ns}`"
+                )
             stored = value.get("policies")
             current = NamespacePolicies.from_json(stored if isinstance(stored, dict) else None)
             new = current.updated(changes, clear)
