@@ -63,12 +63,12 @@ HOLD_POLL_S = 0.02
 
 
 def gcra(tat: float, now: float, cost_s: float, burst_s: float) -> tuple[float, float]:
-    """Generic cell rate algorithm: the next theoretical arrival time after admitting a batch
-    costing ``cost_s`` (its size divided by the rate) at ``now``, and how long it must wait
-    first. Over time admissions average the rate; a burst of ``burst_s`` passes unwaited."""
-    start = max(tat, now)
-    delay = max(0.0, start - now - burst_s)
-    return start + cost_s, delay
+    """Generic cell rate algorithm (virtual scheduling): the theoretical arrival time after a
+    batch costing ``cost_s`` (its size divided by the rate) arriving at ``now``, and how long
+    the batch waits before it goes on: until the rate has room for the whole batch, less
+    ``burst_s`` of tolerance. Over time batches average the rate."""
+    new_tat = max(tat, now) + cost_s
+    return new_tat, max(0.0, new_tat - now - burst_s)
 
 
 class PublishRate:

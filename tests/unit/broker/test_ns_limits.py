@@ -36,9 +36,10 @@ TOPIC = "/team/orders"
 @pytest.mark.parametrize(
     ("tat", "now", "cost", "burst", "new_tat", "delay"),
     [
-        (0.0, 10.0, 0.5, 0.1, 10.5, 0.0),  # idle: admitted at once
-        (10.5, 10.0, 0.5, 0.1, 11.0, 0.4),  # behind schedule by 0.5: waits 0.5 - burst
-        (10.05, 10.0, 0.5, 0.1, 10.55, 0.0),  # within the burst tolerance
+        (0.0, 10.0, 0.05, 0.1, 10.05, 0.0),  # idle, a batch within the burst: at once
+        (0.0, 10.0, 0.5, 0.1, 10.5, 0.4),  # idle, a batch larger than the burst waits for itself
+        (10.5, 10.0, 0.5, 0.1, 11.0, 0.9),  # behind the earlier batches too
+        (10.02, 10.0, 0.05, 0.1, 10.07, 0.0),  # within the tolerance
         (12.0, 10.0, 0.0, 0.1, 12.0, 1.9),  # an empty batch still queues behind the others
     ],
 )
