@@ -246,3 +246,44 @@ async def test_backlog_quota_evict_skips_the_oldest_unacknowledged(env: Env) -> 
     t = env.broker.registry.topics[topic]
     assert t.subscriptions["slow"].backlog() == 5
     assert t.limits is not None and t.limits.evicted == 3
+
+
+async def test_message_ttl_expires_unacknowledged_messages_with_a_counter(env: Env) -> None:
+    topic = f"/{NS}/{unique('ttl')}"
+    p = await env.client.create_producer(
+        topic, producer_name="p", dispatch_strategy=DispatchStrategy.RELIABLE
+    )
+    await env.client.subscribe(topic, subscription="slow", consumer_name="c", sub_type=SubType.EXCLUSIVE)
+    for i in range(5):
+        await p.send(f"{i}".encode())
+    t = env.broker.registry.topics[topic]
+    assert t.subscriptions["slow"].backlog() == 5
+    await env.set(message_ttl_s=1)
+    # Published over a second ago once the TTL loop (every second) looks: expired within ~3 s.
+    await wait_until(lambda: t.subscriptions["slow"].backlog() == 0, timeout_s=10, what="messages expired")
+    assert t.limits is not None and t.limits.expired == 5
+    events = env.broker.registry.events
+    assert events is not None
+    assert events.policy_counts["expired"] == 5  # danube_broker_policy_messages{action="expired"}
+
+
+async def test_dispatch_rate_paces_deliveries_to_a_subscription(env: Env) -> None:
+    rate, n = 40.0, 60
+    topic = f"/{NS}/{unique('disp')}"
+    p = await env.client.create_producer(
+        topic, producer_name="p", dispatch_strategy=DispatchStrategy.RELIABLE
+    )
+    consumer = await env.client.subscribe(topic, subscription="s", consumer_name="c", sub_type=SubType.SHARED)
+    await env.set(dispatch_rate_msgs_per_s=rate)
+    await env.applied(topic, lambda lim: lim is not None and lim.policies.dispatch_rate_msgs_per_s == rate)
+    ids = await asyncio.gather(*[await p.send_async(f"{i}".encode()) for i in range(n)])
+    assert len(ids) == n
+    start = time.monotonic()
+    got = []
+    while len(got) < n:
+        msg = await consumer.receive(timeout_s=10)
+        got.append(int(msg.payload))
+        await consumer.ack(msg)
+    elapsed = time.monotonic() - start
+    assert sorted(got) == list(range(n))
+    assert elapsed >= n / rate - 0.5, f"{n} deliveries in {elapsed:.2f}s: not paced to {rate}/s"

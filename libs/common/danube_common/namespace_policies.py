@@ -48,6 +48,12 @@ class NamespacePolicies:
     #: when a publish would go over it.
     backlog_quota_messages: int | None = None
     backlog_quota_policy: str | None = None
+    #: Reliable topics: unacknowledged messages older than this are acknowledged on each
+    #: subscription's behalf (expired, counted).
+    message_ttl_s: int | None = None
+    #: Reliable topics: deliveries per second per subscription (averaged; the consumers'
+    #: window may go out at once, the next deliveries then wait).
+    dispatch_rate_msgs_per_s: float | None = None
     #: Reliable topics: retention defaults for topics that do not set their own.
     retention_time_s: int | None = None
     retention_size_bytes: int | None = None
@@ -101,6 +107,8 @@ class NamespacePolicies:
         bounded("publish_rate_msgs_per_s", self.publish_rate_msgs_per_s, 1e-3, _MAX_RATE)
         bounded("publish_rate_bytes_per_s", self.publish_rate_bytes_per_s, 1, _MAX_RATE)
         bounded("backlog_quota_messages", self.backlog_quota_messages, 1, _MAX_BYTES)
+        bounded("message_ttl_s", self.message_ttl_s, 1, _MAX_SECONDS)
+        bounded("dispatch_rate_msgs_per_s", self.dispatch_rate_msgs_per_s, 1e-3, _MAX_RATE)
         bounded("retention_time_s", self.retention_time_s, 0, _MAX_SECONDS)
         bounded("retention_size_bytes", self.retention_size_bytes, 0, _MAX_BYTES)
         _one_of("backlog_quota_policy", self.backlog_quota_policy, BACKLOG_POLICIES)
@@ -155,6 +163,8 @@ LIMIT_NAMES: tuple[str, ...] = (
     "publish_rate_bytes_per_s",
     "backlog_quota_messages",
     "backlog_quota_policy",
+    "message_ttl_s",
+    "dispatch_rate_msgs_per_s",
 )
 
 #: One line per policy: the admin CLI's help and the docs say the same.
@@ -169,6 +179,9 @@ DESCRIPTIONS: dict[str, str] = {
     "backlog_quota_messages": "reliable topics: unacknowledged messages of the slowest subscription",
     "backlog_quota_policy": "at the quota: hold (producers wait), refuse (QUOTA_EXCEEDED), evict (oldest "
     "unacknowledged messages are skipped)",
+    "message_ttl_s": "reliable topics: unacknowledged messages older than this are expired (acknowledged, "
+    "counted)",
+    "dispatch_rate_msgs_per_s": "reliable topics: deliveries per second per subscription (averaged)",
     "retention_time_s": "reliable topics without their own: keep acknowledged messages this long",
     "retention_size_bytes": "reliable topics without their own: keep acknowledged messages up to this size",
     "default_dispatch_strategy": "new topics created without one: non_reliable or reliable",

@@ -262,8 +262,9 @@ async def _serve(
     view = ClusterView(resources)
     schemas = SchemaView(resources.store, resources.keys)
     namespaces = NamespaceView(resources.store, resources.keys)
-    registry.ns_limits = NamespaceLimits(namespaces, registry.topics, cfg)
-    namespaces.on_change = registry.ns_limits.namespaces_changed
+    ns_limits = NamespaceLimits(namespaces, registry.topics, cfg, events=registry.events)
+    registry.ns_limits = ns_limits
+    namespaces.on_change = ns_limits.namespaces_changed
     discovery = DiscoveryServicer(
         resources, view, self_broker_id=cfg.broker_id, auto_create_topics=cfg.auto_create_topics
     )
@@ -293,6 +294,7 @@ async def _serve(
         await namespaces.start()
         if namespaces.task is not None:
             loops[namespaces.task] = "the namespace policy watch"
+        loops[asyncio.create_task(ns_limits.run_expiry(), name="message-ttl")] = "the message TTL loop"
         lease = await membership.register(record)
         # From here on, nothing is acknowledged unless this lease is surely alive.
         registry.reliable.lease = lease
@@ -447,7 +449,7 @@ async def _shutdown(
     own_loops = [
         t
         for t, what in loops.items()
-        if what in ("the assignment watch", "the expiry sweep", "the load reporter")
+        if what in ("the assignment watch", "the expiry sweep", "the load reporter", "the message TTL loop")
     ]
     for task in own_loops:
         task.cancel()

@@ -21,7 +21,14 @@ Where each limit is enforced:
   over the quota: ``hold`` waits (polling the backlog every ``HOLD_POLL_S``) until consumers
   acknowledged enough; ``refuse`` answers ``QUOTA_EXCEEDED`` (nothing stored); ``evict``
   acknowledges the oldest unacknowledged messages of the subscriptions over it (counted in
-  ``TopicLimits.evicted``).
+  ``TopicLimits.evicted``);
+- message TTL (reliable topics): :meth:`NamespaceLimits.run_expiry`, one loop per broker, every
+  ``EXPIRY_INTERVAL_S`` acknowledges on each subscription's behalf the messages published more
+  than the TTL ago (``TopicLimits.expired``; metric ``danube_broker_policy_messages``);
+- dispatch rate (reliable topics): each subscription's engine gets a delivery gate
+  (:class:`DispatchRate`, a GCRA charged with what the engine delivered); while it is shut the
+  engine holds deliveries back and looks again after its hold interval (50 ms). A delivery step
+  may send the consumers' whole free window at once; the rate holds on average.
 
 Ordering: batches that must wait pass one gate per topic (a FIFO lock) in arrival order, and a
 batch arriving while others wait queues behind them, so waits never reorder a producer's
@@ -41,6 +48,7 @@ from typing import TYPE_CHECKING
 from danube_broker.dispatch.base import Msg
 from danube_broker.reliable_topic import TopicPolicies
 from danube_common.errors import (
+    DanubeError,
     MessageTooLarge,
     QuotaExceeded,
     TooManyConsumers,
@@ -51,6 +59,8 @@ from danube_common.namespace_policies import NamespacePolicies
 
 if TYPE_CHECKING:
     from danube_broker.config import BrokerConfig
+    from danube_broker.dispatch.reliable.engine import SubscriptionEngine
+    from danube_broker.metrics import BrokerEvents
     from danube_broker.topic import Topic
     from danube_common.namespace_view import NamespaceView
 
@@ -60,6 +70,8 @@ log = logging.getLogger(__name__)
 RATE_BURST_S = 0.1
 #: How often a batch held by a full backlog (policy ``hold``) looks at the backlog again.
 HOLD_POLL_S = 0.02
+#: How often the message TTL is applied.
+EXPIRY_INTERVAL_S = 1.0
 
 
 def gcra(tat: float, now: float, cost_s: float, burst_s: float) -> tuple[float, float]:
@@ -98,18 +110,66 @@ class PublishRate:
         return delay
 
 
+class DispatchRate:
+    """A subscription's delivery gate: how many messages the rate allows to go out now. What
+    the engine delivered is charged after the fact (from ``delivered_total``), so a step that
+    sent more than allowed (key-shared routing looks past the bound) delays the next ones."""
+
+    __slots__ = ("_clock", "_engine", "_last", "_seen", "_tat", "msgs_per_s")
+
+    def __init__(
+        self, msgs_per_s: float, engine: SubscriptionEngine, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.msgs_per_s = msgs_per_s
+        self._engine = engine
+        self._seen = engine.delivered_total
+        self._tat = 0.0
+        self._clock = clock
+        self._last = clock()
+
+    def __call__(self) -> int:
+        now = self._clock()
+        total = self._engine.delivered_total
+        if total != self._seen:
+            # Delivered by the step this gate last bounded: charged at that step's time.
+            self._tat, _ = gcra(self._tat, self._last, (total - self._seen) / self.msgs_per_s, RATE_BURST_S)
+            self._seen = total
+        self._last = now
+        return dispatch_allowance(self._tat, now, self.msgs_per_s, RATE_BURST_S)
+
+
+def dispatch_allowance(tat: float, now: float, msgs_per_s: float, burst_s: float) -> int:
+    """Messages that may go out at ``now`` given the theoretical arrival time ``tat`` of what
+    went out before: the burst's worth once caught up (at least one), else what fits in the
+    tolerance left."""
+    room_s = now + burst_s - max(tat, now)
+    allowed = int(room_s * msgs_per_s + 1e-9)  # 0.1 s x 50/s is 5, not 4.999
+    if tat <= now:
+        return max(1, allowed)
+    return max(0, allowed)
+
+
 class TopicLimits:
     """The limits in force on one topic (mutable: :meth:`apply` takes new policies in place,
     keeping the gate and the rate's state, so batches already waiting keep their order)."""
 
-    def __init__(self, policies: NamespacePolicies, *, broker_max_message_bytes: int) -> None:
+    def __init__(
+        self,
+        policies: NamespacePolicies,
+        *,
+        broker_max_message_bytes: int,
+        events: BrokerEvents | None = None,
+    ) -> None:
         self.policies = NamespacePolicies()
+        self._events = events
         self._broker_max = broker_max_message_bytes
         self.max_message_bytes = broker_max_message_bytes
         self.rate: PublishRate | None = None
         self._gate = asyncio.Lock()
-        #: Messages acknowledged on the subscriptions' behalf by the ``evict`` backlog policy.
+        #: Messages acknowledged on the subscriptions' behalf by the ``evict`` backlog policy,
+        #: and by the message TTL.
         self.evicted = 0
+        self.expired = 0
         #: Batches that waited for the publish rate, or for room in the backlog.
         self.rate_waits = 0
         self.backlog_waits = 0
@@ -176,6 +236,8 @@ class TopicLimits:
                 delay = rate.reserve(len(msgs), nbytes)
                 if delay > 0:
                     self.rate_waits += 1
+                    if self._events is not None:
+                        self._events.policy_wait("rate")
                     await asyncio.sleep(delay)
             topic.check_accepting()
 
@@ -200,12 +262,59 @@ class TopicLimits:
                 "batch was not stored; retry once consumers have acknowledged more"
             )
         if policy == "evict":
-            self.evicted += _evict(topic, room)
+            evicted = _evict(topic, room)
+            self.evicted += evicted
+            if self._events is not None:
+                self._events.policy_messages("evicted", evicted)
             return
         self.backlog_waits += 1
+        if self._events is not None:
+            self._events.policy_wait("backlog")
         while _worst_backlog(topic) > room:
             topic.check_accepting()
             await asyncio.sleep(HOLD_POLL_S)
+
+    # ------------------------------------------------------------------ dispatch and TTL
+    def gate_subscriptions(self, topic: Topic) -> None:
+        """Give every subscription engine of ``topic`` the dispatch rate's gate (or none)."""
+        rate = self.policies.dispatch_rate_msgs_per_s
+        for sub in topic.subscriptions.values():
+            engine = sub.engine
+            if engine is None:
+                continue
+            gate = engine.delivery_gate
+            if rate is None:
+                if gate is not None:
+                    engine.set_delivery_gate(None)
+            elif isinstance(gate, DispatchRate):
+                gate.msgs_per_s = rate
+            else:
+                engine.set_delivery_gate(DispatchRate(rate, engine))
+
+    async def expire(self, topic: Topic, now_ms: int) -> int:
+        """Acknowledge, on each subscription's behalf, what was published more than the TTL
+        before ``now_ms``; return how many messages that expired."""
+        ttl = self.policies.message_ttl_s
+        rt = topic.reliable
+        if ttl is None or rt is None:
+            return 0
+        first_fresh = await rt.log.offset_for_time(now_ms - ttl * 1000)
+        expired = 0
+        for sub in list(topic.subscriptions.values()):
+            engine = sub.engine
+            if engine is None or engine.cursor >= first_fresh - 1:
+                continue
+            before = engine.backlog()
+            engine.ack_through(first_fresh - 1)
+            expired += max(0, before - engine.backlog())
+        if expired:
+            self.expired += expired
+            if self._events is not None:
+                self._events.policy_messages("expired", expired)
+            log.info(
+                "topic %s: %d unacknowledged message(s) expired (message_ttl_s=%d)", topic.name, expired, ttl
+            )
+        return expired
 
 
 def _worst_backlog(topic: Topic) -> int:
@@ -238,10 +347,18 @@ def _evict(topic: Topic, room: int) -> int:
 class NamespaceLimits:
     """Keeps ``Topic.limits`` of the loaded topics in step with their namespaces' policies."""
 
-    def __init__(self, view: NamespaceView, topics: dict[str, Topic], cfg: BrokerConfig) -> None:
+    def __init__(
+        self,
+        view: NamespaceView,
+        topics: dict[str, Topic],
+        cfg: BrokerConfig,
+        *,
+        events: BrokerEvents | None = None,
+    ) -> None:
         self._view = view
         self._topics = topics
         self._cfg = cfg
+        self._events = events
 
     def policies_of(self, topic: Topic) -> NamespacePolicies:
         ns = self._view.get(topic.topic_name.namespace)
@@ -254,10 +371,14 @@ class NamespaceLimits:
         limits = topic.limits
         if limits is not None:
             limits.apply(policies)
+            limits.gate_subscriptions(topic)
             if not _any_limit(policies) and not limits.busy:
                 topic.limits = None
         elif _any_limit(policies):
-            topic.limits = TopicLimits(policies, broker_max_message_bytes=self._cfg.max_message_size_bytes)
+            topic.limits = limits = TopicLimits(
+                policies, broker_max_message_bytes=self._cfg.max_message_size_bytes, events=self._events
+            )
+            limits.gate_subscriptions(topic)
         self._retention(topic)
 
     def _retention(self, topic: Topic) -> None:
@@ -289,6 +410,26 @@ class NamespaceLimits:
                 self.refresh(topic)
         log.info("namespace policies changed: %s", ", ".join(sorted(namespaces)))
 
+    def subscribed(self, topic: Topic) -> None:
+        """A consumer attached (maybe to a new subscription): gate it if the rate says so."""
+        limits = topic.limits
+        if limits is not None and limits.policies.dispatch_rate_msgs_per_s is not None:
+            limits.gate_subscriptions(topic)
+
+    async def run_expiry(self, interval_s: float = EXPIRY_INTERVAL_S) -> None:
+        """Forever: apply the message TTL of every loaded topic that has one."""
+        while True:
+            await asyncio.sleep(interval_s)
+            now_ms = int(time.time() * 1000)
+            for topic in list(self._topics.values()):
+                limits = topic.limits
+                if limits is None or limits.policies.message_ttl_s is None or topic.closed:
+                    continue
+                try:
+                    await limits.expire(topic, now_ms)
+                except DanubeError as exc:
+                    log.warning("topic %s: applying the message TTL failed (%s); retrying", topic.name, exc)
+
     def max_message_bytes(self, topic: Topic) -> int:
         limits = topic.limits
         return limits.max_message_bytes if limits is not None else self._cfg.max_message_size_bytes
@@ -305,5 +446,7 @@ def _any_limit(p: NamespacePolicies) -> bool:
             p.publish_rate_msgs_per_s,
             p.publish_rate_bytes_per_s,
             p.backlog_quota_messages,
+            p.message_ttl_s,
+            p.dispatch_rate_msgs_per_s,
         )
     )

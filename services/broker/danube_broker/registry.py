@@ -531,6 +531,8 @@ class BrokerRegistry:
             initial_position=initial_position,
             max_unacked=max_unacked,
         )
+        if self.ns_limits is not None:
+            self.ns_limits.subscribed(topic)
         if consumer.id in self.consumers:
             if attached is None:  # attached meanwhile, by a Subscribe running at the same time
                 self._check_takeover(

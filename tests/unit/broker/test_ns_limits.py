@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from danube_broker.dispatch.base import SubType
-from danube_broker.ns_limits import NamespaceLimits, gcra
+from danube_broker.ns_limits import DispatchRate, NamespaceLimits, dispatch_allowance, gcra
 from danube_broker.registry import BrokerRegistry
 from danube_common.errors import (
     MessageTooLarge,
@@ -126,7 +126,9 @@ async def test_consumers_and_subscriptions_over_their_limits_are_refused(
     await sub("s1", "c1")  # a reconnect is not a new consumer
 
 
-async def test_a_smaller_message_size_reaches_a_running_topic(reg: BrokerRegistry, resources: Resources) -> None:
+async def test_a_smaller_message_size_reaches_a_running_topic(
+    reg: BrokerRegistry, resources: Resources
+) -> None:
     p = await producer(reg, "p")
     batch = msgs(2, size=100)
     await reg.publish(p, batch, reg.payload_bytes(batch))
@@ -137,7 +139,9 @@ async def test_a_smaller_message_size_reaches_a_running_topic(reg: BrokerRegistr
     assert reg.topics[TOPIC].counters.msgs_in == 2
 
 
-async def test_batches_waiting_for_the_rate_keep_their_order(reg: BrokerRegistry, resources: Resources) -> None:
+async def test_batches_waiting_for_the_rate_keep_their_order(
+    reg: BrokerRegistry, resources: Resources
+) -> None:
     await set_policies(reg, resources, publish_rate_msgs_per_s=2000.0)
     p = await producer(reg, "p")
     batches = [msgs(10, start=10 * i) for i in range(30)]  # 300 messages: ~0.15 s at the rate
@@ -186,3 +190,67 @@ async def test_backlog_quota_hold_waits_for_acks(reg: BrokerRegistry, resources:
     reg.ack(TOPIC, "slow", [0, 1, 2, 3])
     result = await asyncio.wait_for(held, 5)
     assert result.first_offset == 8
+
+
+@pytest.mark.parametrize(
+    ("tat", "now", "rate", "burst", "allowed"),
+    [
+        (0.0, 10.0, 50.0, 0.1, 5),  # caught up: the burst's worth
+        (0.0, 10.0, 1.0, 0.1, 1),  # caught up: at least one, however slow the rate
+        (10.05, 10.0, 50.0, 0.1, 2),  # part of the tolerance used
+        (10.2, 10.0, 50.0, 0.1, 0),  # ahead of the rate: hold back
+    ],
+)
+def test_dispatch_allowance(tat: float, now: float, rate: float, burst: float, allowed: int) -> None:
+    assert dispatch_allowance(tat, now, rate, burst) == allowed
+
+
+def test_dispatch_rate_charges_what_was_delivered() -> None:
+    class Engine:
+        delivered_total = 0
+
+    clock = Clock(100.0)
+    engine = Engine()
+    gate = DispatchRate(10.0, engine, clock=clock)  # type: ignore[arg-type]
+    assert gate() == 1
+    engine.delivered_total = 5  # a step sent 5: half a second's worth
+    assert gate() == 0
+    clock.advance(0.45)
+    assert gate() == 0  # 0.05 s of tolerance left: not a whole message at 10/s
+    clock.advance(0.05)
+    assert gate() == 1  # caught up
+    engine.delivered_total = 6
+    clock.advance(10)
+    assert gate() == 1  # an idle gate allows the burst's worth (here one)
+
+
+async def test_dispatch_rate_bounds_each_delivery_step(reg: BrokerRegistry, resources: Resources) -> None:
+    p = await producer(reg, "p", "reliable")
+    consumer = await reg.subscribe(TOPIC, subscription="s", consumer_name="c", sub_type=SubType.EXCLUSIVE)
+    await set_policies(reg, resources, dispatch_rate_msgs_per_s=20.0)
+    engine = reg.topics[TOPIC].subscriptions["s"].engine
+    assert engine is not None and isinstance(engine.delivery_gate, DispatchRate)
+    batch = msgs(10)
+    await reg.publish(p, batch, reg.payload_bytes(batch))
+    # 20 msg/s with 0.1 s of tolerance: 2 at once, the rest over the next ~0.4 s.
+    await wait_until(lambda: engine.delivered_total >= 2, what="first deliveries")
+    assert engine.delivered_total < 10
+    await wait_until(lambda: engine.delivered_total == 10, timeout_s=5, what="the rest, at the rate")
+    assert len(consumer.queue) == 10
+    await set_policies(reg, resources, dispatch_rate_msgs_per_s=None)
+    assert engine.delivery_gate is None
+
+
+async def test_message_ttl_expires_old_unacknowledged_messages(
+    reg: BrokerRegistry, resources: Resources
+) -> None:
+    p = await producer(reg, "p", "reliable")
+    await reg.subscribe(TOPIC, subscription="s", consumer_name="c", sub_type=SubType.EXCLUSIVE)
+    await set_policies(reg, resources, message_ttl_s=60)
+    batch = msgs(4)  # publish_time 1 ms after the epoch: long expired
+    await reg.publish(p, batch, reg.payload_bytes(batch))
+    topic = reg.topics[TOPIC]
+    assert topic.limits is not None
+    assert await topic.limits.expire(topic, now_ms=2_000) == 0  # not 60 s old yet then
+    assert await topic.limits.expire(topic, now_ms=10**13) == 4
+    assert topic.subscriptions["s"].backlog() == 0 and topic.limits.expired == 4
