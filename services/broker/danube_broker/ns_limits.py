@@ -166,6 +166,8 @@ class TopicLimits:
         self.max_message_bytes = broker_max_message_bytes
         self.rate: PublishRate | None = None
         self._gate = asyncio.Lock()
+        #: Batches at the gate (holding it or queued for it): while any is, every batch queues.
+        self._at_gate = 0
         #: Messages acknowledged on the subscriptions' behalf by the ``evict`` backlog policy,
         #: and by the message TTL.
         self.evicted = 0
@@ -190,7 +192,7 @@ class TopicLimits:
     @property
     def busy(self) -> bool:
         """Batches are waiting at the gate (the limits object must stay until they passed)."""
-        return self._gate.locked()
+        return self._at_gate > 0
 
     # ------------------------------------------------------------------ admission
     def check_producer(self, topic: Topic) -> None:
@@ -227,13 +229,22 @@ class TopicLimits:
             self._check_sizes(topic, msgs, cap)
         quota = self.policies.backlog_quota_messages if topic.is_reliable else None
         rate = self.rate
-        if quota is None and rate is None and not self._gate.locked():
+        if quota is None and rate is None and not self._at_gate:
             return
+        self._at_gate += 1
+        try:
+            await self._pass_gate(topic, quota, rate, len(msgs), nbytes)
+        finally:
+            self._at_gate -= 1
+
+    async def _pass_gate(
+        self, topic: Topic, quota: int | None, rate: PublishRate | None, count: int, nbytes: int
+    ) -> None:
         async with self._gate:
             if quota is not None:
-                await self._backlog_room(topic, quota, len(msgs))
+                await self._backlog_room(topic, quota, count)
             if rate is not None:
-                delay = rate.reserve(len(msgs), nbytes)
+                delay = rate.reserve(count, nbytes)
                 if delay > 0:
                     self.rate_waits += 1
                     if self._events is not None:
