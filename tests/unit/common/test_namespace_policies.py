@@ -47,7 +47,9 @@ def test_updates_set_and_clear_fields_and_keep_the_others() -> None:
 
 
 def test_unknown_stored_keys_are_ignored_when_read() -> None:
-    assert NamespacePolicies.from_json({"max_topics": 2, "from_the_future": 1}) == NamespacePolicies(max_topics=2)
+    assert NamespacePolicies.from_json({"max_topics": 2, "from_the_future": 1}) == NamespacePolicies(
+        max_topics=2
+    )
     assert NamespacePolicies.from_json(None).is_empty()
 
 
@@ -60,7 +62,9 @@ def test_topics_inherit_limits_unless_their_record_overrides_them() -> None:
 
 
 def test_reliable_topic_defaults_use_the_topic_record_keys() -> None:
-    ns = NamespacePolicies(default_durability="none", retention_time_s=60, default_dispatch_strategy="reliable")
+    ns = NamespacePolicies(
+        default_durability="none", retention_time_s=60, default_dispatch_strategy="reliable"
+    )
     assert ns.topic_defaults() == {"durability": "none", "retention_time_s": 60}
     assert NamespacePolicies().topic_defaults() == {}
 
