@@ -16,7 +16,9 @@ import pytest
 from danube_common.etcd_server import EtcdProcess
 from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
+from danube_common.resources import Resources
 from danube_common.service import ServiceReady
+from danube_common.topic_name import TopicName
 from danube_sdk import DanubeClient, DispatchStrategy, SubType
 from danube_sdk.errors import (
     MessageTooLarge,
@@ -78,7 +80,7 @@ async def env(etcd_server: EtcdProcess, cluster_name: str, lookup: ServiceReady)
             await broker.shutdown()
 
 
-async def test_admission_limits_each_answer_their_own_error(env: Env) -> None:
+async def test_admission_limits_each_answer_their_own_error(env: Env, etcd_resources: Resources) -> None:
     await env.set(
         max_producers_per_topic=1, max_consumers_per_topic=2, max_subscriptions_per_topic=1, max_topics=2
     )
@@ -93,8 +95,13 @@ async def test_admission_limits_each_answer_their_own_error(env: Env) -> None:
     with pytest.raises(TooManyConsumers):
         await env.client.subscribe(topic, subscription="s1", consumer_name="c3", sub_type=SubType.SHARED)
     await env.client.create_producer(f"/{NS}/{unique('second')}", producer_name="p")
+    third = f"/{NS}/{unique('third')}"
     with pytest.raises(TooManyTopics, match="max_topics"):
-        await env.client.create_producer(f"/{NS}/{unique('third')}", producer_name="p")
+        await env.client.create_producer(third, producer_name="p")
+    # Refused before placement: no ownership, no record, nothing loaded for it.
+    assert await etcd_resources.get_owner(TopicName.parse(third)) is None
+    assert await etcd_resources.get_topic(TopicName.parse(third)) is None
+    assert third not in env.broker.registry.topics
     await p.send(b"still fine")
     # The SDK is told the namespace's smaller size at CreateProducer.
     await env.set(max_message_size_bytes=64, clear=("max_producers_per_topic",))

@@ -93,9 +93,12 @@ class Resources(OwnershipTxns):
                 return new
         raise Unavailable(f"namespace {ns!r} kept changing while its policies were updated; retry")
 
-    async def _check_topic_quota(self, topic: TopicName, adding: int, *, unless_exists: bool = False) -> None:
+    async def check_topic_quota(
+        self, topic: TopicName, adding: int = 1, *, unless_exists: bool = False
+    ) -> None:
         """NamespaceNotFound, or TooManyTopics if ``adding`` more topics would take the namespace
         over its ``max_topics`` (each partition counts; a partitioned topic's parent does not).
+        Placement calls it before a new topic is placed, the creates before they write.
         ``unless_exists``: no check when ``topic`` exists already (nothing is added). Checked
         before the create, not in its transaction: creates racing each other may pass it together."""
         cap = (await self.get_namespace_policies(topic.namespace)).max_topics
@@ -153,7 +156,7 @@ class Resources(OwnershipTxns):
         """
         check_dispatch(dispatch_strategy)
         await self.require_namespace(topic.namespace)
-        await self._check_topic_quota(topic, 1, unless_exists=exist_ok)
+        await self.check_topic_quota(topic, 1, unless_exists=exist_ok)
         base = topic.base
         rec = TopicRecord(
             name=str(topic),
@@ -191,7 +194,7 @@ class Resources(OwnershipTxns):
         if topic.partition_index is not None:
             raise InvalidArgument(f"{topic} looks like a partition name; choose a name without '-part-N'")
         await self.require_namespace(topic.namespace)
-        await self._check_topic_quota(topic, partitions)
+        await self.check_topic_quota(topic, partitions)
         ts = now_ms()
         pol = dict(policies or {})
         parent = TopicRecord(str(topic), dispatch_strategy, partitions, "", ts, dict(pol))

@@ -289,8 +289,8 @@ class BrokerRegistry:
             return loaded
         own = await self._res.get_owner(topic)
         if own is None:
-            if for_producer:
-                await self._res.require_namespace(topic.namespace)
+            if for_producer:  # the namespace exists and its max_topics has room for a new topic
+                await self._res.check_topic_quota(topic, unless_exists=True)
             elif await self._res.get_topic(topic) is None:
                 raise self._topic_not_found(topic)
             if not self._cfg.auto_create_topics:
