@@ -294,3 +294,13 @@ async def test_dispatch_rate_paces_deliveries_to_a_subscription(env: Env) -> Non
     elapsed = time.monotonic() - start
     assert sorted(got) == list(range(n))
     assert elapsed >= n / rate - 0.5, f"{n} deliveries in {elapsed:.2f}s: not paced to {rate}/s"
+
+
+async def test_cli_topics_create_in_a_full_namespace_says_what_to_do(lookup: ServiceReady, env: Env) -> None:
+    url = lookup.admin_url
+    assert (await cli("namespaces", "set-policies", NS, "--max-topics", "1", url=url)).code == 0
+    r = await cli("topics", "create", f"/{NS}/one", url=url)
+    assert r.code == 0, r.err
+    r = await cli("topics", "create", f"/{NS}/two", "--partitions", "2", url=url)
+    assert r.code == 1 and "allows 1 (max_topics)" in r.err, r.err
+    assert "hint: see the namespace's limits" in r.err

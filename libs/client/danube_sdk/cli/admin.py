@@ -601,6 +601,8 @@ def _hint(err: DanubeError, namespace: str, group: str = "") -> str:
         "a token is only sent over TLS)",
         "PERMISSION_DENIED": "the token's subject lacks the permission; ask an administrator to bind it a role",
         "CONFIG_ERROR": "fix the flag or file the message names",
+        "TOO_MANY_TOPICS": "see the namespace's limits with `danube-admin namespaces get-policies NS`; "
+        "delete topics, or raise max_topics with `danube-admin namespaces set-policies NS --max-topics N`",
     }
     return hints.get(err.code, "")
 
