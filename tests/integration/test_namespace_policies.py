@@ -304,3 +304,48 @@ async def test_cli_topics_create_in_a_full_namespace_says_what_to_do(lookup: Ser
     r = await cli("topics", "create", f"/{NS}/two", "--partitions", "2", url=url)
     assert r.code == 1 and "allows 1 (max_topics)" in r.err, r.err
     assert "hint: see the namespace's limits" in r.err
+
+
+async def test_retention_defaults_reach_running_reliable_topics(env: Env) -> None:
+    by_producer = f"/{NS}/{unique('ret')}"
+    p = await env.client.create_producer(
+        by_producer, producer_name="p", dispatch_strategy=DispatchStrategy.RELIABLE
+    )
+    await p.send(b"x")
+    by_admin = f"/{NS}/{unique('ret-admin')}"
+    await env.topics.CreateTopic(
+        apb.CreateTopicRequest(name=by_admin, dispatch_strategy="reliable", retention_size_bytes=1000),
+        timeout=10,
+    )
+    q = await env.client.create_producer(
+        by_admin, producer_name="p", dispatch_strategy=DispatchStrategy.RELIABLE
+    )
+    await q.send(b"x")
+    regs = env.broker.registry.topics
+
+    def retention(name: str) -> tuple[int, int]:
+        rt = regs[name].reliable
+        assert rt is not None
+        return rt.policies.retention_time_s, rt.policies.retention_size_bytes
+
+    assert retention(by_producer) == (0, 0) and retention(by_admin) == (0, 1000)
+    start = time.monotonic()
+    await env.set(retention_time_s=3600, retention_size_bytes=5000)
+    # The producer's topic has no retention of its own: it follows the namespace at once. The
+    # admin's recorded both (the namespace had no default when it was created): they stay.
+    await wait_until(lambda: retention(by_producer) == (3600, 5000), timeout_s=5, what="retention applied")
+    assert time.monotonic() - start < 1.0
+    assert retention(by_admin) == (0, 1000)
+    # Created now, with retention time left at 0: not recorded, so inherited (and followed).
+    later = f"/{NS}/{unique('ret-later')}"
+    await env.topics.CreateTopic(
+        apb.CreateTopicRequest(name=later, dispatch_strategy="reliable", retention_size_bytes=1000),
+        timeout=10,
+    )
+    r = await env.client.create_producer(
+        later, producer_name="p", dispatch_strategy=DispatchStrategy.RELIABLE
+    )
+    await r.send(b"x")
+    assert retention(later) == (3600, 1000)
+    await env.set(retention_time_s=60)
+    await wait_until(lambda: retention(later) == (60, 1000), timeout_s=5, what="the change followed")
