@@ -224,6 +224,31 @@ class LimitExceeded(ResourceExhausted):
     retryable = False
 
 
+# Namespace policies (danube_common.namespace_policies): one class per limit.
+class TooManyProducers(LimitExceeded):
+    code = "TOO_MANY_PRODUCERS"
+
+
+class TooManyConsumers(LimitExceeded):
+    code = "TOO_MANY_CONSUMERS"
+
+
+class TooManySubscriptions(LimitExceeded):
+    code = "TOO_MANY_SUBSCRIPTIONS"
+
+
+class TooManyTopics(LimitExceeded):
+    code = "TOO_MANY_TOPICS"
+
+
+class QuotaExceeded(ResourceExhausted):
+    """A topic's backlog quota is reached and its policy is ``refuse``: the batch was not
+    stored. Retrying helps once the subscriptions have acknowledged more."""
+
+    code = "QUOTA_EXCEEDED"
+    retryable = False
+
+
 class StorageError(DanubeError):
     """A topic's write-ahead log could not store a commit: nothing of it was stored or acked."""
 

@@ -46,6 +46,7 @@ from danube_common.errors import (
     InvalidPayload,
     MessageTooLarge,
     ProducerNotFound,
+    QuotaExceeded,
     Unavailable,
 )
 from danube_common.pb import DanubeApi_pb2 as pb
@@ -77,7 +78,7 @@ async def publish_one(
     try:
         nbytes = reg.payload_bytes(msgs)
         result = await reg.publish(producer, msgs, nbytes, stream=guard)
-    except (MessageTooLarge, InvalidPayload, StorageError) as exc:
+    except (MessageTooLarge, InvalidPayload, StorageError, QuotaExceeded) as exc:
         return pb.PublishAck(batch_seq=batch.batch_seq, error=error_detail(exc))
     return publish_ack(batch.batch_seq, result)
 

@@ -38,6 +38,7 @@ from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink
 from danube_broker.dispatch.reliable.maintenance import Maintenance
 from danube_broker.dispatch.reliable.policy_watch import PolicyWatch
 from danube_broker.metrics import BrokerEvents
+from danube_broker.ns_limits import NamespaceLimits
 from danube_broker.producer import Producer
 from danube_broker.reliable_topic import ReliableContext
 from danube_broker.schema_gate import ProducerSchema, SchemaGate
@@ -145,6 +146,8 @@ class BrokerRegistry:
         #: Auth on: may a caller take over another principal's producer or consumer by name
         #: (set by the app; None: auth off, names are taken over freely as in Danube).
         self.takeover_check: TakeoverCheck | None = None
+        #: Namespace policies applied to loaded topics (set by the app; None: no policies).
+        self.ns_limits: NamespaceLimits | None = None
 
     def new_id(self) -> int:
         self._next_id += 1
@@ -201,6 +204,8 @@ class BrokerRegistry:
         if record.dispatch_strategy == "reliable" and topic.reliable is None:
             await self.tasks.before_open(topic.name)
         await topic.adopt(record, requested, wait_s=self._cfg.topic_open_client_wait_s if client else None)
+        if self.ns_limits is not None:
+            self.ns_limits.refresh(topic)
 
     def on_unassigned(self, topic: TopicName, revision: int) -> None:
         """The assignment watch saw our assignment of ``topic`` deleted at ``revision``."""
@@ -234,6 +239,8 @@ class BrokerRegistry:
             clock=self._clock,
         )
         self.topics[name] = t
+        if self.ns_limits is not None:
+            self.ns_limits.refresh(t)
         self.no_topics.clear()
         if self.events is not None:
             self.events.acquired()
@@ -282,8 +289,8 @@ class BrokerRegistry:
             return loaded
         own = await self._res.get_owner(topic)
         if own is None:
-            if for_producer:
-                await self._res.require_namespace(topic.namespace)
+            if for_producer:  # the namespace exists and its max_topics has room for a new topic
+                await self._res.check_topic_quota(topic, unless_exists=True)
             elif await self._res.get_topic(topic) is None:
                 raise self._topic_not_found(topic)
             if not self._cfg.auto_create_topics:
@@ -374,6 +381,8 @@ class BrokerRegistry:
             self._check_takeover(
                 principal, Handle("producer", attached.id), attached.creator, topic.name, producer_name
             )
+        elif topic.limits is not None:
+            topic.limits.check_producer(topic)
         producer, created = topic.attach_producer(
             producer_name, exclusive=exclusive, new_id=self.new_id(), now=self._clock()
         )
@@ -447,6 +456,11 @@ class BrokerRegistry:
         producer.touch(self._clock())
         if self.schemas is not None:
             self.schemas.check_batch(producer.topic.name, producer.schema, msgs)
+        limits = producer.topic.limits
+        if limits is not None:
+            await limits.admit(producer.topic, msgs, nbytes)
+            if not producer.live:  # detached while the batch waited
+                raise producer.detach_error or ProducerNotFound(f"producer {producer.id} was closed")
         if not tracing.ENABLED:
             result = await producer.topic.publish_batch(producer, msgs, nbytes, stream=stream)
         else:
@@ -505,6 +519,8 @@ class BrokerRegistry:
             self._check_takeover(
                 principal, Handle("consumer", attached.id), attached.creator, topic.name, consumer_name
             )
+        elif topic.limits is not None:
+            topic.limits.check_consumer(topic, subscription)
         consumer = await topic.subscribe_any(
             subscription=subscription,
             consumer_name=consumer_name,
@@ -515,6 +531,8 @@ class BrokerRegistry:
             initial_position=initial_position,
             max_unacked=max_unacked,
         )
+        if self.ns_limits is not None:
+            self.ns_limits.subscribed(topic)
         if consumer.id in self.consumers:
             if attached is None:  # attached meanwhile, by a Subscribe running at the same time
                 self._check_takeover(

@@ -75,6 +75,7 @@ from danube_common.errors import (
 )
 from danube_common.log_state import LogRecords, LogState, Reservation, checkpoint_of, merge_sequences
 from danube_common.metadata.lease import KeptLease
+from danube_common.namespace_policies import NamespacePolicies
 from danube_common.ownership import LogClose
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.records import TopicRecord
@@ -272,8 +273,8 @@ class ReliableTopic:
         """Open the log (``on_opening`` is told the :class:`LogOpening` while it runs, then
         None) and restore the subscriptions."""
         name = topic.topic_name
-        ns = await ctx.resources.namespace_policies(name.namespace)
-        policies = TopicPolicies.of(record, cfg, ns)
+        ns = NamespacePolicies.from_json(await ctx.resources.namespace_policies(name.namespace))
+        policies = TopicPolicies.of(record, cfg, ns.topic_defaults())
         directory = cfg.data_path / name.namespace / name.local
         history = await ctx.tiering.history(name) if ctx.tiering is not None else None
         opening = LogOpening(

@@ -284,7 +284,7 @@ def topics_create(admin: Admin, args: argparse.Namespace) -> None:
     req = apb.CreateTopicRequest(
         name=args.topic,
         partitions=args.partitions,
-        dispatch_strategy=args.dispatch_strategy,
+        dispatch_strategy=args.dispatch_strategy or "",
         durability=args.durability or "",
         retention_time_s=args.retention_time_s,
         retention_size_bytes=args.retention_size_bytes,

@@ -205,6 +205,9 @@ RULES: dict[str, Rule] = {
     f"{_ADMIN}NamespaceAdmin/ListNamespaces": Rule(_P.LOOKUP, _cluster, "cluster"),
     f"{_ADMIN}NamespaceAdmin/CreateNamespace": Rule(_P.MANAGE_NAMESPACE, _namespace, "name"),
     f"{_ADMIN}NamespaceAdmin/DeleteNamespace": Rule(_P.MANAGE_NAMESPACE, _namespace, "name"),
+    f"{_ADMIN}NamespaceAdmin/GetNamespacePolicies": Rule(_P.LOOKUP, _namespace, "name"),
+    # Quotas bind the namespace's own users: only a cluster administrator may change them.
+    f"{_ADMIN}NamespaceAdmin/SetNamespacePolicies": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
     f"{_ADMIN}TopicAdmin/ListTopics": Rule(_P.LOOKUP, _list_topics, "namespace, else cluster"),
     f"{_ADMIN}TopicAdmin/CreateTopic": Rule(_P.MANAGE_TOPIC, _topic("name"), "name"),
     f"{_ADMIN}TopicAdmin/DeleteTopic": Rule(_P.MANAGE_TOPIC, _topic("name"), "name"),

@@ -75,6 +75,7 @@ class SubscriptionEngine:
         "_clock",
         "_deliverable",
         "_fresh",
+        "_gate",
         "_generation",
         "_held",
         "_max_delayed",
@@ -156,8 +157,10 @@ class SubscriptionEngine:
         self._generation = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        #: The last step delivered nothing because ownership was uncertain.
+        #: The last step delivered nothing because ownership was uncertain (or the gate shut).
         self._held = False
+        #: Namespace dispatch rate (``set_delivery_gate``): how many messages may go out now.
+        self._gate: Callable[[], int] | None = None
         #: The task waits for a wake-up (nothing of it in progress), until ``_parked_until``.
         self._parked = False
         self._parked_until = math.inf
@@ -425,6 +428,11 @@ class SubscriptionEngine:
         now = self._clock()
         self._expire(now)
         free = sum(max(0, c.free) for c in self.sub.consumers.values() if c.routable)
+        if self._gate is not None and free > 0:
+            free = min(free, self._gate())
+            if free <= 0:
+                self._held = True  # the gate is looked at again after HELD_RETRY_S
+                return False
         if free <= 0:
             return False
         limit = free
@@ -618,6 +626,16 @@ class SubscriptionEngine:
         if self.dead_lettering(offset) is not None:
             self.dead_lettered_total += 1
             self.ack([offset])
+
+    @property
+    def delivery_gate(self) -> Callable[[], int] | None:
+        return self._gate
+
+    def set_delivery_gate(self, gate: Callable[[], int] | None) -> None:
+        """A bound on each delivery step (a namespace's dispatch rate: how many messages may go
+        out now; 0 holds deliveries back a while); None removes it."""
+        self._gate = gate
+        self.notify()
 
     def set_policy(self, policy: SubscriptionPolicy) -> None:
         """Apply a new failure policy at once (blocked messages are re-judged under it)."""
