@@ -10,6 +10,7 @@ from danube_common.errors import (
     AlreadyExists,
     ConsumerBusy,
     ConsumerNotFound,
+    CorruptData,
     DanubeError,
     DiskFull,
     DispatchStrategyMismatch,
@@ -36,6 +37,7 @@ from danube_common.errors import (
     TopicNotOwned,
     Unauthenticated,
     Unavailable,
+    UnsupportedCompression,
 )
 
 
@@ -85,6 +87,7 @@ __all__ = [
     "ClientTimeout",
     "ConsumerBusy",
     "ConsumerNotFound",
+    "CorruptData",
     "DanubeError",
     "DiskFull",
     "DispatchStrategyMismatch",
@@ -111,5 +114,6 @@ __all__ = [
     "TopicNotOwned",
     "Unauthenticated",
     "Unavailable",
+    "UnsupportedCompression",
     "with_auth_hint",
 ]
