@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import threading
+from collections.abc import Iterator
 
 import lz4.frame
 import zstandard
@@ -26,6 +27,8 @@ ZSTD_LEVEL = 3
 #: A payload is never decompressed past this (a corrupt or hostile frame header could ask for
 #: any size); the gRPC frame limit bounds what a message can carry in the first place.
 MAX_DECOMPRESSED_BYTES = 512 * 1024 * 1024
+#: Frames that do not record their decompressed size are decompressed this much at a time.
+_STEP_BYTES = 1024 * 1024
 
 
 class Compression(enum.IntEnum):
@@ -94,7 +97,10 @@ def decompress(codec: int, data: bytes, *, max_bytes: int = MAX_DECOMPRESSED_BYT
         if size > max_bytes:
             raise CorruptData(f"zstd payload would decompress to {size} bytes, over the limit of {max_bytes}")
         try:
-            return _ctx.dctx.decompress(data, max_output_size=max_bytes if size < 0 else 0)
+            if size >= 0:
+                return _ctx.dctx.decompress(data)  # allocates the size the header records
+            with _ctx.dctx.stream_reader(data) as reader:
+                return _bounded(iter(lambda: reader.read(_STEP_BYTES), b""), max_bytes, "zstd")
         except zstandard.ZstdError as exc:
             raise CorruptData(f"zstd payload does not decompress: {exc}") from exc
     if codec == Compression.LZ4:
@@ -119,10 +125,32 @@ def _lz4_decompress(data: bytes, max_bytes: int) -> bytes:
         size = int(lz4.frame.get_frame_info(data).get("content_size") or 0)
         if size > max_bytes:
             raise CorruptData(f"lz4 payload would decompress to {size} bytes, over the limit of {max_bytes}")
+        if size:
+            out = lz4.frame.decompress(data)  # allocates the size the header records
+            if len(out) != size:
+                raise CorruptData(f"lz4 payload decompressed to {len(out)} bytes, its header says {size}")
+            return bytes(out)
         d = lz4.frame.LZ4FrameDecompressor()
-        out = d.decompress(data, max_length=max_bytes)
+
+        def steps() -> Iterator[bytes]:
+            yield d.decompress(data, max_length=_STEP_BYTES)
+            while not d.eof and not d.needs_input:
+                yield d.decompress(b"", max_length=_STEP_BYTES)
+
+        out = _bounded(steps(), max_bytes, "lz4")
     except RuntimeError as exc:  # what the lz4 bindings raise for bad frames
         raise CorruptData(f"lz4 payload does not decompress: {exc}") from exc
     if not d.eof:
-        raise CorruptData(f"lz4 payload is truncated or decompresses past the limit of {max_bytes} bytes")
+        raise CorruptData("lz4 payload is truncated")
+    return out
+
+
+def _bounded(pieces: Iterator[bytes], max_bytes: int, codec: str) -> bytes:
+    """Join decompressed pieces, refusing to go past ``max_bytes`` (frames that do not record
+    their size are decompressed step by step, never into one buffer of the limit's size)."""
+    out = bytearray()
+    for piece in pieces:
+        out += piece
+        if len(out) > max_bytes:
+            raise CorruptData(f"{codec} payload decompresses past the limit of {max_bytes} bytes")
     return bytes(out)
