@@ -31,6 +31,8 @@ from danube_sdk.types import Message
 
 log = logging.getLogger(__name__)
 
+_has_field = pb.StreamMessage.HasField
+
 T = TypeVar("T")
 
 
@@ -197,6 +199,12 @@ def build_messages(
 ) -> list[Message[Any]]:
     """The messages of one delivery frame: plain ones as they are, compressed ones wrapped,
     chunks collected until their message is complete."""
+    has = _has_field
+    plain: list[Message[Any]] = [
+        Message(m, topic, decode) for m in raws if not m.compression and not has(m, "chunk")
+    ]
+    if len(plain) == len(raws):  # the common case, in one comprehension
+        return plain
     out: list[Message[Any]] = []
     for m in raws:
         if m.HasField("chunk"):
