@@ -198,6 +198,54 @@ async def test_chunks_of_a_producer_that_died_mid_message_are_dropped_and_acked(
         await client.close()
 
 
+async def test_a_slow_application_does_not_lose_a_chunked_message_to_the_timeout(broker: Broker) -> None:
+    """The chunk timeout does not run while the partition's reader waits for room in the
+    receive queue (the application is behind, not the producer dead)."""
+    topic = f"/default/{unique('slow')}"
+    client = client_of(broker, True)
+    try:
+        producer = await client.create_producer(topic, dispatch_strategy=DispatchStrategy.RELIABLE)
+        await producer.send(b"create")
+        consumer = await client.subscribe(
+            topic,
+            subscription="s",
+            sub_type=SubType.EXCLUSIVE,
+            receiver_queue_size=1,
+            chunked_message_timeout_s=0.3,
+        )
+        created = await broker.producers.CreateProducer(
+            pb.ProducerRequest(producer_name="raw", topic_name=topic, dispatch_strategy=pb.Reliable),
+            timeout=10,
+        )
+        stream = broker.producers.PublishBatches()
+
+        async def publish(seq: int, payload: bytes, index: int | None = None) -> None:
+            batch = batch_of(created.producer_id, seq, [payload])
+            if index is not None:
+                batch.messages[0].chunk.CopyFrom(
+                    pb.MessageChunk(message_uuid="slow", index=index, count=2, total_size=4)
+                )
+            await stream.write(batch)
+            ack = await stream.read()
+            assert not ack.HasField("error"), ack
+
+        part = consumer._parts[topic]
+        await publish(1, b"c0", index=0)
+        await publish(2, b"p1")
+        await wait_until(lambda: part.chunks.pending == 1, timeout_s=10, what="first chunk held")
+        await publish(3, b"p2")
+        await wait_until(lambda: part.waiting_for_room, timeout_s=10, what="reader waiting for room")
+        await asyncio.sleep(1.0)  # the application is slow: three chunk timeouts pass
+        assert consumer.chunked_dropped == 0
+        await publish(4, b"c1", index=1)
+        got = [await consumer.receive(timeout_s=10) for _ in range(3)]
+        assert [m.payload for m in got] == [b"p1", b"p2", b"c0c1"]
+        assert consumer.chunked_dropped == 0
+        stream.cancel()
+    finally:
+        await client.close()
+
+
 @pytest.mark.parametrize("codec", [Compression.LZ4, Compression.ZSTD])
 async def test_compressed_payloads_are_stored_compressed_and_arrive_plain(
     broker: Broker, codec: Compression

@@ -167,6 +167,12 @@ class ChunkAssembler:
         for uuid in [u for u, p in self._partial.items() if p.last_seen <= deadline]:
             self._drop(uuid, self._partial.pop(uuid), f"no chunk for {self._timeout_s:g} s")
 
+    def touch(self, now: float) -> None:
+        """Restart every incomplete message's timeout (while the partition reads nothing
+        because the application has not taken what is buffered)."""
+        for p in self._partial.values():
+            p.last_seen = now
+
     def take_dropped(self) -> list[int]:
         """Offsets of the chunks of dropped messages, to acknowledge (then forgotten here)."""
         out, self._to_ack = self._to_ack, []

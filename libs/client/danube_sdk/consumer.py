@@ -319,6 +319,8 @@ class Consumer(Generic[T]):
             await asyncio.sleep(tick_s)
             now = time.monotonic()
             for topic, part in self._parts.items():
+                if part.waiting_for_room:
+                    part.chunks.touch(now)  # the application is behind: the chunks may be queued
                 part.chunks.expire(now)
                 dropped = part.chunks.take_dropped()
                 if dropped:

@@ -73,6 +73,9 @@ class TopicConsumer:
         self._task: asyncio.Task[None] | None = None
         #: This consumer's lane of the ConsumeMux stream while a session runs on one.
         self._lane: ConsumeLane | None = None
+        #: True while the reader waits for room in the receive queue (reading nothing: the
+        #: chunk timeout does not run meanwhile).
+        self.waiting_for_room = False
         #: Chunks of large messages until each message is complete.
         self.chunks = ChunkAssembler(
             timeout_s=opts.chunked_message_timeout_s,
@@ -288,7 +291,9 @@ class TopicConsumer:
             self._received_in_session = True
             msgs = build_messages(frame.messages, self.topic, self._decode, self.chunks, time.monotonic())
             if msgs:
+                self.waiting_for_room = True
                 await self._queue.put_many(msgs)
+                self.waiting_for_room = False
 
     async def _read_loop(self, call: grpc.aio.UnaryStreamCall, what: str) -> None:
         topic = self.topic
@@ -304,4 +309,6 @@ class TopicConsumer:
                 self._received_in_session = True
                 msgs = build_messages(frame.messages, topic, self._decode, self.chunks, time.monotonic())
                 if msgs:
+                    self.waiting_for_room = True
                     await queue.put_many(msgs)
+                    self.waiting_for_room = False

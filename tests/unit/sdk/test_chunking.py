@@ -89,6 +89,16 @@ def test_incomplete_messages_time_out_and_their_chunks_are_handed_back_for_ackin
     assert a.take_dropped() == []
 
 
+def test_touch_restarts_the_timeout() -> None:
+    a = assembler(timeout_s=5.0)
+    a.add(chunk("slow", 0, 2, b"aa", 1), 0.0)
+    a.touch(4.0)  # the reader was waiting for room in the receive queue
+    a.expire(8.0)
+    assert a.dropped == 0
+    a.expire(9.0)
+    assert a.dropped == 1
+
+
 def test_past_max_pending_the_oldest_incomplete_message_is_dropped() -> None:
     a = assembler(max_pending=2)
     a.add(chunk("a", 0, 2, b"1", 1), 0.0)
