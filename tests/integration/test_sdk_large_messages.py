@@ -274,3 +274,19 @@ async def test_compressed_payloads_are_stored_compressed_and_arrive_plain(
 def wal_bytes(b: Broker, topic: str) -> int:
     root = Path(str(b.cfg.data_dir)) / topic.strip("/")
     return sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+
+
+async def test_compression_on_a_non_reliable_topic(broker: Broker) -> None:
+    topic = f"/default/{unique('packed-np')}"
+    doc = b'{"id": 1, "customer": "customer-0001", "status": "active"}' * 20
+    client = client_of(broker, False)
+    try:
+        producer = await client.create_producer(topic, compression="lz4")
+        await producer.send(b"create")
+        consumer = await client.subscribe(topic, subscription="s", sub_type=SubType.SHARED)
+        await producer.send_many([doc] * 50)
+        got = [await consumer.receive(timeout_s=20) for _ in range(50)]
+        assert all(m.payload == doc and m.raw.compression == Compression.LZ4 for m in got)
+        assert all(len(m.raw.payload) < len(doc) // 3 for m in got)
+    finally:
+        await client.close()
