@@ -188,7 +188,10 @@ class Producer(Generic[T]):
         def finish(_: object) -> None:
             if fut.done():
                 return
-            errors = [f.exception() for f in futs if not f.cancelled() and f.exception() is not None]
+            if any(f.cancelled() for f in futs):
+                fut.cancel()
+                return
+            errors = [f.exception() for f in futs if f.exception() is not None]
             if failed is not None or errors:
                 fut.set_exception(errors[0] if errors else failed)  # type: ignore[arg-type]
             else:
