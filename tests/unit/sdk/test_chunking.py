@@ -246,3 +246,17 @@ async def test_an_abandoned_chunked_message_is_dropped_counted_and_acked(
     )
     with pytest.raises(ClientTimeout):  # never delivered
         await consumer.receive(timeout_s=0.3)
+
+
+async def test_a_refused_chunk_fails_the_whole_message(client: DanubeClient, cluster: FakeCluster) -> None:
+    from danube_common.errors import InvalidPayload
+
+    producer = await client.create_producer(T)
+    await producer.send(b"create")
+    cluster.refuse_next.append(
+        pb.ErrorDetail(code="INVALID_PAYLOAD", grpc_code=3, message="refused chunk", retryable=False)
+    )
+    with pytest.raises(InvalidPayload, match="refused chunk"):
+        await producer.send(b"x" * (3 * LIMIT))
+    assert producer.pending == 0
+    assert (await producer.send(b"after")).offset == len(cluster.topics[T].log) - 1
