@@ -26,6 +26,7 @@ A secured cluster (TLS, a client certificate for mTLS, a JWT on every call):
     )
 """
 
+from danube_common.compression import Compression
 from danube_common.errors import DanubeError
 from danube_sdk.auth import TlsOptions, TokenSupplier
 from danube_sdk.client import DanubeClient
@@ -60,6 +61,7 @@ __all__ = [
     "ClientClosed",
     "ClientTimeout",
     "CompatibilityCheck",
+    "Compression",
     "Consumer",
     "DanubeClient",
     "DanubeError",

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar, overload
 
+from danube_common.compression import Compression
 from danube_common.errors import DanubeError, InvalidArgument, TopicNotFound
 from danube_common.topic_name import TopicName
 from danube_sdk import multi_consumer
@@ -100,6 +101,8 @@ class DanubeClient:
         send_timeout_s: float = 30.0,
         routing_mode: RoutingMode = RoutingMode.ROUND_ROBIN,
         enable_idempotence: bool = True,
+        compression: Compression | str = Compression.NONE,
+        enable_chunking: bool = True,
     ) -> Producer[T]: ...
 
     @overload
@@ -120,6 +123,8 @@ class DanubeClient:
         send_timeout_s: float = 30.0,
         routing_mode: RoutingMode = RoutingMode.ROUND_ROBIN,
         enable_idempotence: bool = True,
+        compression: Compression | str = Compression.NONE,
+        enable_chunking: bool = True,
     ) -> Producer[bytes]: ...
 
     async def create_producer(
@@ -139,6 +144,8 @@ class DanubeClient:
         send_timeout_s: float = 30.0,
         routing_mode: RoutingMode = RoutingMode.ROUND_ROBIN,
         enable_idempotence: bool = True,
+        compression: Compression | str = Compression.NONE,
+        enable_chunking: bool = True,
     ) -> Producer[Any]:
         """Attach a producer to ``topic`` (every partition of it, if partitioned).
 
@@ -154,6 +161,10 @@ class DanubeClient:
         encodes them. ``schema_ref``: a registered subject for payload bytes. Either way the
         version is resolved through the registry once, here, sent in ``CreateProducer`` (pinned)
         and stamped on every message (``producer.schema``).
+
+        ``compression``: ``none``, ``lz4`` or ``zstd`` (or a :class:`Compression`), applied to
+        each payload; consumers decompress. ``enable_chunking``: a payload larger than the
+        broker's limit is sent as chunks and reassembled by consumers (else MessageTooLarge).
         """
         self._check_open()
         TopicName.parse(topic)
@@ -170,6 +181,8 @@ class DanubeClient:
             send_timeout_s=send_timeout_s,
             routing_mode=RoutingMode(routing_mode),
             enable_idempotence=bool(enable_idempotence),
+            compression=Compression.parse(compression),
+            enable_chunking=bool(enable_chunking),
         )
         target = schema if schema is not None else schema_ref
         bound = await self.schemas().bind_producer(target) if target is not None else None
@@ -207,6 +220,8 @@ class DanubeClient:
         ack_flush_interval_ms: float = 5.0,
         initial_position: InitialPosition = InitialPosition.LATEST,
         max_unacked_messages: int = 0,
+        chunked_message_timeout_s: float = 60.0,
+        max_pending_chunked_messages: int = 100,
     ) -> Consumer[T]: ...
 
     @overload
@@ -224,6 +239,8 @@ class DanubeClient:
         ack_flush_interval_ms: float = 5.0,
         initial_position: InitialPosition = InitialPosition.LATEST,
         max_unacked_messages: int = 0,
+        chunked_message_timeout_s: float = 60.0,
+        max_pending_chunked_messages: int = 100,
     ) -> Consumer[bytes]: ...
 
     async def subscribe(
@@ -240,6 +257,8 @@ class DanubeClient:
         ack_flush_interval_ms: float = 5.0,
         initial_position: InitialPosition = InitialPosition.LATEST,
         max_unacked_messages: int = 0,
+        chunked_message_timeout_s: float = 60.0,
+        max_pending_chunked_messages: int = 100,
     ) -> Consumer[Any]:
         """Subscribe to an existing ``topic`` (all its partitions) as ``subscription``.
 
@@ -250,6 +269,9 @@ class DanubeClient:
         subscription of a reliable topic starts (an existing one resumes from its cursor);
         ``max_unacked_messages`` bounds what the broker delivers before acks (0: its default).
         ``schema``: ``msg.value()`` decodes payloads with it (no registry call is made).
+        A chunked message with no new chunk for ``chunked_message_timeout_s``, or beyond
+        ``max_pending_chunked_messages`` incomplete ones per partition, is dropped (counted in
+        ``consumer.chunked_dropped``; its chunks acknowledged).
         """
         self._check_open()
         TopicName.parse(topic)
@@ -263,6 +285,8 @@ class DanubeClient:
             ack_flush_interval_ms=ack_flush_interval_ms,
             initial_position=InitialPosition(initial_position),
             max_unacked_messages=max_unacked_messages,
+            chunked_message_timeout_s=chunked_message_timeout_s,
+            max_pending_chunked_messages=max_pending_chunked_messages,
         )
         partitions = await self.topic_partitions(topic)
         if not partitions:

@@ -10,6 +10,7 @@ from danube_common.errors import (
     AlreadyExists,
     ConsumerBusy,
     ConsumerNotFound,
+    CorruptData,
     DanubeError,
     DiskFull,
     DispatchStrategyMismatch,
@@ -42,6 +43,7 @@ from danube_common.errors import (
     TopicNotOwned,
     Unauthenticated,
     Unavailable,
+    UnsupportedCompression,
 )
 
 
@@ -91,6 +93,7 @@ __all__ = [
     "ClientTimeout",
     "ConsumerBusy",
     "ConsumerNotFound",
+    "CorruptData",
     "DanubeError",
     "DiskFull",
     "DispatchStrategyMismatch",
@@ -123,5 +126,6 @@ __all__ = [
     "TopicNotOwned",
     "Unauthenticated",
     "Unavailable",
+    "UnsupportedCompression",
     "with_auth_hint",
 ]

@@ -6,12 +6,15 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
+from danube_common.compression import Compression, compress_if_smaller
 from danube_common.errors import DanubeError, MessageTooLarge
 from danube_sdk import delivery
+from danube_sdk.chunking import split
 from danube_sdk.connection import Connections
 from danube_sdk.errors import ClientClosed
 from danube_sdk.options import ClientOptions, ProducerOptions
@@ -141,6 +144,9 @@ class Producer(Generic[T]):
                 deliver_after=deliver_after, deliver_at=deliver_at, now_ms=time.time_ns() // 1_000_000
             )
         payload = self._encode(value) if self._encode is not None else cast(bytes, value)
+        codec = self._opts.compression
+        if codec:
+            codec, payload = compress_if_smaller(codec, payload)
         while self._pending >= self._max_pending and self._closed is None:
             self._space.clear()
             await self._space.wait()
@@ -153,6 +159,8 @@ class Producer(Generic[T]):
             fut.set_exception(part.fatal)
             return fut
         if part.max_message_size and len(payload) > part.max_message_size:
+            if self._opts.enable_chunking:
+                return await self._send_chunks(part, payload, codec, properties, key, fut, due_ms)
             fut.set_exception(
                 MessageTooLarge(
                     f"message of {len(payload)} bytes exceeds the topic's limit of "
@@ -161,7 +169,57 @@ class Producer(Generic[T]):
             )
             return fut
         self._pending += 1
-        part.add(payload, properties, key, fut, time.time_ns() // 1_000_000, due_ms)
+        part.add(payload, properties, key, fut, time.time_ns() // 1_000_000, codec, deliver_at_ms=due_ms)
+        return fut
+
+    async def _send_chunks(
+        self,
+        part: TopicProducer,
+        payload: bytes,
+        codec: Compression,
+        properties: dict[str, str] | None,
+        key: str | None,
+        fut: asyncio.Future[MessageId],
+        due_ms: int = 0,
+    ) -> asyncio.Future[MessageId]:
+        """Send ``payload`` as chunks of at most the broker's limit, in order, on one partition;
+        ``fut`` gets the first chunk's id once every chunk is acknowledged, or the first failure
+        (chunks already stored are then dropped by consumers after their chunk timeout)."""
+        pieces = split(payload, part.max_message_size)
+        count = len(pieces)
+        message_uuid = uuid.uuid4().hex
+        futs: list[asyncio.Future[MessageId]] = []
+        failed: DanubeError | None = None
+        for index, piece in enumerate(pieces):
+            while self._pending >= self._max_pending and self._closed is None:
+                self._space.clear()
+                await self._space.wait()
+            failed = self._closed or part.fatal
+            if failed is not None:
+                break
+            f: asyncio.Future[MessageId] = self._loop.create_future()
+            self._pending += 1
+            now_ms = time.time_ns() // 1_000_000
+            chunk = (message_uuid, index, count, len(payload))
+            part.add(piece, properties, key, f, now_ms, codec, chunk, deliver_at_ms=due_ms)
+            futs.append(f)
+
+        def finish(_: object) -> None:
+            if fut.done():
+                return
+            if any(f.cancelled() for f in futs):
+                fut.cancel()
+                return
+            errors = [f.exception() for f in futs if f.exception() is not None]
+            if failed is not None or errors:
+                fut.set_exception(errors[0] if errors else failed)  # type: ignore[arg-type]
+            else:
+                fut.set_result(futs[0].result())
+
+        if not futs:
+            finish(None)
+        else:
+            asyncio.gather(*futs, return_exceptions=True).add_done_callback(finish)
         return fut
 
     async def send(

@@ -157,6 +157,12 @@ class Message(Generic[T]):
         return self._raw.deliver_at_ms
 
     @property
+    def chunk_offsets(self) -> tuple[int, ...]:
+        """Offsets of the chunks a large message arrived in (acked and nacked together); ()
+        for a message that was not chunked (see :mod:`danube_sdk.chunking`)."""
+        return ()
+
+    @property
     def raw(self) -> pb.StreamMessage:
         """The wire message as delivered (for acks and nacks, which echo its ``msg_id``)."""
         return self._raw

@@ -84,6 +84,13 @@ class InvalidPayload(InvalidArgument):
     code = "INVALID_PAYLOAD"
 
 
+class UnsupportedCompression(InvalidArgument):
+    """A message's payload is compressed with a codec this process does not know (a newer
+    producer, or a damaged field): it is refused, never handed on as garbage."""
+
+    code = "UNSUPPORTED_COMPRESSION"
+
+
 # ---- NOT_FOUND
 class NotFound(DanubeError):
     code = "NOT_FOUND"

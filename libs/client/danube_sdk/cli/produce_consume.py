@@ -31,6 +31,7 @@ from danube_common.grpc_util import install_stop_signals
 from danube_common.observability.tracing import process_tracing
 from danube_sdk import (
     AccessMode,
+    Compression,
     DanubeClient,
     DispatchStrategy,
     InitialPosition,
@@ -64,6 +65,7 @@ examples:
   danube-cli produce -t /default/orders -m "hello"
   danube-cli produce -t /default/orders -m "tick" -c 1000 --rate 100 -a source:cli,env:dev
   danube-cli produce -t /default/orders --size 1024 -c 1000000 --reliable
+  danube-cli produce -t /default/logs -f ./app.log --compression zstd --reliable
   danube-cli produce -t /default/orders -f ./order.json -k customer-42
   danube-cli produce -t /default/reminders --reliable -m "ping" --deliver-after 30s
   danube-cli produce -t /default/reminders --reliable -m "ping" --deliver-at 2026-11-27T12:00:00Z
@@ -178,6 +180,19 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
     )
     prod.add_argument("-n", "--producer-name", help="producer name (default: generated)")
     prod.add_argument("--exclusive", action="store_true", help="exclusive producer access")
+    prod.add_argument(
+        "--compression",
+        choices=[c.name.lower() for c in Compression],
+        default="none",
+        help="compress each payload with this codec (consumers decompress it; a payload that does "
+        "not get smaller is sent as it is). default: none",
+    )
+    prod.add_argument(
+        "--no-chunking",
+        action="store_true",
+        help="fail a payload larger than the broker's max message size (after compression) "
+        "instead of sending it in chunks that consumers reassemble (the default)",
+    )
     schema = prod.add_argument_group(
         "schema",
         "Produce with a schema of the registry (on the service URL). The message (-m, or -f's "
@@ -345,6 +360,8 @@ async def run_produce(
             enable_idempotence=True,  # resends after a reconnect are dropped by the broker
             access_mode=AccessMode.EXCLUSIVE if args.exclusive else AccessMode.SHARED,
             schema_ref=schema_ref,
+            compression=args.compression,
+            enable_chunking=not args.no_chunking,
         )
         progress.started = time.monotonic()
         show_progress = count > PRINT_IDS_MAX or err.isatty()
@@ -457,6 +474,8 @@ def format_json(msg: Message[Any], decoded: Any = RAW) -> str:
     }
     if msg.deliver_at_ms:
         doc["deliver_at_ms"] = msg.deliver_at_ms
+    if msg.chunk_offsets:
+        doc["chunk_offsets"] = list(msg.chunk_offsets)
     if decoded is not RAW:
         doc["value"] = decoded
     try:
@@ -555,7 +574,9 @@ def explain(exc: BaseException, service_url: str) -> str:
         elif isinstance(exc, SubscriptionTypeMismatch):
             hint = "the subscription exists with another type; pass the same --sub-type or a new subscription"
         elif isinstance(exc, MessageTooLarge):
-            hint = "send a smaller payload"
+            hint = "send a smaller payload, or leave chunking on (drop --no-chunking)"
+        elif exc.code == "UNSUPPORTED_COMPRESSION":
+            hint = "upgrade danube-cli, or produce with --compression none, lz4 or zstd"
         elif exc.code == "INVALID_PAYLOAD":
             hint = (
                 "fix the message (JSON text) to match the schema; `danube-admin schemas get SUBJECT` shows it"
