@@ -105,9 +105,12 @@ async def test_admission_limits_each_answer_their_own_error(env: Env, etcd_resou
     await p.send(b"still fine")
     # The SDK is told the namespace's smaller size at CreateProducer.
     await env.set(max_message_size_bytes=64, clear=("max_producers_per_topic",))
-    small = await env.client.create_producer(topic, producer_name="p2")
+    small = await env.client.create_producer(topic, producer_name="p2", enable_chunking=False)
     with pytest.raises(MessageTooLarge):
         await small.send(b"x" * 65)
+    # A chunking producer (the default) sends it in chunks within the namespace's limit.
+    chunking = await env.client.create_producer(topic, producer_name="p3")
+    await chunking.send(b"x" * 65)
 
 
 async def test_a_change_reaches_a_running_topic_within_a_second(env: Env) -> None:
