@@ -87,7 +87,7 @@ def test_malformed_topic_name_in_cli(cluster: LocalCluster) -> None:
 
 async def test_oversized_message_is_refused_and_producer_goes_on(client: DanubeClient) -> None:
     topic = f"/default/{unique('big')}"
-    producer = await client.create_producer(topic)
+    producer = await client.create_producer(topic, enable_chunking=False)  # else it is sent in chunks
     consumer = await client.subscribe(topic, subscription="s", sub_type=SubType.EXCLUSIVE)
     with pytest.raises(MessageTooLarge) as err:
         await producer.send(b"x" * (MAX_MESSAGE_SIZE_BYTES + 1))

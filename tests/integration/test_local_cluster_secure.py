@@ -107,6 +107,10 @@ async def check_clients(printed: Printed) -> None:
         msg = await consumer.receive(timeout_s=10)
         assert msg is not None and bytes(msg.payload) == b"over tls"
         await consumer.ack(msg)
+        # A pattern subscription lists the namespace (Discovery on the service URL) with the token.
+        multi = await client.subscribe_many(pattern=re.escape(topic), subscription="it-pattern")
+        assert multi.topics == [topic]
+        await multi.close()
 
     # The demo's producer token (role producer on namespace default) may not consume.
     producer_token = (printed.token_file.parent / "demo-producer.jwt").read_text().strip()

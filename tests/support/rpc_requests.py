@@ -152,6 +152,9 @@ REQUESTS: dict[str, Builder] = {
     ),
     f"{_API}Discovery/TopicLookup": lambda e: pb.TopicLookupRequest(request_id=next(_seq), topic=e.topic),
     f"{_API}Discovery/TopicPartitions": lambda e: pb.TopicLookupRequest(request_id=next(_seq), topic=e.topic),
+    f"{_API}Discovery/NamespaceTopics": lambda e: pb.NamespaceTopicsRequest(
+        request_id=next(_seq), namespace="default"
+    ),
     f"{_API}HealthCheck/HealthCheck": lambda e: pb.HealthCheckRequest(
         request_id=next(_seq), client=pb.HealthCheckRequest.Producer, id=e.producer_id
     ),
@@ -181,6 +184,10 @@ REQUESTS: dict[str, Builder] = {
     ),
     f"{_ADMIN}NamespaceAdmin/CreateNamespace": lambda e: apb.NamespaceRequest(name=e.new_namespace),
     f"{_ADMIN}NamespaceAdmin/DeleteNamespace": lambda e: apb.NamespaceRequest(name=e.missing_namespace),
+    f"{_ADMIN}NamespaceAdmin/GetNamespacePolicies": lambda e: apb.NamespaceRequest(name="default"),
+    f"{_ADMIN}NamespaceAdmin/SetNamespacePolicies": lambda e: apb.SetNamespacePoliciesRequest(
+        name=e.missing_namespace, policies=apb.NamespacePolicies(max_topics=5)
+    ),
     f"{_ADMIN}TopicAdmin/ListTopics": lambda e: apb.ListTopicsRequest(namespace="default"),
     f"{_ADMIN}TopicAdmin/CreateTopic": lambda e: apb.CreateTopicRequest(name=e.new_topic),
     f"{_ADMIN}TopicAdmin/DeleteTopic": lambda e: apb.DeleteTopicRequest(name=e.missing_topic),

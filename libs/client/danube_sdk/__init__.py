@@ -30,11 +30,13 @@ A secured cluster (TLS, a client certificate for mTLS, a JWT on every call):
     )
 """
 
+from danube_common.compression import Compression
 from danube_common.errors import DanubeError
 from danube_sdk.auth import TlsOptions, TokenSupplier
 from danube_sdk.client import DanubeClient
 from danube_sdk.consumer import Consumer
 from danube_sdk.errors import ClientClosed, ClientTimeout, PermissionDenied, Unauthenticated
+from danube_sdk.multi_consumer import MultiTopicConsumer
 from danube_sdk.producer import Producer
 from danube_sdk.reader import Reader
 from danube_sdk.routing import fnv1a64
@@ -65,6 +67,7 @@ __all__ = [
     "ClientClosed",
     "ClientTimeout",
     "CompatibilityCheck",
+    "Compression",
     "Consumer",
     "DanubeClient",
     "DanubeError",
@@ -73,6 +76,7 @@ __all__ = [
     "JsonSchema",
     "Message",
     "MessageId",
+    "MultiTopicConsumer",
     "PermissionDenied",
     "Producer",
     "ProtobufSchema",

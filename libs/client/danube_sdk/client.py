@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar, overload
 
+from danube_common.compression import Compression
 from danube_common.errors import DanubeError, InvalidArgument, TopicNotFound
 from danube_common.topic_name import TopicName
+from danube_sdk import multi_consumer
 from danube_sdk.auth import ChannelSecurity, TlsOptions, TokenSupplier
 from danube_sdk.connection import Connections
 from danube_sdk.consumer import Consumer
@@ -102,6 +104,8 @@ class DanubeClient:
         send_timeout_s: float = 30.0,
         routing_mode: RoutingMode = RoutingMode.ROUND_ROBIN,
         enable_idempotence: bool = True,
+        compression: Compression | str = Compression.NONE,
+        enable_chunking: bool = True,
     ) -> Producer[T]: ...
 
     @overload
@@ -122,6 +126,8 @@ class DanubeClient:
         send_timeout_s: float = 30.0,
         routing_mode: RoutingMode = RoutingMode.ROUND_ROBIN,
         enable_idempotence: bool = True,
+        compression: Compression | str = Compression.NONE,
+        enable_chunking: bool = True,
     ) -> Producer[bytes]: ...
 
     async def create_producer(
@@ -141,6 +147,8 @@ class DanubeClient:
         send_timeout_s: float = 30.0,
         routing_mode: RoutingMode = RoutingMode.ROUND_ROBIN,
         enable_idempotence: bool = True,
+        compression: Compression | str = Compression.NONE,
+        enable_chunking: bool = True,
     ) -> Producer[Any]:
         """Attach a producer to ``topic`` (every partition of it, if partitioned).
 
@@ -156,6 +164,10 @@ class DanubeClient:
         encodes them. ``schema_ref``: a registered subject for payload bytes. Either way the
         version is resolved through the registry once, here, sent in ``CreateProducer`` (pinned)
         and stamped on every message (``producer.schema``).
+
+        ``compression``: ``none``, ``lz4`` or ``zstd`` (or a :class:`Compression`), applied to
+        each payload; consumers decompress. ``enable_chunking``: a payload larger than the
+        broker's limit is sent as chunks and reassembled by consumers (else MessageTooLarge).
         """
         self._check_open()
         TopicName.parse(topic)
@@ -172,6 +184,8 @@ class DanubeClient:
             send_timeout_s=send_timeout_s,
             routing_mode=RoutingMode(routing_mode),
             enable_idempotence=bool(enable_idempotence),
+            compression=Compression.parse(compression),
+            enable_chunking=bool(enable_chunking),
         )
         target = schema if schema is not None else schema_ref
         bound = await self.schemas().bind_producer(target) if target is not None else None
@@ -209,6 +223,8 @@ class DanubeClient:
         ack_flush_interval_ms: float = 5.0,
         initial_position: InitialPosition = InitialPosition.LATEST,
         max_unacked_messages: int = 0,
+        chunked_message_timeout_s: float = 60.0,
+        max_pending_chunked_messages: int = 100,
     ) -> Consumer[T]: ...
 
     @overload
@@ -226,6 +242,8 @@ class DanubeClient:
         ack_flush_interval_ms: float = 5.0,
         initial_position: InitialPosition = InitialPosition.LATEST,
         max_unacked_messages: int = 0,
+        chunked_message_timeout_s: float = 60.0,
+        max_pending_chunked_messages: int = 100,
     ) -> Consumer[bytes]: ...
 
     async def subscribe(
@@ -242,6 +260,8 @@ class DanubeClient:
         ack_flush_interval_ms: float = 5.0,
         initial_position: InitialPosition = InitialPosition.LATEST,
         max_unacked_messages: int = 0,
+        chunked_message_timeout_s: float = 60.0,
+        max_pending_chunked_messages: int = 100,
     ) -> Consumer[Any]:
         """Subscribe to an existing ``topic`` (all its partitions) as ``subscription``.
 
@@ -252,6 +272,9 @@ class DanubeClient:
         subscription of a reliable topic starts (an existing one resumes from its cursor);
         ``max_unacked_messages`` bounds what the broker delivers before acks (0: its default).
         ``schema``: ``msg.value()`` decodes payloads with it (no registry call is made).
+        A chunked message with no new chunk for ``chunked_message_timeout_s``, or beyond
+        ``max_pending_chunked_messages`` incomplete ones per partition, is dropped (counted in
+        ``consumer.chunked_dropped``; its chunks acknowledged).
         """
         self._check_open()
         TopicName.parse(topic)
@@ -265,6 +288,8 @@ class DanubeClient:
             ack_flush_interval_ms=ack_flush_interval_ms,
             initial_position=InitialPosition(initial_position),
             max_unacked_messages=max_unacked_messages,
+            chunked_message_timeout_s=chunked_message_timeout_s,
+            max_pending_chunked_messages=max_pending_chunked_messages,
         )
         partitions = await self.topic_partitions(topic)
         if not partitions:
@@ -344,6 +369,58 @@ class DanubeClient:
         consumer.on_closed = self._consumers.discard
         self._consumers.add(consumer)
         return Reader(consumer)
+
+    async def subscribe_many(
+        self,
+        topics: Sequence[str] | None = None,
+        *,
+        pattern: str | None = None,
+        subscription: str,
+        schema: Schema[Any] | None = None,
+        consumer_name: str | None = None,
+        sub_type: SubType = SubType.SHARED,
+        key_filters: Iterable[str] = (),
+        receiver_queue_size: int = 1000,
+        ack_batch_size: int = 1000,
+        ack_flush_interval_ms: float = 5.0,
+        initial_position: InitialPosition = InitialPosition.LATEST,
+        max_unacked_messages: int = 0,
+        refresh_interval_s: float = multi_consumer.DEFAULT_REFRESH_INTERVAL_S,
+    ) -> multi_consumer.MultiTopicConsumer[Any]:
+        """Subscribe to many topics as one consumer: a list (``topics``, each must exist), or every
+        topic of one namespace matching ``pattern`` (``/namespace/REGEX``), followed as topics are
+        created and deleted (listed every ``refresh_interval_s``). Messages of all topics are
+        merged fairly; options as :meth:`subscribe`. See :mod:`danube_sdk.multi_consumer`.
+        """
+        self._check_open()
+        if not subscription:
+            raise ValueError("subscription is required")
+        for t in topics if topics is not None and not isinstance(topics, str) else ():
+            TopicName.parse(t)
+        opts = ConsumerOptions(
+            sub_type=SubType(sub_type),
+            key_filters=tuple(key_filters),
+            receiver_queue_size=receiver_queue_size,
+            ack_batch_size=ack_batch_size,
+            ack_flush_interval_ms=ack_flush_interval_ms,
+            initial_position=InitialPosition(initial_position),
+            max_unacked_messages=max_unacked_messages,
+        )
+        consumer = await multi_consumer.create(
+            self._conns,
+            self._opts,
+            topics=topics,
+            pattern=pattern,
+            subscription=subscription,
+            name=consumer_name or f"consumer-{uuid.uuid4().hex[:12]}",
+            opts=opts,
+            decode=schema.decode if schema is not None else None,
+            partitions_of=self.topic_partitions,
+            refresh_interval_s=refresh_interval_s,
+        )
+        consumer.on_closed = self._consumers.discard
+        self._consumers.add(consumer)
+        return consumer
 
     def schemas(self) -> SchemaRegistryClient:
         """The schema registry, on the service URL (shares this client's channel and deadlines)."""

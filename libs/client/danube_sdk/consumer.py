@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, cast
 
@@ -77,6 +78,7 @@ class Consumer(Generic[T]):
         self._ack_wake = asyncio.Event()
         self._ack_full = asyncio.Event()
         self._ack_task: asyncio.Task[None] | None = None
+        self._chunk_task: asyncio.Task[None] | None = None
         self._closed: ClientClosed | None = None
         #: Called once closed (the client uses it to forget this consumer).
         self.on_closed: Callable[[Consumer[Any]], None] | None = None
@@ -103,6 +105,7 @@ class Consumer(Generic[T]):
         for part in self._parts.values():
             part.start()
         self._ack_task = asyncio.create_task(self._ack_loop(), name=f"danube-acks {self.topic}")
+        self._chunk_task = asyncio.create_task(self._chunk_loop(), name=f"danube-chunks {self.topic}")
 
     # ------------------------------------------------------------------ receiving
 
@@ -161,7 +164,12 @@ class Consumer(Generic[T]):
         topic = msg.topic
         if topic not in self._parts:
             raise InvalidArgument(f"message from {topic} does not belong to this consumer ({self.topic})")
-        n = self._acks.add(topic, msg.offset)
+        chunks = msg.chunk_offsets
+        if chunks:
+            self._acks.add_many(topic, list(chunks))  # a large message: every chunk
+            n = self._acks.count
+        else:
+            n = self._acks.add(topic, msg.offset)
         if self._spans is not None:
             self._spans.settled(topic, msg.offset, "ack")
         if n == 1:
@@ -185,8 +193,9 @@ class Consumer(Generic[T]):
                 f"cumulative acks need an exclusive or failover subscription; {self.subscription!r} "
                 f"is {self._opts.sub_type.name.lower()}: use ack() for each message"
             )
+        upto = max(msg.chunk_offsets or (msg.offset,))  # a large message: up to its last chunk
         await retry_until(
-            lambda: part.ack_batch([msg.offset], cumulative=True),
+            lambda: part.ack_batch([upto], cumulative=True),
             timeout_s=self._client_opts.operation_timeout_s,
             what=f"cumulative ack on {part.topic}",
         )
@@ -274,8 +283,11 @@ class Consumer(Generic[T]):
 
         async def one(topic: str, offsets: list[int]) -> None:
             nonlocal ok
+            part = self._parts.get(topic)
+            if part is None:
+                return  # a multi-topic consumer dropped the topic (deleted): nothing to ack
             try:
-                await self._parts[topic].ack_batch(offsets)
+                await part.ack_batch(offsets)
             except DanubeError as err:
                 if err.retryable and self._closed is None:
                     self._acks.add_many(topic, offsets)
@@ -305,6 +317,28 @@ class Consumer(Generic[T]):
                 await asyncio.sleep(backoff_s(failures))
                 failures += 1
 
+    async def _chunk_loop(self) -> None:
+        """Drop chunked messages whose chunks stopped arriving, and acknowledge their chunks
+        (a producer that died mid-message never completes them: see danube_sdk.chunking)."""
+        tick_s = min(1.0, self._opts.chunked_message_timeout_s / 4)
+        while True:
+            await asyncio.sleep(tick_s)
+            now = time.monotonic()
+            for topic, part in self._parts.items():
+                if part.waiting_for_room:
+                    part.chunks.touch(now)  # the application is behind: the chunks may be queued
+                part.chunks.expire(now)
+                dropped = part.chunks.take_dropped()
+                if dropped:
+                    self._acks.add_many(topic, dropped)
+                    self._ack_wake.set()
+
+    @property
+    def chunked_dropped(self) -> int:
+        """Chunked messages dropped incomplete so far (all partitions): timed out, evicted by
+        ``max_pending_chunked_messages``, or with inconsistent chunks."""
+        return sum(p.chunks.dropped for p in self._parts.values())
+
     # ------------------------------------------------------------------ closing
 
     async def close(self, *, unsubscribe: bool = False) -> None:
@@ -331,10 +365,11 @@ class Consumer(Generic[T]):
             await self._send_acks()
         finally:
             self._closed = why
-            if self._ack_task is not None:
-                self._ack_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._ack_task
+            for task in (self._ack_task, self._chunk_task):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             errors: list[DanubeError] = []
             for part in self._parts.values():
                 try:

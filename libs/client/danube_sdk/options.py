@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from danube_common.compression import Compression
 from danube_common.errors import InvalidArgument
 from danube_sdk.types import AccessMode, DispatchStrategy, InitialPosition, RoutingMode, SubType
 
@@ -52,6 +53,11 @@ class ProducerOptions:
     routing_mode: RoutingMode = RoutingMode.ROUND_ROBIN
     #: Number every message (``StreamMessage.sequence_id``) so the broker drops resent copies.
     enable_idempotence: bool = True
+    #: Payload codec (a payload that does not get smaller is sent uncompressed).
+    compression: Compression = Compression.NONE
+    #: Split a payload larger than the broker's max_message_size_bytes into chunks (else
+    #: MessageTooLarge).
+    enable_chunking: bool = True
 
     def __post_init__(self) -> None:
         _require(self.batching_max_messages >= 1, "batching_max_messages must be >= 1")
@@ -77,6 +83,10 @@ class ConsumerOptions:
     initial_position: InitialPosition = InitialPosition.LATEST
     #: Delivered-but-unacked messages the broker lets this consumer hold (0: broker default).
     max_unacked_messages: int = 0
+    #: A chunked message with no new chunk for this long is dropped (and its chunks acked).
+    chunked_message_timeout_s: float = 60.0
+    #: Incomplete chunked messages held per partition; past it the oldest is dropped.
+    max_pending_chunked_messages: int = 100
 
     def __post_init__(self) -> None:
         _require(self.receiver_queue_size >= 1, "receiver_queue_size must be >= 1")
@@ -86,3 +96,5 @@ class ConsumerOptions:
         )
         _require(self.ack_batch_size >= 1, "ack_batch_size must be >= 1")
         _require(self.ack_flush_interval_ms >= 0, "ack_flush_interval_ms must be >= 0")
+        _require(self.chunked_message_timeout_s > 0, "chunked_message_timeout_s must be > 0")
+        _require(self.max_pending_chunked_messages >= 1, "max_pending_chunked_messages must be >= 1")

@@ -6,10 +6,15 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
+from danube_common.compression import Compression, compress_if_smaller
 from danube_common.errors import DanubeError, MessageTooLarge
+from danube_sdk import delivery
+from danube_sdk.chunking import split
 from danube_sdk.connection import Connections
 from danube_sdk.errors import ClientClosed
 from danube_sdk.options import ClientOptions, ProducerOptions
@@ -114,7 +119,13 @@ class Producer(Generic[T]):
     # ------------------------------------------------------------------ sending
 
     async def send_async(
-        self, value: T, *, properties: dict[str, str] | None = None, key: str | None = None
+        self,
+        value: T,
+        *,
+        properties: dict[str, str] | None = None,
+        key: str | None = None,
+        deliver_after: float | timedelta | None = None,
+        deliver_at: int | datetime | None = None,
     ) -> asyncio.Future[MessageId]:
         """Queue one message; return a future resolved with its id once the broker acks it.
 
@@ -122,8 +133,20 @@ class Producer(Generic[T]):
         (MessageTooLarge, Timeout, ProducerBusy, ClientClosed ...) are set on the future; a
         value the producer's schema cannot encode raises ``InvalidPayload`` here, before
         anything is queued.
+
+        Delayed delivery (reliable topics; shared and key-shared subscriptions): not before
+        ``deliver_after`` seconds (or timedelta) from now, or not before ``deliver_at`` (epoch
+        milliseconds, or an aware datetime). See :mod:`danube_sdk.delivery`.
         """
+        due_ms = 0
+        if deliver_after is not None or deliver_at is not None:
+            due_ms = delivery.deliver_at_ms(
+                deliver_after=deliver_after, deliver_at=deliver_at, now_ms=time.time_ns() // 1_000_000
+            )
         payload = self._encode(value) if self._encode is not None else cast(bytes, value)
+        codec = self._opts.compression
+        if codec:
+            codec, payload = compress_if_smaller(codec, payload)
         while self._pending >= self._max_pending and self._closed is None:
             self._space.clear()
             await self._space.wait()
@@ -136,6 +159,8 @@ class Producer(Generic[T]):
             fut.set_exception(part.fatal)
             return fut
         if part.max_message_size and len(payload) > part.max_message_size:
+            if self._opts.enable_chunking:
+                return await self._send_chunks(part, payload, codec, properties, key, fut, due_ms)
             fut.set_exception(
                 MessageTooLarge(
                     f"message of {len(payload)} bytes exceeds the topic's limit of "
@@ -144,14 +169,73 @@ class Producer(Generic[T]):
             )
             return fut
         self._pending += 1
-        part.add(payload, properties, key, fut, time.time_ns() // 1_000_000)
+        part.add(payload, properties, key, fut, time.time_ns() // 1_000_000, codec, deliver_at_ms=due_ms)
+        return fut
+
+    async def _send_chunks(
+        self,
+        part: TopicProducer,
+        payload: bytes,
+        codec: Compression,
+        properties: dict[str, str] | None,
+        key: str | None,
+        fut: asyncio.Future[MessageId],
+        due_ms: int = 0,
+    ) -> asyncio.Future[MessageId]:
+        """Send ``payload`` as chunks of at most the broker's limit, in order, on one partition;
+        ``fut`` gets the first chunk's id once every chunk is acknowledged, or the first failure
+        (chunks already stored are then dropped by consumers after their chunk timeout)."""
+        pieces = split(payload, part.max_message_size)
+        count = len(pieces)
+        message_uuid = uuid.uuid4().hex
+        futs: list[asyncio.Future[MessageId]] = []
+        failed: DanubeError | None = None
+        for index, piece in enumerate(pieces):
+            while self._pending >= self._max_pending and self._closed is None:
+                self._space.clear()
+                await self._space.wait()
+            failed = self._closed or part.fatal
+            if failed is not None:
+                break
+            f: asyncio.Future[MessageId] = self._loop.create_future()
+            self._pending += 1
+            now_ms = time.time_ns() // 1_000_000
+            chunk = (message_uuid, index, count, len(payload))
+            part.add(piece, properties, key, f, now_ms, codec, chunk, deliver_at_ms=due_ms)
+            futs.append(f)
+
+        def finish(_: object) -> None:
+            if fut.done():
+                return
+            if any(f.cancelled() for f in futs):
+                fut.cancel()
+                return
+            errors = [f.exception() for f in futs if f.exception() is not None]
+            if failed is not None or errors:
+                fut.set_exception(errors[0] if errors else failed)  # type: ignore[arg-type]
+            else:
+                fut.set_result(futs[0].result())
+
+        if not futs:
+            finish(None)
+        else:
+            asyncio.gather(*futs, return_exceptions=True).add_done_callback(finish)
         return fut
 
     async def send(
-        self, value: T, *, properties: dict[str, str] | None = None, key: str | None = None
+        self,
+        value: T,
+        *,
+        properties: dict[str, str] | None = None,
+        key: str | None = None,
+        deliver_after: float | timedelta | None = None,
+        deliver_at: int | datetime | None = None,
     ) -> MessageId:
-        """Send one message and wait until the broker has acknowledged it."""
-        fut = await self.send_async(value, properties=properties, key=key)
+        """Send one message and wait until the broker has acknowledged it (options as
+        :meth:`send_async`)."""
+        fut = await self.send_async(
+            value, properties=properties, key=key, deliver_after=deliver_after, deliver_at=deliver_at
+        )
         return await fut
 
     async def send_many(
@@ -160,12 +244,19 @@ class Producer(Generic[T]):
         *,
         properties: dict[str, str] | None = None,
         key: str | None = None,
+        deliver_after: float | timedelta | None = None,
+        deliver_at: int | datetime | None = None,
     ) -> list[MessageId]:
         """Send many messages pipelined; return their ids in order once all are acknowledged.
 
         If any fails, the first failure is raised after all have completed.
         """
-        futs = [await self.send_async(p, properties=properties, key=key) for p in payloads]
+        futs = [
+            await self.send_async(
+                p, properties=properties, key=key, deliver_after=deliver_after, deliver_at=deliver_at
+            )
+            for p in payloads
+        ]
         if not futs:
             return []
         await asyncio.wait(futs)

@@ -46,6 +46,11 @@ class ReceiveQueue:
     def __len__(self) -> int:
         return self._len
 
+    def set_partitions(self, partitions: int) -> None:
+        """The number of partitions changed (multi-topic consumers): recompute the share."""
+        self._share = max(1, self._capacity // max(1, partitions))
+        self._room_made(tuple(self._waiting))
+
     def buffered(self, topic: str) -> int:
         """Messages of one partition in the buffer."""
         part = self._parts.get(topic)

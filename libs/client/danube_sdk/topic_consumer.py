@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ import grpc.aio
 
 from danube_common.errors import DanubeError, Unavailable
 from danube_common.pb import DanubeApi_pb2 as pb
+from danube_sdk.chunking import ChunkAssembler, PackedMessage, build_messages
 from danube_sdk.connection import Connections, Stubs, rpc
 from danube_sdk.mux import ConsumeLane, MuxUnsupported
 from danube_sdk.options import ClientOptions, ConsumerOptions
@@ -78,6 +80,18 @@ class TopicConsumer:
         self._task: asyncio.Task[None] | None = None
         #: This consumer's lane of the ConsumeMux stream while a session runs on one.
         self._lane: ConsumeLane | None = None
+        #: Told of a fatal error first (multi-topic consumers); True: handled, the shared queue
+        #: is not failed.
+        self.on_fatal: Callable[[TopicConsumer, DanubeError], bool] | None = None
+        #: True while the reader waits for room in the receive queue (reading nothing: the
+        #: chunk timeout does not run meanwhile).
+        self.waiting_for_room = False
+        #: Chunks of large messages until each message is complete.
+        self.chunks = ChunkAssembler(
+            timeout_s=opts.chunked_message_timeout_s,
+            max_pending=opts.max_pending_chunked_messages,
+            topic=topic,
+        )
 
     async def subscribe(self, hint_url: str | None = None) -> None:
         url = hint_url or await self._conns.lookup(self.topic)
@@ -188,6 +202,7 @@ class TopicConsumer:
         elif publish_time_ms is not None:
             req.publish_time_ms = publish_time_ms
         dropped = self._queue.purge(self.topic)
+        self.chunks.clear()
         resp = await rpc(self._stubs.consumer.Seek(req, timeout=self._client_opts.rpc_timeout_s))
         log.debug("seek on %s: continuing from %d (dropped %d buffered)", self.topic, resp.offset, dropped)
         return int(resp.offset)
@@ -195,14 +210,17 @@ class TopicConsumer:
     async def nack(self, msg: Message, delay_ms: int | None) -> None:
         if self._stubs is None:
             raise Unavailable(f"consumer {self.name} on {self.topic} is reconnecting")
-        req = pb.NackRequest(
-            request_id=self._conns.next_request_id(),
-            msg_id=msg.raw.msg_id,
-            subscription_name=self.subscription,
-        )
-        if delay_ms is not None:
-            req.delay_ms = delay_ms
-        await rpc(self._stubs.consumer.Nack(req, timeout=self._client_opts.rpc_timeout_s))
+        # A chunked message is redelivered whole: one Nack per chunk.
+        ids = msg.chunk_msg_ids if isinstance(msg, PackedMessage) else (msg.raw.msg_id,)
+        for msg_id in ids:
+            req = pb.NackRequest(
+                request_id=self._conns.next_request_id(),
+                msg_id=msg_id,
+                subscription_name=self.subscription,
+            )
+            if delay_ms is not None:
+                req.delay_ms = delay_ms
+            await rpc(self._stubs.consumer.Nack(req, timeout=self._client_opts.rpc_timeout_s))
 
     # ------------------------------------------------------------------ supervisor
 
@@ -217,7 +235,7 @@ class TopicConsumer:
             self.attached = False
             if not err.retryable:
                 log.error("consumer %s on %s failed: %s", self.name, self.topic, err)
-                self._queue.fail(err)
+                self._fatal(err)
                 return
             if self._received_in_session:
                 attempt = 0
@@ -232,10 +250,14 @@ class TopicConsumer:
                 except DanubeError as exc:
                     if not exc.retryable:
                         log.error("consumer %s on %s cannot resubscribe: %s", self.name, self.topic, exc)
-                        self._queue.fail(exc)
+                        self._fatal(exc)
                         return
                     log.info("resubscribing %s on %s failed: %s", self.name, self.topic, exc)
                     hint = exc.redirect
+
+    def _fatal(self, err: DanubeError) -> None:
+        if self.on_fatal is None or not self.on_fatal(self, err):
+            self._queue.fail(err)
 
     async def _session(self) -> None:
         """Receive until the stream fails; raises the error that ended it. With multiplexing
@@ -307,9 +329,11 @@ class TopicConsumer:
         msgs = self._fresh(frame.messages) if self._reader is not None else frame.messages
         if msgs:
             self._received_in_session = True
-            decode = self._decode
-            topic = self.topic
-            await self._queue.put_many([Message(m, topic, decode) for m in msgs])
+            built = build_messages(msgs, self.topic, self._decode, self.chunks, time.monotonic())
+            if built:
+                self.waiting_for_room = True
+                await self._queue.put_many(built)
+                self.waiting_for_room = False
 
     async def _read_loop(self, call: grpc.aio.UnaryStreamCall, what: str) -> None:
         topic = self.topic
@@ -324,5 +348,8 @@ class TopicConsumer:
             msgs = self._fresh(frame.messages) if self._reader is not None else frame.messages
             if msgs:
                 self._received_in_session = True
-                decode = self._decode
-                await queue.put_many([Message(m, topic, decode) for m in msgs])
+                built = build_messages(msgs, topic, self._decode, self.chunks, time.monotonic())
+                if built:
+                    self.waiting_for_room = True
+                    await queue.put_many(built)
+                    self.waiting_for_room = False

@@ -175,8 +175,14 @@ class TopicProducer:
         key: str | None,
         fut: asyncio.Future[MessageId],
         now_ms: int,
+        compression: int = 0,
+        chunk: tuple[str, int, int, int] | None = None,
+        deliver_at_ms: int = 0,
     ) -> None:
-        """Append one message to the open batch (sealing batches as they fill)."""
+        """Append one message to the open batch (sealing batches as they fill).
+        ``compression``: the payload's codec; ``chunk``: (message uuid, index, count, total
+        size) when the payload is one chunk of a large message; ``deliver_at_ms``: the due time
+        (delayed delivery; 0 = at once)."""
         size = len(payload)
         b = self.open
         if b is None:
@@ -199,6 +205,13 @@ class TopicProducer:
             size += sum(len(k) + len(v) for k, v in properties.items())
         if key is not None:
             m.routing_key = key
+        if compression:
+            m.compression = compression
+        if chunk is not None:
+            c = m.chunk
+            c.message_uuid, c.index, c.count, c.total_size = chunk
+        if deliver_at_ms:
+            m.deliver_at_ms = deliver_at_ms
         if self._sends is not None:
             span = self._sends.start(self.topic, self.name, m.attributes, len(payload))
             if span is not None:

@@ -152,6 +152,17 @@ class Message(Generic[T]):
         return self._raw.sequence_id
 
     @property
+    def deliver_at_ms(self) -> int:
+        """The due time its producer asked for (epoch ms; 0: none). See ``send(deliver_after=)``."""
+        return self._raw.deliver_at_ms
+
+    @property
+    def chunk_offsets(self) -> tuple[int, ...]:
+        """Offsets of the chunks a large message arrived in (acked and nacked together); ()
+        for a message that was not chunked (see :mod:`danube_sdk.chunking`)."""
+        return ()
+
+    @property
     def raw(self) -> pb.StreamMessage:
         """The wire message as delivered (for acks and nacks, which echo its ``msg_id``)."""
         return self._raw

@@ -54,3 +54,18 @@ class DiscoveryServicer(pb_grpc.DiscoveryServicer):
         topic = TopicName.parse(request.topic)
         names = await self._res.topic_partitions(topic)
         return pb.TopicPartitionsResponse(request_id=request.request_id, partitions=names)
+
+    async def NamespaceTopics(
+        self, request: pb.NamespaceTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.NamespaceTopicsResponse:
+        """What pattern subscriptions match against: every topic of the namespace a consumer can
+        subscribe to (a partitioned topic's entry is left out; its partitions are listed)."""
+        ns = request.namespace.strip("/")
+        await self._res.require_namespace(ns)
+        topics = [
+            pb.NamespaceTopic(name=r.name, partition_of=r.partition_of)
+            for r in await self._res.list_topics(ns)
+            if r.partitions == 0
+        ]
+        topics.sort(key=lambda t: t.name)
+        return pb.NamespaceTopicsResponse(request_id=request.request_id, topics=topics)

@@ -84,6 +84,13 @@ class InvalidPayload(InvalidArgument):
     code = "INVALID_PAYLOAD"
 
 
+class UnsupportedCompression(InvalidArgument):
+    """A message's payload is compressed with a codec this process does not know (a newer
+    producer, or a damaged field): it is refused, never handed on as garbage."""
+
+    code = "UNSUPPORTED_COMPRESSION"
+
+
 # ---- NOT_FOUND
 class NotFound(DanubeError):
     code = "NOT_FOUND"
@@ -221,6 +228,31 @@ class LimitExceeded(ResourceExhausted):
     """A configured limit (producers, consumers, subscriptions per topic) is reached."""
 
     code = "LIMIT_EXCEEDED"
+    retryable = False
+
+
+# Namespace policies (danube_common.namespace_policies): one class per limit.
+class TooManyProducers(LimitExceeded):
+    code = "TOO_MANY_PRODUCERS"
+
+
+class TooManyConsumers(LimitExceeded):
+    code = "TOO_MANY_CONSUMERS"
+
+
+class TooManySubscriptions(LimitExceeded):
+    code = "TOO_MANY_SUBSCRIPTIONS"
+
+
+class TooManyTopics(LimitExceeded):
+    code = "TOO_MANY_TOPICS"
+
+
+class QuotaExceeded(ResourceExhausted):
+    """A topic's backlog quota is reached and its policy is ``refuse``: the batch was not
+    stored. Retrying helps once the subscriptions have acknowledged more."""
+
+    code = "QUOTA_EXCEEDED"
     retryable = False
 
 

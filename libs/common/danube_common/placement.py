@@ -177,7 +177,9 @@ class Resolver:
                 f"topic {topic} does not exist and auto-creation is off; "
                 f"create it with `danube-admin topics create {topic}`"
             )
-        await self._res.require_namespace(topic.namespace)
+        # The namespace exists and, if the topic is new, its max_topics policy has room: nothing
+        # is placed (no ownership written) for a topic that could not be created.
+        await self._res.check_topic_quota(topic, unless_exists=True)
 
     def _topic_counts(self) -> dict[str, int]:
         self._pending = {t: p for t, p in self._pending.items() if p[1] > self._view.revision}

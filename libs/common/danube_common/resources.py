@@ -15,11 +15,14 @@ from danube_common.errors import (
     NamespaceAlreadyExists,
     NamespaceNotEmpty,
     NamespaceNotFound,
+    TooManyTopics,
     TopicAlreadyExists,
     TopicNotFound,
+    Unavailable,
 )
 from danube_common.keys import Keys
 from danube_common.metadata.store import Compare, MetadataStore, Op
+from danube_common.namespace_policies import FIELD_NAMES, NamespacePolicies
 from danube_common.ownership import OwnershipTxns
 from danube_common.policies import SubscriptionPolicyRecord, validate_subscription_name
 from danube_common.records import BrokerRecord, TopicRecord, check_dispatch, now_ms
@@ -27,6 +30,8 @@ from danube_common.topic_name import TopicName, validate_namespace
 
 #: Operations per transaction when a write must be split (etcd allows 128 per branch).
 _TXN_CHUNK = 100
+#: Read-modify-write attempts of a namespace's policies before giving up.
+_CAS_ATTEMPTS = 10
 
 
 class Resources(OwnershipTxns):
@@ -51,6 +56,61 @@ class Resources(OwnershipTxns):
         value = await self.store.get_json(self.keys.namespace(ns))
         policies = value.get("policies") if isinstance(value, dict) else None
         return dict(policies) if isinstance(policies, dict) else {}
+
+    async def get_namespace_policies(self, ns: str) -> NamespacePolicies:
+        """The namespace's policies (NamespaceNotFound if it does not exist)."""
+        validate_namespace(ns)
+        value = await self.store.get_json(self.keys.namespace(ns))
+        if not isinstance(value, dict):
+            raise NamespaceNotFound(
+                f"namespace {ns!r} does not exist; create it with `danube-admin namespaces create {ns}`"
+            )
+        stored = value.get("policies")
+        return NamespacePolicies.from_json(stored if isinstance(stored, dict) else None)
+
+    async def update_namespace_policies(
+        self, ns: str, changes: dict[str, Any], clear: list[str] | tuple[str, ...] = ()
+    ) -> NamespacePolicies:
+        """Set ``changes`` and unset ``clear`` in the namespace's policies (validated), keeping
+        the others; a compare-and-swap on the record, retried when a concurrent write won."""
+        validate_namespace(ns)
+        key = self.keys.namespace(ns)
+        for _ in range(_CAS_ATTEMPTS):
+            kv = await self.store.get(key)
+            value = kv.json() if kv is not None else None
+            if not isinstance(value, dict) or kv is None:
+                raise NamespaceNotFound(
+                    f"namespace {ns!r} does not exist; create it with `danube-admin namespaces create {ns}`"
+                )
+            stored = value.get("policies")
+            current = NamespacePolicies.from_json(stored if isinstance(stored, dict) else None)
+            new = current.updated(changes, clear)
+            # Keys this version does not know (a newer writer's) are kept as they are.
+            kept = {k: v for k, v in (stored or {}).items() if k not in FIELD_NAMES}
+            record = {**value, "policies": {**kept, **new.to_json()}}
+            res = await self.store.txn([Compare.mod_revision_is(key, kv.mod_revision)], [Op.put(key, record)])
+            if res.succeeded:
+                return new
+        raise Unavailable(f"namespace {ns!r} kept changing while its policies were updated; retry")
+
+    async def check_topic_quota(
+        self, topic: TopicName, adding: int = 1, *, unless_exists: bool = False
+    ) -> None:
+        """NamespaceNotFound, or TooManyTopics if ``adding`` more topics would take the namespace
+        over its ``max_topics`` (each partition counts; a partitioned topic's parent does not).
+        Placement calls it before a new topic is placed, the creates before they write.
+        ``unless_exists``: no check when ``topic`` exists already (nothing is added). Checked
+        before the create, not in its transaction: creates racing each other may pass it together."""
+        cap = (await self.get_namespace_policies(topic.namespace)).max_topics
+        if cap is None or (unless_exists and await self.get_topic(topic) is not None):
+            return
+        existing = sum(1 for r in await self.list_topics(topic.namespace) if r.partitions == 0)
+        if existing + adding > cap:
+            raise TooManyTopics(
+                f"namespace {topic.namespace} has {existing} topic(s) and allows {cap} (max_topics); "
+                f"creating {topic}{f' with {adding} partitions' if adding > 1 else ''} would exceed it: "
+                "delete topics, or ask an administrator to raise the limit"
+            )
 
     async def namespace_exists(self, ns: str) -> bool:
         return await self.store.get(self.keys.namespace(ns)) is not None
@@ -96,6 +156,7 @@ class Resources(OwnershipTxns):
         """
         check_dispatch(dispatch_strategy)
         await self.require_namespace(topic.namespace)
+        await self.check_topic_quota(topic, 1, unless_exists=exist_ok)
         base = topic.base
         rec = TopicRecord(
             name=str(topic),
@@ -133,6 +194,7 @@ class Resources(OwnershipTxns):
         if topic.partition_index is not None:
             raise InvalidArgument(f"{topic} looks like a partition name; choose a name without '-part-N'")
         await self.require_namespace(topic.namespace)
+        await self.check_topic_quota(topic, partitions)
         ts = now_ms()
         pol = dict(policies or {})
         parent = TopicRecord(str(topic), dispatch_strategy, partitions, "", ts, dict(pol))

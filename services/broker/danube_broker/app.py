@@ -44,6 +44,7 @@ from danube_broker.handoff import TopicMover
 from danube_broker.load_reporter import LoadReporter
 from danube_broker.membership import Membership
 from danube_broker.metrics import BrokerCollector, BrokerEvents, LeaseCollector, RuntimeCollector
+from danube_broker.ns_limits import NamespaceLimits
 from danube_broker.registry import BrokerRegistry
 from danube_broker.schema_gate import SchemaGate
 from danube_broker.stats_api import BrokerStatsApi
@@ -60,6 +61,7 @@ from danube_common.leadership import read_leaders
 from danube_common.load_history import LoadHistoryWriter
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.metadata.lease import KeepaliveClientFactory, KeptLease
+from danube_common.namespace_view import NamespaceView
 from danube_common.observability.http import HttpEndpoint
 from danube_common.observability.metrics import new_registry
 from danube_common.pb import DanubeAdmin_pb2_grpc as admin_grpc
@@ -259,6 +261,10 @@ async def _serve(
     membership.events = registry.events
     view = ClusterView(resources)
     schemas = SchemaView(resources.store, resources.keys)
+    namespaces = NamespaceView(resources.store, resources.keys)
+    ns_limits = NamespaceLimits(namespaces, registry.topics, cfg, events=registry.events)
+    registry.ns_limits = ns_limits
+    namespaces.on_change = ns_limits.namespaces_changed
     discovery = DiscoveryServicer(
         resources, view, self_broker_id=cfg.broker_id, auto_create_topics=cfg.auto_create_topics
     )
@@ -284,6 +290,11 @@ async def _serve(
             now_ms(),
             internal_addr=listeners.internal_addr,
         )
+        # Namespace policies first: topics loaded from here on get their limits at once.
+        await namespaces.start()
+        if namespaces.task is not None:
+            loops[namespaces.task] = "the namespace policy watch"
+        loops[asyncio.create_task(ns_limits.run_expiry(), name="message-ttl")] = "the message TTL loop"
         lease = await membership.register(record)
         # From here on, nothing is acknowledged unless this lease is surely alive.
         registry.reliable.lease = lease
@@ -311,6 +322,7 @@ async def _serve(
             interval_s=cfg.load_report_interval_s,
             max_topics=cfg.load_report_max_topics,
             history=history,
+            full_refresh_every=max(1, round(cfg.load_report_full_refresh_s / cfg.load_report_interval_s)),
         )
         await reporter.publish()
         loops[asyncio.create_task(reporter.run(), name="load-report")] = "the load reporter"
@@ -374,6 +386,7 @@ async def _serve(
         )
         await dead_letters.aclose()
         await schemas.aclose()
+        await namespaces.aclose()
     if failure is not None:
         raise failure
 
@@ -436,7 +449,7 @@ async def _shutdown(
     own_loops = [
         t
         for t, what in loops.items()
-        if what in ("the assignment watch", "the expiry sweep", "the load reporter")
+        if what in ("the assignment watch", "the expiry sweep", "the load reporter", "the message TTL loop")
     ]
     for task in own_loops:
         task.cancel()

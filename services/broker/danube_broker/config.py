@@ -67,6 +67,9 @@ class BrokerConfig(ServiceConfig):
     load_report_interval_s: float = Field(default=5.0, gt=0)
     #: Most topics listed in one load report (the busiest first; totals always cover every topic).
     load_report_max_topics: int = Field(default=2000, ge=0)
+    #: Idle topics that carried nothing since the previous report reuse their row; every topic is
+    #: read in full at least this often (a late ack's backlog, a consumer attached without traffic).
+    load_report_full_refresh_s: float = Field(default=60.0, gt=0)
     #: With object storage: load reports are appended to the load history (for the Spark planner)
     #: in one object per this many seconds (0: no load history).
     load_history_flush_interval_s: float = Field(default=60.0, ge=0)
@@ -110,6 +113,9 @@ class BrokerConfig(ServiceConfig):
     #: Messages a subscription holds read-but-unacknowledged (delivered, awaiting redelivery, or
     #: buffered); reading the log pauses at this bound (back-pressure, never dropping).
     max_pending_messages_per_subscription: int = Field(default=10_000, ge=1)
+    #: Delayed messages (shared/key-shared, not due yet) a subscription holds in memory; reading
+    #: the log pauses at this bound until the earliest of them is due (not counted above).
+    max_delayed_messages_per_subscription: int = Field(default=100_000, ge=1)
     #: Changed cursors are written to etcd in one batch at most this often.
     cursor_flush_interval_ms: int = Field(default=500, ge=1)
     #: Retention (time rule, deletions) is also re-checked at least this often.

@@ -85,7 +85,11 @@ class ProducerApi(pb_grpc.ProducerServiceServicer):
             request_id=request.request_id,
             producer_id=producer.id,
             producer_name=producer.name,
-            max_message_size_bytes=self._cfg.max_message_size_bytes,
+            max_message_size_bytes=(
+                producer.topic.limits.max_message_bytes
+                if producer.topic.limits is not None
+                else self._cfg.max_message_size_bytes
+            ),
             last_sequence_id=self._reg.last_sequence(producer),
         )
 

@@ -1,11 +1,14 @@
 """The broker's load report: every ``load_report_interval_s``, on the registration lease.
 
 Rates are counter deltas over the interval (per topic: messages and payload bytes in and out),
-CPU is this process's CPU time over the interval (in cores), memory its resident set. Each topic
-is read through ``Topic.load_figures`` (counters, backlog, producers, consumers: no stats
-snapshot), and a topic whose figures did not move since the previous report, and that was idle
-then too, is reported with the very same :class:`TopicLoad` (all rates 0): an idle topic costs
-the report one tuple comparison. The report
+CPU is this process's CPU time over the interval (in cores), memory its resident set. A topic
+that was idle at the previous report (every rate 0) and carried nothing since (``Topic.traffic``
+did not move, same topic object) is reported with the very same :class:`TopicLoad`: an idle topic
+costs the report one integer comparison, so thousands of idle topics cost next to nothing. Other
+topics are read through ``Topic.load_figures`` (counters, backlog, producers, consumers: no stats
+snapshot). What changes without traffic (an idle topic's backlog shrinking by a late ack, a
+consumer attaching, the topic's kind) is read at the next full refresh: every topic is read in
+full every ``full_refresh_every`` reports (default 12: a minute at the 5 s interval). The report
 goes to ``/{cluster}/load/{broker_id}`` attached to the registration lease, so it disappears with
 the broker. A failed write is logged and retried at the next interval: the report is advisory
 (placement falls back to topic counts), never a reason to stop serving. With object storage
@@ -59,6 +62,8 @@ class LoadedTopic(Protocol):
 
     def load_figures(self) -> LoadFigures: ...
 
+    def traffic(self) -> int: ...
+
 
 class TopicSource(Protocol):
     """What the report reads of the registry (``danube_broker.registry.BrokerRegistry``)."""
@@ -68,6 +73,10 @@ class TopicSource(Protocol):
 
     @property
     def topics(self) -> Mapping[str, LoadedTopic]: ...
+
+
+#: What the reporter keeps of a topic between reports (see ``LoadReporter._prev``).
+_Seen = tuple[LoadFigures, bool, TopicLoad | None, int, LoadedTopic]
 
 
 class LoadReporter:
@@ -83,9 +92,11 @@ class LoadReporter:
         wall: Callable[[], float] = time.monotonic,
         cpu: Callable[[], float] = time.process_time,
         history: LoadHistoryWriter | None = None,
+        full_refresh_every: int = 12,
     ) -> None:
         """``history``: also append every report to the load history (object storage), which the
-        Spark planner reads as a window."""
+        Spark planner reads as a window. ``full_refresh_every``: read every topic in full once per
+        this many reports (1: at every report)."""
         self._reg = registry
         self._store = store
         self._keys = keys
@@ -94,9 +105,13 @@ class LoadReporter:
         self._max_topics = max_topics
         self._wall = wall
         self._cpu = cpu
-        #: topic -> (its figures and kind at the previous sample, its load then if it was idle
-        #: (every rate 0), else None)
-        self._prev: dict[str, tuple[LoadFigures, bool, TopicLoad | None]] = {}
+        #: topic -> (its figures and kind when last read in full, its load then if it was idle
+        #: (every rate 0) else None, its traffic then, the topic object read)
+        self._prev: dict[str, _Seen] = {}
+        self._full_refresh_every = max(1, full_refresh_every)
+        self._samples = 0
+        #: Figures (tests, profiling): topics read in full by the latest sample.
+        self.last_read_in_full = 0
         self._prev_wall = wall()
         self._prev_cpu = cpu()
         self.last: LoadReport | None = None
@@ -107,18 +122,33 @@ class LoadReporter:
         now_wall, now_cpu = self._wall(), self._cpu()
         dt = max(now_wall - self._prev_wall, 1e-6)
         prev = self._prev
-        nxt: dict[str, tuple[LoadFigures, bool, TopicLoad | None]] = {}
+        full = self._samples % self._full_refresh_every == 0
+        self._samples += 1
+        nxt: dict[str, _Seen] = {}
         loads: list[TopicLoad] = []
+        read = 0
         for name, topic in self._reg.topics.items():
+            last, traffic = prev.get(name), topic.traffic()
+            if (
+                not full
+                and last is not None
+                and last[2] is not None
+                and last[3] == traffic
+                and last[4] is topic
+            ):
+                nxt[name] = last  # idle then, nothing carried since: the same report row
+                loads.append(last[2])
+                continue
+            read += 1
             figures, reliable = topic.load_figures(), topic.is_reliable
-            last = prev.get(name)
             if last is not None and last[2] is not None and last[0] == figures and last[1] == reliable:
                 load = last[2]  # idle then, unchanged since: the same report row
             else:
                 load = topic_load(name, figures, last[0] if last is not None else figures, reliable, dt)
-            nxt[name] = (figures, reliable, load if load.weight == 0.0 else None)
+            nxt[name] = (figures, reliable, load if load.weight == 0.0 else None, traffic, topic)
             loads.append(load)
         self._prev = nxt
+        self.last_read_in_full = read
         report = LoadReport.build(
             self._reg.broker_id,
             now_ms(),

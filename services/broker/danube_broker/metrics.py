@@ -205,6 +205,10 @@ class BrokerEvents:
         self._acquired = mn.OWNERSHIP_ACQUIRED.counter(registry)
         self._moves = mn.TOPIC_MOVES.counter(registry)
         self._mux = mn.MUX_STREAMS.gauge(registry)
+        self._policy_messages = mn.POLICY_MESSAGES.counter(registry)
+        self._policy_waits = mn.POLICY_WAITS.counter(registry)
+        #: The two policy counters' values by label, readable in-process.
+        self.policy_counts: dict[str, int] = {}
         #: Multiplexed streams open now, by kind (the gauge's values, readable in-process).
         self.mux_open: dict[str, int] = {"publish": 0, "consume": 0}
 
@@ -235,6 +239,17 @@ class BrokerEvents:
     def round_committed(self, logs: int, nbytes: int, seconds: float) -> None:
         self._wal_round_logs.observe(logs)
         self._wal_round_latency.observe(seconds)
+
+    # ---- namespace policies
+    def policy_messages(self, action: str, count: int) -> None:
+        """``count`` messages were acknowledged by a policy (``expired``, ``evicted``)."""
+        self._policy_messages.labels(action).inc(count)
+        self.policy_counts[action] = self.policy_counts.get(action, 0) + count
+
+    def policy_wait(self, reason: str) -> None:
+        """A publish batch was held back (``rate``, ``backlog``)."""
+        self._policy_waits.labels(reason).inc()
+        self.policy_counts[reason] = self.policy_counts.get(reason, 0) + 1
 
     # ---- ownership
     def acquired(self) -> None:

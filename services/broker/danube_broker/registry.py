@@ -38,6 +38,7 @@ from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink
 from danube_broker.dispatch.reliable.maintenance import Maintenance
 from danube_broker.dispatch.reliable.policy_watch import PolicyWatch
 from danube_broker.metrics import BrokerEvents
+from danube_broker.ns_limits import NamespaceLimits
 from danube_broker.producer import Producer
 from danube_broker.reader import ReaderStart
 from danube_broker.reliable_topic import ReliableContext
@@ -146,6 +147,8 @@ class BrokerRegistry:
         #: Auth on: may a caller take over another principal's producer or consumer by name
         #: (set by the app; None: auth off, names are taken over freely as in Danube).
         self.takeover_check: TakeoverCheck | None = None
+        #: Namespace policies applied to loaded topics (set by the app; None: no policies).
+        self.ns_limits: NamespaceLimits | None = None
 
     def new_id(self) -> int:
         self._next_id += 1
@@ -202,6 +205,8 @@ class BrokerRegistry:
         if record.dispatch_strategy == "reliable" and topic.reliable is None:
             await self.tasks.before_open(topic.name)
         await topic.adopt(record, requested, wait_s=self._cfg.topic_open_client_wait_s if client else None)
+        if self.ns_limits is not None:
+            self.ns_limits.refresh(topic)
 
     def on_unassigned(self, topic: TopicName, revision: int) -> None:
         """The assignment watch saw our assignment of ``topic`` deleted at ``revision``."""
@@ -235,6 +240,8 @@ class BrokerRegistry:
             clock=self._clock,
         )
         self.topics[name] = t
+        if self.ns_limits is not None:
+            self.ns_limits.refresh(t)
         self.no_topics.clear()
         if self.events is not None:
             self.events.acquired()
@@ -283,8 +290,8 @@ class BrokerRegistry:
             return loaded
         own = await self._res.get_owner(topic)
         if own is None:
-            if for_producer:
-                await self._res.require_namespace(topic.namespace)
+            if for_producer:  # the namespace exists and its max_topics has room for a new topic
+                await self._res.check_topic_quota(topic, unless_exists=True)
             elif await self._res.get_topic(topic) is None:
                 raise self._topic_not_found(topic)
             if not self._cfg.auto_create_topics:
@@ -375,6 +382,8 @@ class BrokerRegistry:
             self._check_takeover(
                 principal, Handle("producer", attached.id), attached.creator, topic.name, producer_name
             )
+        elif topic.limits is not None:
+            topic.limits.check_producer(topic)
         producer, created = topic.attach_producer(
             producer_name, exclusive=exclusive, new_id=self.new_id(), now=self._clock()
         )
@@ -448,6 +457,11 @@ class BrokerRegistry:
         producer.touch(self._clock())
         if self.schemas is not None:
             self.schemas.check_batch(producer.topic.name, producer.schema, msgs)
+        limits = producer.topic.limits
+        if limits is not None:
+            await limits.admit(producer.topic, msgs, nbytes)
+            if not producer.live:  # detached while the batch waited
+                raise producer.detach_error or ProducerNotFound(f"producer {producer.id} was closed")
         if not tracing.ENABLED:
             result = await producer.topic.publish_batch(producer, msgs, nbytes, stream=stream)
         else:
@@ -508,6 +522,8 @@ class BrokerRegistry:
             self._check_takeover(
                 principal, Handle("consumer", attached.id), attached.creator, topic.name, consumer_name
             )
+        elif topic.limits is not None:
+            topic.limits.check_consumer(topic, subscription)  # a reader counts as one too
         if reader is not None:
             consumer = await self._subscribe_reader(
                 topic, subscription, consumer_name, reader, max_unacked=max_unacked
@@ -523,6 +539,8 @@ class BrokerRegistry:
                 initial_position=initial_position,
                 max_unacked=max_unacked,
             )
+        if self.ns_limits is not None:
+            self.ns_limits.subscribed(topic)
         if consumer.id in self.consumers:
             if attached is None:  # attached meanwhile, by a Subscribe running at the same time
                 self._check_takeover(

@@ -76,6 +76,7 @@ from danube_common.errors import (
 )
 from danube_common.log_state import LogRecords, LogState, Reservation, checkpoint_of, merge_sequences
 from danube_common.metadata.lease import KeptLease
+from danube_common.namespace_policies import NamespacePolicies
 from danube_common.ownership import LogClose
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.records import TopicRecord
@@ -273,8 +274,8 @@ class ReliableTopic:
         """Open the log (``on_opening`` is told the :class:`LogOpening` while it runs, then
         None) and restore the subscriptions."""
         name = topic.topic_name
-        ns = await ctx.resources.namespace_policies(name.namespace)
-        policies = TopicPolicies.of(record, cfg, ns)
+        ns = NamespacePolicies.from_json(await ctx.resources.namespace_policies(name.namespace))
+        policies = TopicPolicies.of(record, cfg, ns.topic_defaults())
         directory = cfg.data_path / name.namespace / name.local
         history = await ctx.tiering.history(name) if ctx.tiering is not None else None
         opening = LogOpening(
@@ -878,6 +879,7 @@ class ReliableTopic:
             on_cursor=self._cursor_moved,
             dead_letter=self._ctx.dead_letter,
             max_pending=self._cfg.max_pending_messages_per_subscription,
+            max_delayed=self._cfg.max_delayed_messages_per_subscription,
             deliverable=self._deliverable if self.cloud is not None else None,
             recent=self.recent,
             may_deliver=self._ctx.sure_of_ownership,
@@ -1013,9 +1015,9 @@ class ReliableTopic:
         """Cut the local log below what every subscription durably acknowledged (retention
         permitting; with object storage, never above the uploader's checkpoint)."""
         log_ = self.local
-        stats = log_.stats()
-        if stats.segments <= 1:
+        if log_.segment_count <= 1:
             return  # only sealed segments are ever cut, and there is none (an idle topic's usual case)
+        stats = log_.stats()
         pol = self.policies
         acked = [c + 1 for c in self._persisted.values()]
         time_point = None

@@ -18,7 +18,10 @@ schema id are stamped with the producer's resolved version, so consumers always 
 version of what they read (``StreamMessage.schema_id``/``schema_version``).
 
 Payload validation is batched: one compiled validator per version (compiled once and cached),
-run over the batch's payloads in one pass on the publish path.
+run over the batch's payloads in one pass on the publish path. A compressed payload
+(``StreamMessage.compression``) is decompressed for the check only (what is stored stays as
+the producer sent it); a chunk of a large message cannot be validated and is refused (a
+problem under ``warn``), since no broker ever holds the whole message.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from danube_common.errors import FailedPrecondition, IncompatibleSchema, InvalidPayload, NotFound
+from danube_common.compression import decompress
+from danube_common.errors import DanubeError, FailedPrecondition, IncompatibleSchema, InvalidPayload, NotFound
+from danube_common.grpc_util import MAX_GRPC_MESSAGE_BYTES
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.schema import CompileCache, validate_batch
 from danube_common.schema_store import (
@@ -162,7 +167,13 @@ class SchemaGate:
             if rec is None:
                 return f"{where.format(indexes[0])} names version {version} of schema subject {subject.subject!r}, which does not exist"
             compiled = self._compiled.compile(rec.schema_type, rec.definition)
-            errors = validate_batch(compiled, [msgs[i].payload for i in indexes], first_only=True)
+            payloads: list[bytes] = []
+            for i in indexes:
+                payload, problem = _plain_payload(msgs[i], where.format(i), subject.subject)
+                if problem is not None:
+                    return problem
+                payloads.append(payload)
+            errors = validate_batch(compiled, payloads, first_only=True)
             if errors:
                 i = indexes[errors[0].index]
                 return (
@@ -178,3 +189,19 @@ class SchemaGate:
             log.warning(
                 "topic %s (validation warn): %s; accepted (%d so far)", topic, problem, self.warnings[topic]
             )
+
+
+def _plain_payload(m: pb.StreamMessage, where: str, subject: str) -> tuple[bytes, str | None]:
+    """The payload to validate (decompressed if needed), or why it cannot be validated."""
+    if m.HasField("chunk"):
+        return b"", (
+            f"{where} is chunk {m.chunk.index + 1} of {m.chunk.count} of a message larger than the "
+            f"broker's max_message_size_bytes; payloads of schema subject {subject!r} are validated and "
+            "a chunk cannot be: send messages within the limit, or turn payload validation off"
+        )
+    if not m.compression:
+        return m.payload, None
+    try:
+        return decompress(m.compression, m.payload, max_bytes=MAX_GRPC_MESSAGE_BYTES), None
+    except DanubeError as exc:
+        return b"", f"{where} cannot be validated against schema subject {subject!r}: {exc.message}"

@@ -59,6 +59,8 @@ class SubscriptionStats:
     read_error: str = ""
     #: Offsets skipped because they are gone (retention, or an accepted gap).
     skipped_total: int = 0
+    #: Delayed messages read and held back until their due time (shared, key-shared).
+    delayed: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ def subscription_proto(s: SubscriptionStats) -> admin.SubscriptionStats:
         msg_rate_out=s.msg_rate_out,
         skipped_total=s.skipped_total,
         read_error=s.read_error,
+        delayed=s.delayed,
     )
 
 

@@ -247,4 +247,5 @@ class Subscription:
             msg_rate_out=e.rate_out.value(now if now is not None else time.monotonic()),
             read_error=e.read_error,
             skipped_total=e.skipped_total,
+            delayed=e.delayed,
         )

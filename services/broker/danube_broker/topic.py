@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer
@@ -40,6 +41,9 @@ from danube_common.errors import (
 )
 from danube_common.records import TopicRecord
 from danube_common.topic_name import TopicName
+
+if TYPE_CHECKING:
+    from danube_broker.ns_limits import TopicLimits
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +83,8 @@ class Topic:
         self._reliable_ctx = reliable_ctx
         #: Offsets and dispatch: in memory until a reliable record is accepted (then for good).
         self.storage: TopicStorage = InMemoryStorage(self, cfg)
+        #: Namespace policy limits in force (None: none; set by the registry's NamespaceLimits).
+        self.limits: TopicLimits | None = None
         #: What :meth:`close` took out of service, for :meth:`aclose`.
         self._closed_subscriptions: list[Subscription] = []
 
@@ -341,6 +347,12 @@ class Topic:
         """
         await self.storage.aclose(self._closed_subscriptions)
         self._closed_subscriptions = []
+
+    def traffic(self) -> int:
+        """Messages in plus messages out so far: it moves whenever the topic carries anything (the
+        load report reads a topic's full figures only when this moved, or at a full refresh)."""
+        c = self.counters
+        return c.msgs_in + c.msgs_out
 
     def load_figures(self) -> LoadFigures:
         """What the load report takes from this topic, without a :meth:`stats` snapshot (the

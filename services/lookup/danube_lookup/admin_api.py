@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import grpc.aio
 
 from danube_common.errors import InvalidArgument
+from danube_common.namespace_policies import NamespacePolicies
 from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
 from danube_common.policies import SubscriptionPolicyRecord
@@ -158,6 +160,29 @@ class NamespaceAdminApi(apb_grpc.NamespaceAdminServicer):
         self, request: apb.NamespaceRequest, context: grpc.aio.ServicerContext
     ) -> apb.NamespaceResponse:
         return apb.NamespaceResponse(name=await self._catalog.delete_namespace(request.name))
+
+    async def GetNamespacePolicies(
+        self, request: apb.NamespaceRequest, context: grpc.aio.ServicerContext
+    ) -> apb.NamespacePoliciesResponse:
+        policies = await self._catalog.get_namespace_policies(request.name)
+        return apb.NamespacePoliciesResponse(name=request.name, policies=namespace_policies_message(policies))
+
+    async def SetNamespacePolicies(
+        self, request: apb.SetNamespacePoliciesRequest, context: grpc.aio.ServicerContext
+    ) -> apb.NamespacePoliciesResponse:
+        policies = await self._catalog.set_namespace_policies(
+            request.name, namespace_policy_changes(request.policies), list(request.clear)
+        )
+        return apb.NamespacePoliciesResponse(name=request.name, policies=namespace_policies_message(policies))
+
+
+def namespace_policy_changes(msg: apb.NamespacePolicies) -> dict[str, Any]:
+    """The fields present in ``msg`` (proto3 ``optional``: absent = not given)."""
+    return {f.name: value for f, value in msg.ListFields()}
+
+
+def namespace_policies_message(p: NamespacePolicies) -> apb.NamespacePolicies:
+    return apb.NamespacePolicies(**p.to_json())
 
 
 class TopicAdminApi(apb_grpc.TopicAdminServicer):

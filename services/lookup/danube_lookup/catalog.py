@@ -25,6 +25,7 @@ from danube_common.leadership import LeaderInfo, read_leaders
 from danube_common.load import LoadReport
 from danube_common.log_state import AcceptedGap, LogRecords, LogState
 from danube_common.metadata.store import Compare, Op
+from danube_common.namespace_policies import FIELD_NAMES, NamespacePolicies
 from danube_common.observability import record_context
 from danube_common.placement import Resolver
 from danube_common.policies import SubscriptionPolicyRecord, topic_policies
@@ -348,6 +349,27 @@ class Catalog:
         log.info("deleted namespace %s", name)
         return name
 
+    async def get_namespace_policies(self, name: str) -> NamespacePolicies:
+        return await self._res.get_namespace_policies(name)
+
+    async def set_namespace_policies(
+        self, name: str, changes: dict[str, Any], clear: list[str]
+    ) -> NamespacePolicies:
+        if not changes and not clear:
+            raise InvalidArgument(
+                "nothing to change: give at least one policy to set or one to clear "
+                f"(policies: {', '.join(FIELD_NAMES)})"
+            )
+        policies = await self._res.update_namespace_policies(name, changes, clear)
+        log.info(
+            "namespace %s policies: set %s, cleared %s; now %s",
+            name,
+            changes,
+            clear or "none",
+            policies.to_json(),
+        )
+        return policies
+
     # ------------------------------------------------------------------ topics
     async def list_topics(self, namespace: str = "") -> list[TopicView]:
         if namespace:
@@ -371,16 +393,22 @@ class Catalog:
         """Create a topic (N partitions if ``partitions``) and place it. Reliable topics keep
         ``durability`` (default fsync) and retention in every record's ``policies``."""
         topic = TopicName.parse(name)
-        dispatch = check_dispatch(dispatch_strategy or "non_reliable")
+        ns = await self._res.get_namespace_policies(topic.namespace)
+        dispatch = check_dispatch(dispatch_strategy or ns.default_dispatch_strategy or "non_reliable")
         if partitions < 0:
             raise InvalidArgument(f"partitions must be 0 (a plain topic) or more, got {partitions}")
         policies = topic_policies(
             dispatch,
-            durability=durability,
+            durability=durability or (ns.default_durability if dispatch == "reliable" else "") or "",
             retention_time_s=retention_time_s,
             retention_size_bytes=retention_size_bytes,
             unclean_takeover_after_s=unclean_takeover_after_s,
         )
+        # Retention left at 0 where the namespace sets a default: the topic inherits it (and
+        # follows later changes of it) instead of recording its own 0.
+        for key in ("retention_time_s", "retention_size_bytes"):
+            if key in policies and not policies[key] and getattr(ns, key) is not None:
+                del policies[key]
         if partitions == 0:
             await self._res.create_topic(topic, dispatch_strategy=dispatch, policies=policies)
             placed = [topic]

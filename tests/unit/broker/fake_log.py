@@ -205,6 +205,10 @@ class FakeLog:
             out[start] = out.get(start, 0) + len(e.record)
         return sorted(out.items())
 
+    @property
+    def segment_count(self) -> int:
+        return len(self.segments())
+
     def stats(self) -> WalStats:
         return WalStats(
             bytes_on_disk=sum(len(e.record) for e in self._entries),

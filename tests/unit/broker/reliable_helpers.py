@@ -17,10 +17,14 @@ from tests.unit.broker.fake_log import FakeLog
 from tests.unit.broker.helpers import Clock
 
 TOPIC = "/default/rel"
+#: The rigs' wall clock is their monotonic clock plus this (delayed delivery uses wall time).
+WALL_OFFSET_S = 1_700_000_000.0
 
 
-def record(i: int, *, key: str | None = None, t_ms: int = 1_000) -> bytes:
-    m = pb.StreamMessage(payload=f"m{i}".encode(), producer_name="p", publish_time=t_ms)
+def record(i: int, *, key: str | None = None, t_ms: int = 1_000, deliver_at_ms: int = 0) -> bytes:
+    m = pb.StreamMessage(
+        payload=f"m{i}".encode(), producer_name="p", publish_time=t_ms, deliver_at_ms=deliver_at_ms
+    )
     m.attributes["i"] = str(i)
     if key is not None:
         m.routing_key = key
@@ -93,8 +97,10 @@ def make_rig(
     max_pending: int = 10_000,
     read_batch: int = 256,
     recent: RecentMessages | None = None,
+    max_delayed: int = 100_000,
+    clock: Clock | None = None,
 ) -> Rig:
-    clock = Clock()
+    clock = clock or Clock()
     log = log or FakeLog()
     sub = Subscription(
         topic_name=TOPIC,
@@ -118,6 +124,8 @@ def make_rig(
         max_pending=max_pending,
         read_batch=read_batch,
         recent=recent,
+        max_delayed=max_delayed,
+        wall_clock=lambda: clock() + WALL_OFFSET_S,
     )
     sub.engine = engine
     return Rig(sub, engine, log, clock, moves)

@@ -29,6 +29,9 @@ class FakeTopic:
         m = self.msgs
         return (m, m * 100, m, m * 100, self.backlog, self.producers, 1)
 
+    def traffic(self) -> int:
+        return 2 * self.msgs
+
 
 class FakeRegistry:
     broker_id = "b1"
@@ -90,14 +93,19 @@ def report_of(reporter: LoadReporter) -> dict[str, Any]:
     return doc
 
 
+def reporter_of(reg: FakeRegistry, wall: Clock, *, full_refresh_every: int = 12) -> LoadReporter:
+    return LoadReporter(
+        reg, MemoryStore(), Keys("c"), lease_id=lambda: 0, interval_s=5, max_topics=10, wall=wall,
+        full_refresh_every=full_refresh_every,
+    )  # fmt: skip
+
+
 def test_an_idle_topic_is_reported_from_its_previous_row_until_it_moves() -> None:
     """Idle topics reuse their row (the same object); a topic that moves gets rates, then
     reads idle again (rates 0) once it stops; the report's content is the same as the
     report of a reporter that never saw the topics before (no cache)."""
     reg, wall = FakeRegistry(n=3), Clock()
-    reporter = LoadReporter(
-        reg, MemoryStore(), Keys("c"), lease_id=lambda: 0, interval_s=5, max_topics=10, wall=wall
-    )  # type: ignore[arg-type]
+    reporter = reporter_of(reg, wall, full_refresh_every=1)
     wall.t = 5.0
     first = {t.topic: t for t in reporter.sample().topics}
     wall.t = 10.0
@@ -115,10 +123,35 @@ def test_an_idle_topic_is_reported_from_its_previous_row_until_it_moves() -> Non
     wall.t = 25.0
     changed = {t.topic: t for t in reporter.sample().topics}
     assert not changed["/default/idle-2"].reliable
-    fresh = LoadReporter(
-        reg, MemoryStore(), Keys("c"), lease_id=lambda: 0, interval_s=5, max_topics=10, wall=wall
-    )  # type: ignore[arg-type]
+    fresh = reporter_of(reg, wall)
     wall.t = 30.0
     cached_doc, fresh_doc = report_of(reporter), report_of(fresh)
     cached_doc["interval_s"] = fresh_doc["interval_s"]
     assert cached_doc == fresh_doc
+
+
+def test_idle_topics_are_read_in_full_only_when_they_carry_something_or_at_a_full_refresh() -> None:
+    """Between full refreshes an idle topic that carried nothing is not read (its row is reused
+    as is, even if its backlog or kind changed meanwhile); one that carried messages, or a new
+    topic object under the same name, is read at once; the full refresh reads everything."""
+    reg, wall = FakeRegistry(n=4), Clock()
+    reporter = reporter_of(reg, wall, full_refresh_every=3)
+    wall.t = 5.0
+    reporter.sample()  # full
+    assert reporter.last_read_in_full == 4
+    reg.topics["/default/idle-1"].backlog = 5  # a late ack / publish-less change: not seen yet
+    reg.topics["/default/idle-2"] = FakeTopic(reliable=False, backlog=0, producers=0)  # replaced
+    reg.topics["/default/idle-3"].msgs = 10  # carried messages
+    wall.t = 10.0
+    rows = {t.topic: t for t in reporter.sample().topics}
+    assert reporter.last_read_in_full == 2  # idle-2 (a new object) and idle-3 (moved)
+    assert rows["/default/idle-1"].backlog == 0
+    assert rows["/default/idle-2"].reliable is False
+    assert rows["/default/idle-3"].msg_rate_in == pytest.approx(2.0)
+    wall.t = 15.0
+    reporter.sample()
+    assert reporter.last_read_in_full == 1  # only idle-3, which moved at the previous sample
+    wall.t = 20.0
+    rows = {t.topic: t for t in reporter.sample().topics}  # full refresh
+    assert reporter.last_read_in_full == 4
+    assert rows["/default/idle-1"].backlog == 5

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from typing import Any
 
 import pytest
 
@@ -159,3 +160,48 @@ def test_key_filter_compilation() -> None:
     rx = compile_key_filters(["a*", "b?c", "[xy]z"])
     assert rx is not None
     assert [bool(rx.match(k)) for k in ("abc", "bxc", "yz", "bxxc", "za")] == [True, True, True, False, False]
+
+
+def chunked(n: int, *, uuid: str, start: int = 0) -> list[Any]:
+    """``n`` chunks of one large message (indexes 0 .. n-1), numbered from ``start``."""
+    out = msgs(n, start=start)
+    for i, m in enumerate(out):
+        c = m.chunk
+        c.message_uuid, c.index, c.count, c.total_size = uuid, i, n, n
+    return out
+
+
+def test_shared_keeps_the_chunks_of_a_message_on_one_consumer_across_batches() -> None:
+    r = SharedRouter()
+    r.set_consumers([StubConsumer("a"), StubConsumer("b"), StubConsumer("c")])
+    big = chunked(5, uuid="m1", start=1)
+    # small 0, chunks 1-2 of m1, small 3: m1 goes to whoever takes its first chunk (b).
+    first = msgs(1) + big[:2] + msgs(1, start=3)
+    assert spread(r.route(first)) == {"a": [0], "b": [1, 2], "c": [3]}
+    # The rest of m1 follows to b in a later batch; plain messages go on round robin.
+    second = msgs(1, start=10) + big[2:] + msgs(2, start=11)
+    assert spread(r.route(second)) == {"a": [10], "b": [3, 4, 5, 11], "c": [12]}  # chunks take no turn
+    assert not r._chunk_owners  # the last chunk forgets the owner
+
+
+def test_shared_holds_a_chunk_back_while_its_consumer_is_full() -> None:
+    a, b = StubConsumer("a"), StubConsumer("b")
+    r = SharedRouter()
+    r.set_consumers([a, b])
+    big = chunked(3, uuid="m2")
+    assert spread(r.route(big[:1])) == {"a": [0]}
+    a.free = 0
+    routing = r.route(big[1:] + msgs(1, start=7))
+    assert routing.assignments == [] and [index(m) for m in routing.overflow] == [1, 2, 7]
+    a.free = 10
+    assert spread(r.route(routing.overflow)) == {"a": [1, 2], "b": [7]}
+
+
+def test_shared_gives_orphan_chunks_a_new_owner_when_theirs_left() -> None:
+    a, b, c = StubConsumer("a"), StubConsumer("b"), StubConsumer("c")
+    r = SharedRouter()
+    r.set_consumers([a, b, c])
+    big = chunked(4, uuid="m3")
+    assert spread(r.route(big[:2])) == {"a": [0, 1]}  # one message's first chunk: a owns it
+    r.set_consumers([b, c])  # a left (its chunks are redelivered by the subscription)
+    assert spread(r.route(big[2:])) == {"c": [2, 3]}  # the turn was c's; both stay together

@@ -230,6 +230,19 @@ class _Broker(
             parts = []
         return pb.TopicPartitionsResponse(request_id=request.request_id, partitions=parts)
 
+    async def NamespaceTopics(
+        self, request: pb.NamespaceTopicsRequest, context: object
+    ) -> pb.NamespaceTopicsResponse:
+        self._record("NamespaceTopics", request)
+        prefix = f"/{request.namespace}/"
+        listed = []
+        for name in sorted(self.c.topics):
+            if name.startswith(prefix):
+                base = TopicName.parse(name).base
+                of = str(base) if str(base) in self.c.partitioned else ""
+                listed.append(pb.NamespaceTopic(name=name, partition_of=of))
+        return pb.NamespaceTopicsResponse(request_id=request.request_id, topics=listed)
+
     # ------------------------------------------------------------------ producers
 
     async def CreateProducer(self, request: pb.ProducerRequest, context: object) -> pb.ProducerResponse:

@@ -112,7 +112,7 @@ async def test_send_async_waits_when_pending_is_full(client: DanubeClient, clust
 
 
 async def test_too_large_message_fails_alone(client: DanubeClient, cluster: FakeCluster) -> None:
-    producer = await client.create_producer(T, batching_max_publish_delay_ms=60_000)
+    producer = await client.create_producer(T, batching_max_publish_delay_ms=60_000, enable_chunking=False)
     small1 = await producer.send_async(b"s1")
     big = await producer.send_async(b"B" * 5000)  # the fake's limit is 4096
     small2 = await producer.send_async(b"s2")

@@ -84,6 +84,7 @@ def test_cli_reader_arguments() -> None:
         (["consume"], "one of the arguments -m/--subscription --reader is required"),
         (["consume", "-m", "s", "--start", "earliest"], "--start goes with --reader"),
         (["consume", "--reader", "--start", "soon"], "not a start position"),
+        (["consume", "--reader", "--pattern", "/default/a.*"], "drop --topics/--pattern"),
     ],
 )
 def test_cli_reader_usage_errors(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:

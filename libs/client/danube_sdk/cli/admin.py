@@ -51,6 +51,7 @@ from danube_sdk.cli.admin_commands import (
     topics_stats,
     topics_unpin_cmd,
 )
+from danube_sdk.cli.admin_ns_policies import add_namespace_policy_parsers
 from danube_sdk.cli.admin_schemas import add_schema_parsers
 from danube_sdk.cli.admin_security import add_security_parsers
 from danube_sdk.cli.auth_flags import SECURITY_EPILOG, add_auth_arguments, resolve_auth
@@ -281,7 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
     n = group(
         "namespaces",
         "namespaces (groups of topics)",
-        ["danube-admin namespaces list", "danube-admin namespaces create analytics"],
+        [
+            "danube-admin namespaces list",
+            "danube-admin namespaces create analytics",
+            "danube-admin namespaces set-policies analytics --max-producers-per-topic 10",
+        ],
     )
     leaf(n, "list", "list namespaces", namespaces_list, ["danube-admin namespaces list"])
     p = leaf(
@@ -296,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
         ["danube-admin namespaces delete analytics"],
     )
     p.add_argument("name", help="namespace name")
+    add_namespace_policy_parsers(n, leaf)
 
     t = group(
         "topics",
@@ -333,8 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dispatch-strategy",
         choices=DISPATCH_CHOICES,
-        default="non_reliable",
-        help="non_reliable (in memory, default) or reliable (write-ahead log, at-least-once)",
+        help="non_reliable (in memory) or reliable (write-ahead log, at-least-once); default: the "
+        "namespace's default_dispatch_strategy policy, else non_reliable",
     )
     p.add_argument(
         "--durability",
@@ -595,6 +601,8 @@ def _hint(err: DanubeError, namespace: str, group: str = "") -> str:
         "a token is only sent over TLS)",
         "PERMISSION_DENIED": "the token's subject lacks the permission; ask an administrator to bind it a role",
         "CONFIG_ERROR": "fix the flag or file the message names",
+        "TOO_MANY_TOPICS": "see the namespace's limits with `danube-admin namespaces get-policies NS`; "
+        "delete topics, or raise max_topics with `danube-admin namespaces set-policies NS --max-topics N`",
     }
     return hints.get(err.code, "")
 

@@ -284,7 +284,7 @@ def topics_create(admin: Admin, args: argparse.Namespace) -> None:
     req = apb.CreateTopicRequest(
         name=args.topic,
         partitions=args.partitions,
-        dispatch_strategy=args.dispatch_strategy,
+        dispatch_strategy=args.dispatch_strategy or "",
         durability=args.durability or "",
         retention_time_s=args.retention_time_s,
         retention_size_bytes=args.retention_size_bytes,
@@ -378,6 +378,7 @@ def subscription_stats_dict(s: apb.SubscriptionStats) -> dict[str, Any]:
         "dropped_total": s.dropped_total,
         "skipped_total": s.skipped_total,
         "read_error": s.read_error,
+        "delayed": s.delayed,
         "msg_rate_out": s.msg_rate_out,
     }
 

@@ -31,7 +31,7 @@ from danube_common.grpc_util import install_stop_signals
 from danube_common.observability.tracing import process_tracing
 from danube_sdk import (
     AccessMode,
-    Consumer,
+    Compression,
     DanubeClient,
     DispatchStrategy,
     InitialPosition,
@@ -43,6 +43,7 @@ from danube_sdk import (
     SubType,
 )
 from danube_sdk.auth import tls_failure
+from danube_sdk.cli import delivery_flags
 from danube_sdk.cli.auth_flags import SECURITY_EPILOG, add_auth_arguments, resolve_auth
 from danube_sdk.schema_registry import encoder_for
 
@@ -66,7 +67,10 @@ examples:
   danube-cli produce -t /default/orders -m "hello"
   danube-cli produce -t /default/orders -m "tick" -c 1000 --rate 100 -a source:cli,env:dev
   danube-cli produce -t /default/orders --size 1024 -c 1000000 --reliable
+  danube-cli produce -t /default/logs -f ./app.log --compression zstd --reliable
   danube-cli produce -t /default/orders -f ./order.json -k customer-42
+  danube-cli produce -t /default/reminders --reliable -m "ping" --deliver-after 30s
+  danube-cli produce -t /default/reminders --reliable -m "ping" --deliver-at 2026-11-27T12:00:00Z
   danube-cli produce -t /default/orders --schema-subject orders -m '{"id": 1, "item": "pen"}'
   danube-cli produce -t /default/orders --schema-subject orders --schema-file order.avsc \
       --schema-type avro -m '{"id": 1, "item": "pen"}'
@@ -75,6 +79,8 @@ examples:
   danube-cli consume -t /default/orders -m replay --initial-position earliest
   danube-cli consume -t /default/ledger --reader --start earliest -c 100
   danube-cli consume -t /default/ledger --reader --start @2026-11-27T09:00:00Z
+  danube-cli consume --topics /default/orders,/default/refunds -m audit
+  danube-cli consume --pattern '/default/orders-.*' -m all-orders
   danube-cli consume -s https://localhost:6650 --tls-ca ca.pem --token-file app.jwt \
       -t /default/orders -m my-sub
 
@@ -185,6 +191,19 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
     )
     prod.add_argument("-n", "--producer-name", help="producer name (default: generated)")
     prod.add_argument("--exclusive", action="store_true", help="exclusive producer access")
+    prod.add_argument(
+        "--compression",
+        choices=[c.name.lower() for c in Compression],
+        default="none",
+        help="compress each payload with this codec (consumers decompress it; a payload that does "
+        "not get smaller is sent as it is). default: none",
+    )
+    prod.add_argument(
+        "--no-chunking",
+        action="store_true",
+        help="fail a payload larger than the broker's max message size (after compression) "
+        "instead of sending it in chunks that consumers reassemble (the default)",
+    )
     schema = prod.add_argument_group(
         "schema",
         "Produce with a schema of the registry (on the service URL). The message (-m, or -f's "
@@ -207,6 +226,7 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
         "version), then produce with that version",
     )
     schema.add_argument("--schema-type", choices=SCHEMA_FILE_TYPES, help="the type of --schema-file")
+    delivery_flags.add_produce_arguments(prod)
     prod.set_defaults(func=run_produce)
 
     cons = sub.add_parser(
@@ -256,6 +276,7 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
         help="print payloads as they are (by default a message carrying a schema id is decoded with "
         "that schema, fetched from the registry once)",
     )
+    delivery_flags.add_consume_arguments(cons)
     cons.set_defaults(func=run_consume)
     return parser
 
@@ -265,6 +286,8 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     if args.command == "consume":
         if args.start is not None and not args.reader:
             parser.error("--start goes with --reader (a subscription starts at --initial-position)")
+        if args.reader and (getattr(args, "topics", None) is not None or getattr(args, "pattern", None)):
+            parser.error("--reader reads one topic (-t): drop --topics/--pattern")
         return
     if args.command != "produce":
         return
@@ -372,6 +395,8 @@ async def run_produce(
             enable_idempotence=True,  # resends after a reconnect are dropped by the broker
             access_mode=AccessMode.EXCLUSIVE if args.exclusive else AccessMode.SHARED,
             schema_ref=schema_ref,
+            compression=args.compression,
+            enable_chunking=not args.no_chunking,
         )
         progress.started = time.monotonic()
         show_progress = count > PRINT_IDS_MAX or err.isatty()
@@ -384,7 +409,12 @@ async def run_produce(
                     delay = progress.started + i / args.rate - time.monotonic()
                     if delay > 0 and await _stopped_within(stop, delay):
                         break
-                fut = await producer.send_async(payload, properties=args.attributes or None, key=args.key)
+                fut = await producer.send_async(
+                    payload,
+                    properties=args.attributes or None,
+                    key=args.key,
+                    **delivery_flags.send_options(args),
+                )
                 fut.add_done_callback(on_done)
                 progress.sent += 1
             await producer.flush()
@@ -477,6 +507,10 @@ def format_json(msg: Message[Any], decoded: Any = RAW) -> str:
         "schema_id": msg.schema_id,
         "schema_version": msg.schema_version,
     }
+    if msg.deliver_at_ms:
+        doc["deliver_at_ms"] = msg.deliver_at_ms
+    if msg.chunk_offsets:
+        doc["chunk_offsets"] = list(msg.chunk_offsets)
     if decoded is not RAW:
         doc["value"] = decoded
     try:
@@ -504,7 +538,7 @@ async def run_consume(
         tls=auth.tls,
         token=auth.token,
     ) as client:
-        consumer: Consumer[bytes] | Reader[bytes]
+        consumer: Any
         if args.reader:
             start = args.start or StartPosition.LATEST
             consumer = await client.create_reader(args.topic, start=start, reader_name=args.consumer_name)
@@ -515,15 +549,17 @@ async def run_consume(
                 flush=True,
             )
         else:
-            consumer = await client.subscribe(
-                args.topic,
+            consumer = await delivery_flags.subscribe(
+                client,
+                args,
                 subscription=args.subscription,
                 consumer_name=args.consumer_name,
                 sub_type=SUB_TYPES[args.sub_type],
                 initial_position=INITIAL_POSITIONS[args.initial_position],
             )
             print(
-                f"consuming {args.topic} as subscription {args.subscription!r} ({args.sub_type}); Ctrl-C to stop",
+                f"consuming {consumer.topic} as subscription {args.subscription!r} ({args.sub_type}); "
+                "Ctrl-C to stop",
                 file=err,
                 flush=True,
             )
@@ -542,7 +578,7 @@ async def run_consume(
                 if msg.schema_id is not None and not args.raw:
                     decoded = await _decode(client, msg, undecodable, err)
                 print(fmt(msg, decoded), file=out, flush=True)
-                if isinstance(consumer, Consumer) and not args.no_ack:  # a reader acks as it receives
+                if not isinstance(consumer, Reader) and not args.no_ack:  # a reader acks as it receives
                     await consumer.ack(msg)
                 received += 1
         finally:
@@ -585,7 +621,9 @@ def explain(exc: BaseException, service_url: str) -> str:
         elif isinstance(exc, SubscriptionTypeMismatch):
             hint = "the subscription exists with another type; pass the same --sub-type or a new subscription"
         elif isinstance(exc, MessageTooLarge):
-            hint = "send a smaller payload"
+            hint = "send a smaller payload, or leave chunking on (drop --no-chunking)"
+        elif exc.code == "UNSUPPORTED_COMPRESSION":
+            hint = "upgrade danube-cli, or produce with --compression none, lz4 or zstd"
         elif exc.code == "INVALID_PAYLOAD":
             hint = (
                 "fix the message (JSON text) to match the schema; `danube-admin schemas get SUBJECT` shows it"

@@ -176,6 +176,22 @@ TOPIC_MOVES = MetricDef(
     ("direction", "outcome"),
 )
 
+# ---------------------------------------------------------------- broker: namespace policies
+POLICY_MESSAGES = MetricDef(
+    "danube_broker_policy_messages",
+    "counter",
+    "Messages acknowledged on subscriptions' behalf by a namespace policy: action expired (message "
+    "TTL) or evicted (backlog quota, policy evict).",
+    ("action",),
+)
+POLICY_WAITS = MetricDef(
+    "danube_broker_policy_waits",
+    "counter",
+    "Publish batches held back by a namespace policy: reason rate (publish rate limit) or backlog "
+    "(backlog quota, policy hold).",
+    ("reason",),
+)
+
 # ---------------------------------------------------------------- WAL uploader
 UPLOADS = MetricDef("danube_cloud_upload", "counter", "Segment objects uploaded to object storage.")
 UPLOAD_ERRORS = MetricDef("danube_cloud_upload_errors", "counter", "Upload steps that failed (retried).")
@@ -371,6 +387,7 @@ SECTIONS: tuple[tuple[str, tuple[MetricDef, ...]], ...] = (
     ("Broker: fixed costs", (ASYNCIO_TASKS, ETCD_WATCHES)),
     ("Broker: registration lease", (LEASE_SURELY_ALIVE, LEASE_RENEWAL_FAILURES)),
     ("Broker: ownership and moves", (OWNERSHIP_ACQUIRED, TOPIC_MOVES)),
+    ("Broker: namespace policies", (POLICY_MESSAGES, POLICY_WAITS)),
     (
         "WAL uploader",
         (

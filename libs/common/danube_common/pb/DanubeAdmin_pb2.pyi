@@ -217,6 +217,58 @@ class NamespaceResponse(_message.Message):
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
+class NamespacePolicies(_message.Message):
+    __slots__ = ("max_producers_per_topic", "max_consumers_per_topic", "max_subscriptions_per_topic", "max_topics", "max_message_size_bytes", "publish_rate_msgs_per_s", "publish_rate_bytes_per_s", "backlog_quota_messages", "backlog_quota_policy", "retention_time_s", "retention_size_bytes", "default_dispatch_strategy", "default_durability", "message_ttl_s", "dispatch_rate_msgs_per_s")
+    MAX_PRODUCERS_PER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONSUMERS_PER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MAX_SUBSCRIPTIONS_PER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_RATE_MSGS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_RATE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_QUOTA_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_QUOTA_POLICY_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_DISPATCH_STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_DURABILITY_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_RATE_MSGS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    max_producers_per_topic: int
+    max_consumers_per_topic: int
+    max_subscriptions_per_topic: int
+    max_topics: int
+    max_message_size_bytes: int
+    publish_rate_msgs_per_s: float
+    publish_rate_bytes_per_s: float
+    backlog_quota_messages: int
+    backlog_quota_policy: str
+    retention_time_s: int
+    retention_size_bytes: int
+    default_dispatch_strategy: str
+    default_durability: str
+    message_ttl_s: int
+    dispatch_rate_msgs_per_s: float
+    def __init__(self, max_producers_per_topic: _Optional[int] = ..., max_consumers_per_topic: _Optional[int] = ..., max_subscriptions_per_topic: _Optional[int] = ..., max_topics: _Optional[int] = ..., max_message_size_bytes: _Optional[int] = ..., publish_rate_msgs_per_s: _Optional[float] = ..., publish_rate_bytes_per_s: _Optional[float] = ..., backlog_quota_messages: _Optional[int] = ..., backlog_quota_policy: _Optional[str] = ..., retention_time_s: _Optional[int] = ..., retention_size_bytes: _Optional[int] = ..., default_dispatch_strategy: _Optional[str] = ..., default_durability: _Optional[str] = ..., message_ttl_s: _Optional[int] = ..., dispatch_rate_msgs_per_s: _Optional[float] = ...) -> None: ...
+
+class SetNamespacePoliciesRequest(_message.Message):
+    __slots__ = ("name", "policies", "clear")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    policies: NamespacePolicies
+    clear: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., policies: _Optional[_Union[NamespacePolicies, _Mapping]] = ..., clear: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class NamespacePoliciesResponse(_message.Message):
+    __slots__ = ("name", "policies")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    policies: NamespacePolicies
+    def __init__(self, name: _Optional[str] = ..., policies: _Optional[_Union[NamespacePolicies, _Mapping]] = ...) -> None: ...
+
 class ListTopicsRequest(_message.Message):
     __slots__ = ("namespace",)
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
@@ -302,7 +354,7 @@ class TopicStatsRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class SubscriptionStats(_message.Message):
-    __slots__ = ("name", "type", "consumers", "backlog", "cursor", "has_cursor", "unacked_in_flight", "delivered_total", "redelivered_total", "dead_lettered_total", "dropped_total", "msg_rate_out", "skipped_total", "read_error")
+    __slots__ = ("name", "type", "consumers", "backlog", "cursor", "has_cursor", "unacked_in_flight", "delivered_total", "redelivered_total", "dead_lettered_total", "dropped_total", "msg_rate_out", "skipped_total", "read_error", "delayed")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
@@ -317,6 +369,7 @@ class SubscriptionStats(_message.Message):
     MSG_RATE_OUT_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     READ_ERROR_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
     name: str
     type: str
     consumers: int
@@ -331,7 +384,8 @@ class SubscriptionStats(_message.Message):
     msg_rate_out: float
     skipped_total: int
     read_error: str
-    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., consumers: _Optional[int] = ..., backlog: _Optional[int] = ..., cursor: _Optional[int] = ..., has_cursor: _Optional[bool] = ..., unacked_in_flight: _Optional[int] = ..., delivered_total: _Optional[int] = ..., redelivered_total: _Optional[int] = ..., dead_lettered_total: _Optional[int] = ..., dropped_total: _Optional[int] = ..., msg_rate_out: _Optional[float] = ..., skipped_total: _Optional[int] = ..., read_error: _Optional[str] = ...) -> None: ...
+    delayed: int
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., consumers: _Optional[int] = ..., backlog: _Optional[int] = ..., cursor: _Optional[int] = ..., has_cursor: _Optional[bool] = ..., unacked_in_flight: _Optional[int] = ..., delivered_total: _Optional[int] = ..., redelivered_total: _Optional[int] = ..., dead_lettered_total: _Optional[int] = ..., dropped_total: _Optional[int] = ..., msg_rate_out: _Optional[float] = ..., skipped_total: _Optional[int] = ..., read_error: _Optional[str] = ..., delayed: _Optional[int] = ...) -> None: ...
 
 class AcceptedGap(_message.Message):
     __slots__ = ("start_offset", "next_offset", "reason", "decided_by", "at_ms", "writer")

@@ -462,6 +462,16 @@ class NamespaceAdminStub:
                 request_serializer=DanubeAdmin__pb2.NamespaceRequest.SerializeToString,
                 response_deserializer=DanubeAdmin__pb2.NamespaceResponse.FromString,
                 _registered_method=True)
+        self.GetNamespacePolicies = channel.unary_unary(
+                '/danube.admin.v1.NamespaceAdmin/GetNamespacePolicies',
+                request_serializer=DanubeAdmin__pb2.NamespaceRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.NamespacePoliciesResponse.FromString,
+                _registered_method=True)
+        self.SetNamespacePolicies = channel.unary_unary(
+                '/danube.admin.v1.NamespaceAdmin/SetNamespacePolicies',
+                request_serializer=DanubeAdmin__pb2.SetNamespacePoliciesRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.NamespacePoliciesResponse.FromString,
+                _registered_method=True)
 
 
 class NamespaceAdminServicer:
@@ -486,6 +496,22 @@ class NamespaceAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetNamespacePolicies(self, request, context):
+        """EXTENSION (namespace policies): the limits and defaults every topic of the namespace
+        inherits (a topic's own record may override a limit). Unset = no limit / broker default.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetNamespacePolicies(self, request, context):
+        """Sets the fields present in `policies` and unsets those named in `clear`; the others are
+        kept. Brokers apply a change to running topics within their watch latency (well under 1 s).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NamespaceAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -503,6 +529,16 @@ def add_NamespaceAdminServicer_to_server(servicer, server):
                     servicer.DeleteNamespace,
                     request_deserializer=DanubeAdmin__pb2.NamespaceRequest.FromString,
                     response_serializer=DanubeAdmin__pb2.NamespaceResponse.SerializeToString,
+            ),
+            'GetNamespacePolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNamespacePolicies,
+                    request_deserializer=DanubeAdmin__pb2.NamespaceRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.NamespacePoliciesResponse.SerializeToString,
+            ),
+            'SetNamespacePolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNamespacePolicies,
+                    request_deserializer=DanubeAdmin__pb2.SetNamespacePoliciesRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.NamespacePoliciesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -586,6 +622,60 @@ class NamespaceAdmin:
             '/danube.admin.v1.NamespaceAdmin/DeleteNamespace',
             DanubeAdmin__pb2.NamespaceRequest.SerializeToString,
             DanubeAdmin__pb2.NamespaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetNamespacePolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.NamespaceAdmin/GetNamespacePolicies',
+            DanubeAdmin__pb2.NamespaceRequest.SerializeToString,
+            DanubeAdmin__pb2.NamespacePoliciesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNamespacePolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.NamespaceAdmin/SetNamespacePolicies',
+            DanubeAdmin__pb2.SetNamespacePoliciesRequest.SerializeToString,
+            DanubeAdmin__pb2.NamespacePoliciesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -16,10 +16,19 @@ class DispatchStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     NonReliable: _ClassVar[DispatchStrategy]
     Reliable: _ClassVar[DispatchStrategy]
+
+class PayloadCompression(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PAYLOAD_COMPRESSION_NONE: _ClassVar[PayloadCompression]
+    PAYLOAD_COMPRESSION_LZ4: _ClassVar[PayloadCompression]
+    PAYLOAD_COMPRESSION_ZSTD: _ClassVar[PayloadCompression]
 Shared: ProducerAccessMode
 Exclusive: ProducerAccessMode
 NonReliable: DispatchStrategy
 Reliable: DispatchStrategy
+PAYLOAD_COMPRESSION_NONE: PayloadCompression
+PAYLOAD_COMPRESSION_LZ4: PayloadCompression
+PAYLOAD_COMPRESSION_ZSTD: PayloadCompression
 
 class ProducerRequest(_message.Message):
     __slots__ = ("request_id", "producer_name", "topic_name", "schema_ref", "producer_access_mode", "dispatch_strategy")
@@ -128,7 +137,7 @@ class ReceiveRequest(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., consumer_id: _Optional[int] = ...) -> None: ...
 
 class StreamMessage(_message.Message):
-    __slots__ = ("request_id", "msg_id", "payload", "publish_time", "producer_name", "subscription_name", "attributes", "schema_id", "schema_version", "routing_key", "sequence_id", "redelivery_count")
+    __slots__ = ("request_id", "msg_id", "payload", "publish_time", "producer_name", "subscription_name", "attributes", "schema_id", "schema_version", "routing_key", "sequence_id", "redelivery_count", "deliver_at_ms", "compression", "chunk")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -148,6 +157,9 @@ class StreamMessage(_message.Message):
     ROUTING_KEY_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     REDELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     msg_id: MsgID
     payload: bytes
@@ -160,7 +172,22 @@ class StreamMessage(_message.Message):
     routing_key: str
     sequence_id: int
     redelivery_count: int
-    def __init__(self, request_id: _Optional[int] = ..., msg_id: _Optional[_Union[MsgID, _Mapping]] = ..., payload: _Optional[bytes] = ..., publish_time: _Optional[int] = ..., producer_name: _Optional[str] = ..., subscription_name: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ..., schema_id: _Optional[int] = ..., schema_version: _Optional[int] = ..., routing_key: _Optional[str] = ..., sequence_id: _Optional[int] = ..., redelivery_count: _Optional[int] = ...) -> None: ...
+    deliver_at_ms: int
+    compression: PayloadCompression
+    chunk: MessageChunk
+    def __init__(self, request_id: _Optional[int] = ..., msg_id: _Optional[_Union[MsgID, _Mapping]] = ..., payload: _Optional[bytes] = ..., publish_time: _Optional[int] = ..., producer_name: _Optional[str] = ..., subscription_name: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ..., schema_id: _Optional[int] = ..., schema_version: _Optional[int] = ..., routing_key: _Optional[str] = ..., sequence_id: _Optional[int] = ..., redelivery_count: _Optional[int] = ..., deliver_at_ms: _Optional[int] = ..., compression: _Optional[_Union[PayloadCompression, str]] = ..., chunk: _Optional[_Union[MessageChunk, _Mapping]] = ...) -> None: ...
+
+class MessageChunk(_message.Message):
+    __slots__ = ("message_uuid", "index", "count", "total_size")
+    MESSAGE_UUID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    message_uuid: str
+    index: int
+    count: int
+    total_size: int
+    def __init__(self, message_uuid: _Optional[str] = ..., index: _Optional[int] = ..., count: _Optional[int] = ..., total_size: _Optional[int] = ...) -> None: ...
 
 class MsgID(_message.Message):
     __slots__ = ("producer_id", "topic_name", "broker_addr", "topic_offset")
@@ -275,6 +302,30 @@ class HealthCheckResponse(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     status: HealthCheckResponse.ClientStatus
     def __init__(self, status: _Optional[_Union[HealthCheckResponse.ClientStatus, str]] = ...) -> None: ...
+
+class NamespaceTopicsRequest(_message.Message):
+    __slots__ = ("request_id", "namespace")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    namespace: str
+    def __init__(self, request_id: _Optional[int] = ..., namespace: _Optional[str] = ...) -> None: ...
+
+class NamespaceTopicsResponse(_message.Message):
+    __slots__ = ("request_id", "topics")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    topics: _containers.RepeatedCompositeFieldContainer[NamespaceTopic]
+    def __init__(self, request_id: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[NamespaceTopic, _Mapping]]] = ...) -> None: ...
+
+class NamespaceTopic(_message.Message):
+    __slots__ = ("name", "partition_of")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_OF_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partition_of: str
+    def __init__(self, name: _Optional[str] = ..., partition_of: _Optional[str] = ...) -> None: ...
 
 class PublishBatch(_message.Message):
     __slots__ = ("producer_id", "batch_seq", "messages", "session")

@@ -739,6 +739,11 @@ class DiscoveryStub:
                 request_serializer=DanubeApi__pb2.TopicLookupRequest.SerializeToString,
                 response_deserializer=DanubeApi__pb2.TopicPartitionsResponse.FromString,
                 _registered_method=True)
+        self.NamespaceTopics = channel.unary_unary(
+                '/danube.Discovery/NamespaceTopics',
+                request_serializer=DanubeApi__pb2.NamespaceTopicsRequest.SerializeToString,
+                response_deserializer=DanubeApi__pb2.NamespaceTopicsResponse.FromString,
+                _registered_method=True)
 
 
 class DiscoveryServicer:
@@ -756,6 +761,14 @@ class DiscoveryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def NamespaceTopics(self, request, context):
+        """EXTENSION: the topics of one namespace a consumer can subscribe to (pattern subscriptions):
+        plain topics, and each partition of a partitioned topic (with the topic it belongs to).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DiscoveryServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -768,6 +781,11 @@ def add_DiscoveryServicer_to_server(servicer, server):
                     servicer.TopicPartitions,
                     request_deserializer=DanubeApi__pb2.TopicLookupRequest.FromString,
                     response_serializer=DanubeApi__pb2.TopicPartitionsResponse.SerializeToString,
+            ),
+            'NamespaceTopics': grpc.unary_unary_rpc_method_handler(
+                    servicer.NamespaceTopics,
+                    request_deserializer=DanubeApi__pb2.NamespaceTopicsRequest.FromString,
+                    response_serializer=DanubeApi__pb2.NamespaceTopicsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -824,6 +842,33 @@ class Discovery:
             '/danube.Discovery/TopicPartitions',
             DanubeApi__pb2.TopicLookupRequest.SerializeToString,
             DanubeApi__pb2.TopicPartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NamespaceTopics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.Discovery/NamespaceTopics',
+            DanubeApi__pb2.NamespaceTopicsRequest.SerializeToString,
+            DanubeApi__pb2.NamespaceTopicsResponse.FromString,
             options,
             channel_credentials,
             insecure,

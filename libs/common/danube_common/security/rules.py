@@ -179,6 +179,7 @@ RULES: dict[str, Rule] = {
     f"{_API}ConsumerService/ConsumeMux": Rule(_P.CONSUME, _consume_mux, "each named consumer_id's topic"),
     f"{_API}Discovery/TopicLookup": Rule(_P.LOOKUP, _topic("topic"), "topic"),
     f"{_API}Discovery/TopicPartitions": Rule(_P.LOOKUP, _topic("topic"), "topic"),
+    f"{_API}Discovery/NamespaceTopics": Rule(_P.LOOKUP, _list_topics, "namespace"),
     f"{_API}HealthCheck/HealthCheck": Rule(_P.LOOKUP, _health, "the producer's / consumer's topic"),
     # ---- schema registry (SchemaRegistry.proto); subjects belong to the cluster
     f"{_SCHEMA}RegisterSchema": Rule(_P.MANAGE_SCHEMA, _cluster, "cluster"),
@@ -204,6 +205,9 @@ RULES: dict[str, Rule] = {
     f"{_ADMIN}NamespaceAdmin/ListNamespaces": Rule(_P.LOOKUP, _cluster, "cluster"),
     f"{_ADMIN}NamespaceAdmin/CreateNamespace": Rule(_P.MANAGE_NAMESPACE, _namespace, "name"),
     f"{_ADMIN}NamespaceAdmin/DeleteNamespace": Rule(_P.MANAGE_NAMESPACE, _namespace, "name"),
+    f"{_ADMIN}NamespaceAdmin/GetNamespacePolicies": Rule(_P.LOOKUP, _namespace, "name"),
+    # Quotas bind the namespace's own users: only a cluster administrator may change them.
+    f"{_ADMIN}NamespaceAdmin/SetNamespacePolicies": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
     f"{_ADMIN}TopicAdmin/ListTopics": Rule(_P.LOOKUP, _list_topics, "namespace, else cluster"),
     f"{_ADMIN}TopicAdmin/CreateTopic": Rule(_P.MANAGE_TOPIC, _topic("name"), "name"),
     f"{_ADMIN}TopicAdmin/DeleteTopic": Rule(_P.MANAGE_TOPIC, _topic("name"), "name"),

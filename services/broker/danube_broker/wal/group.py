@@ -163,6 +163,9 @@ class CommitGroup:
         self._next_idle_check = 0.0
         #: Active segment files closed for being idle (each is opened again by its next write).
         self.idle_closed = 0
+        #: The loop of the first use (asyncio.get_running_loop() is a getpid() system call per
+        #: call on CPython 3.11; the group lives on one loop).
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._task = asyncio.create_task(self._run(), name=name)
 
     @property
@@ -185,7 +188,10 @@ class CommitGroup:
         last_use = self._last_use
         if not last_use:
             self._wake.set()  # the loop may sleep with no timer: have it set one
-        last_use[lg] = asyncio.get_running_loop().time()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        last_use[lg] = loop.time()
         last_use.move_to_end(lg)
         while 0 < self._max_open_files < len(last_use):
             oldest = next(iter(last_use))

@@ -95,6 +95,7 @@ class TopicLog:
         "_group",
         "_job",
         "_latency_ms",
+        "_loop",
         "_next_offset",
         "_observer",
         "_own_group",
@@ -124,6 +125,9 @@ class TopicLog:
         group: CommitGroup | None = None,
     ) -> None:
         self.directory = directory
+        #: The loop of the first append (asyncio.get_running_loop() is a getpid() system call per
+        #: call on CPython 3.11; a log lives on one loop).
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._observer = observer
         self._cfg = cfg
         self._durability = durability
@@ -248,6 +252,11 @@ class TopicLog:
         return self._durability
 
     @property
+    def segment_count(self) -> int:
+        """Segments on disk: the sealed ones and the active one (cheap; no stats snapshot)."""
+        return self._store.segment_count
+
+    @property
     def failed_commits(self) -> int:
         """Commits that failed so far (each failed its batches and every batch queued behind)."""
         return self._failed_commits
@@ -298,7 +307,9 @@ class TopicLog:
         if len(publish_times_ms) != n or (sequences is not None and len(sequences) != n):
             raise ValueError("records, publish_times_ms and sequences must have the same length")
         self._check_writable()
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         if n == 0:
             done: asyncio.Future[int] = loop.create_future()
             done.set_result(self._next_offset)

@@ -144,5 +144,9 @@ class TieredLog:
         """The local WAL's figures (``RemoteHistory.stats`` has object storage's)."""
         return self.local.stats()
 
+    @property
+    def segment_count(self) -> int:
+        return self.local.segment_count
+
     async def aclose(self) -> None:
         await self.local.aclose()

@@ -32,8 +32,8 @@ class PendingAppend:
 
     __slots__ = ("done",)
 
-    def __init__(self) -> None:
-        self.done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.done: asyncio.Future[int] = loop.create_future()
         self.done.add_done_callback(_retrieve)
 
     def stored(self, first: int) -> None:
@@ -83,10 +83,16 @@ class Dedup:
         self._recent_cap = recent_per_producer
         self._producers_cap = producers
         self._producers: OrderedDict[str, _Producer] = OrderedDict()
+        #: The loop of the first split (asyncio.get_running_loop() is a getpid() system call per
+        #: call on CPython 3.11; a topic lives on one loop).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def split(self, producer_name: str, msgs: list[Msg]) -> Split:
         """Separate new messages from duplicates (and remember the new ones' sequence ids)."""
-        append = PendingAppend()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        append = PendingAppend(loop)
         if not any(m.sequence_id for m in msgs):
             return Split(msgs, [], append)
         state = self._state(producer_name)

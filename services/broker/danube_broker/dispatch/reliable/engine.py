@@ -11,7 +11,10 @@ The engine owns everything between the log and the consumers of one subscription
   window is back-pressure, nothing is dropped;
 - **acks** (individual, cumulative) into an :class:`AckTracker` whose cursor is persisted by the
   topic; **nacks**, **ack timeouts** and **disconnects** into redeliveries (see :mod:`pending`);
-- **poison** handling once ``max_redeliveries`` is exceeded: block, drop or dead-letter.
+- **poison** handling once ``max_redeliveries`` is exceeded: block, drop or dead-letter;
+- **delayed delivery** (shared and key-shared): a message read with a future ``deliver_at_ms``
+  waits in the pending set's timer heap (state DELAYED, see :mod:`delayed`) instead of the read
+  buffer, so the messages behind it go on; at most ``max_delayed`` are held before reading pauses.
 
 Redeliveries go before new messages and in offset order, so under KeyShared a key's
 redelivered messages reach its consumer before that key's newer messages. (A nack or ack
@@ -30,6 +33,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
@@ -37,6 +41,7 @@ from typing import TYPE_CHECKING
 from danube_broker.dispatch.base import Msg, SubType
 from danube_broker.dispatch.reliable.acks import AckTracker
 from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink, DeadLetterWorker
+from danube_broker.dispatch.reliable.delayed import due_monotonic, honours_delays
 from danube_broker.dispatch.reliable.log_port import Entry, TopicLogPort
 from danube_broker.dispatch.reliable.pending import Pending, PendingSet, State
 from danube_broker.dispatch.reliable.policy import SubscriptionPolicy
@@ -60,6 +65,8 @@ READ_RETRY_FIRST_S = 1.0
 #: How often a dispatcher held back by uncertain ownership looks again.
 HELD_RETRY_S = 0.05
 READ_RETRY_MAX_S = 30.0
+#: Delayed messages a subscription holds (read, not due yet) before it stops reading the log.
+DEFAULT_MAX_DELAYED = 100_000
 
 
 class SubscriptionEngine:
@@ -68,8 +75,10 @@ class SubscriptionEngine:
         "_clock",
         "_deliverable",
         "_fresh",
+        "_gate",
         "_generation",
         "_held",
+        "_max_delayed",
         "_max_pending",
         "_may_deliver",
         "_on_cursor",
@@ -80,6 +89,7 @@ class SubscriptionEngine:
         "_task",
         "_topic_counters",
         "_wake",
+        "_wall_clock",
         "ack_timeouts_total",
         "acks",
         "acks_total",
@@ -115,6 +125,8 @@ class SubscriptionEngine:
         deliverable: Callable[[], int] | None = None,
         recent: RecentMessages | None = None,
         may_deliver: Callable[[], bool] | None = None,
+        max_delayed: int = DEFAULT_MAX_DELAYED,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.sub = sub
         #: False while the broker is not sure it still owns the topic (its registration lease
@@ -135,6 +147,9 @@ class SubscriptionEngine:
         self._on_cursor = on_cursor
         self._max_pending = max(max_pending, 1)
         self._read_batch = max(read_batch, 1)
+        self._max_delayed = max(max_delayed, 1)
+        #: Wall-clock seconds (delayed delivery's due times are wall-clock epoch milliseconds).
+        self._wall_clock = wall_clock
         #: Read from the log, never delivered yet; offsets increasing.
         self._fresh: deque[Msg] = deque()
         self.pending = PendingSet()
@@ -142,8 +157,10 @@ class SubscriptionEngine:
         self._generation = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        #: The last step delivered nothing because ownership was uncertain.
+        #: The last step delivered nothing because ownership was uncertain (or the gate shut).
         self._held = False
+        #: Namespace dispatch rate (``set_delivery_gate``): how many messages may go out now.
+        self._gate: Callable[[], int] | None = None
         #: The task waits for a wake-up (nothing of it in progress), until ``_parked_until``.
         self._parked = False
         self._parked_until = math.inf
@@ -181,7 +198,12 @@ class SubscriptionEngine:
 
     @property
     def pending_redeliveries(self) -> int:
-        return len(self.pending) - self.pending.outstanding
+        return len(self.pending) - self.pending.outstanding - self.pending.delayed
+
+    @property
+    def delayed(self) -> int:
+        """Messages read and held back until their due time (delayed delivery)."""
+        return self.pending.delayed
 
     def backlog(self) -> int:
         """Messages published and not acknowledged."""
@@ -282,17 +304,20 @@ class SubscriptionEngine:
 
     # ------------------------------------------------------------------ reading
     def _readable(self) -> bool:
+        pending = self.pending
         return (
-            self.pending.blocked_at is None
+            pending.blocked_at is None
             and self.read_pos < self._deliverable()
             and len(self._fresh) < self._read_batch
-            and len(self.pending) + len(self._fresh) < self._max_pending
+            and len(pending) - pending.delayed + len(self._fresh) < self._max_pending
+            and pending.delayed < self._max_delayed
         )
 
     def _room(self) -> int:
+        pending = self.pending
         return min(
             self._read_batch - len(self._fresh),
-            self._max_pending - len(self.pending) - len(self._fresh),
+            self._max_pending - len(pending) + pending.delayed - len(self._fresh),
             self._deliverable() - self.read_pos,
         )
 
@@ -326,6 +351,7 @@ class SubscriptionEngine:
         durable = self._deliverable()
         added = 0
         recent = self._recent
+        delays = honours_delays(self.sub.sub_type)
         for e in entries:
             offset = e.offset
             if offset >= durable:
@@ -338,10 +364,25 @@ class SubscriptionEngine:
             if msg is None:
                 msg = pb.StreamMessage.FromString(e.record)
                 msg.msg_id.topic_offset = offset  # the log's offset is the truth
-            self._fresh.append(msg)
             self.read_pos = offset + 1
             added += 1
+            if delays and msg.deliver_at_ms and self._held_back(offset, msg):
+                continue
+            self._fresh.append(msg)
         return added
+
+    def _held_back(self, offset: int, msg: Msg) -> bool:
+        """Delayed delivery: keep ``msg`` in the timer heap if it is not due yet (or drop it
+        from the read if it is acknowledged already)."""
+        if self.acks.is_acked(offset):
+            return True
+        if self.pending.get(offset) is not None:
+            return False  # already tracked (a dead-letter copy in flight across a seek)
+        due = due_monotonic(msg.deliver_at_ms, wall_now_s=self._wall_clock(), mono_now=self._clock())
+        if due is None:
+            return False
+        self.pending.delay(Pending(offset, msg), due)
+        return True
 
     def _skip_gone(self, upto: int) -> None:
         """Offsets [read_pos, upto) are no longer in the log: count them as acknowledged."""
@@ -387,6 +428,11 @@ class SubscriptionEngine:
         now = self._clock()
         self._expire(now)
         free = sum(max(0, c.free) for c in self.sub.consumers.values() if c.routable)
+        if self._gate is not None and free > 0:
+            free = min(free, self._gate())
+            if free <= 0:
+                self._held = True  # the gate is looked at again after HELD_RETRY_S
+                return False
         if free <= 0:
             return False
         limit = free
@@ -580,6 +626,16 @@ class SubscriptionEngine:
         if self.dead_lettering(offset) is not None:
             self.dead_lettered_total += 1
             self.ack([offset])
+
+    @property
+    def delivery_gate(self) -> Callable[[], int] | None:
+        return self._gate
+
+    def set_delivery_gate(self, gate: Callable[[], int] | None) -> None:
+        """A bound on each delivery step (a namespace's dispatch rate: how many messages may go
+        out now; 0 holds deliveries back a while); None removes it."""
+        self._gate = gate
+        self.notify()
 
     def set_policy(self, policy: SubscriptionPolicy) -> None:
         """Apply a new failure policy at once (blocked messages are re-judged under it)."""

@@ -92,4 +92,9 @@ class TopicLogPort(Protocol):
 
     def stats(self) -> WalStats: ...
 
+    @property
+    def segment_count(self) -> int:
+        """Segments on disk (sealed and active), without a stats snapshot."""
+        ...
+
     async def aclose(self) -> None: ...

@@ -8,7 +8,9 @@ Each such message has one :class:`Pending` record, in exactly one state:
 - ``READY``: eligible for (re)delivery now, taken in offset order;
 - ``BLOCKED``: poison under the ``block`` policy: nothing past it is delivered;
 - ``DEAD_LETTERING``: poison whose dead-letter copy is being published;
-- ``UNROUTABLE``: no consumer accepts its key (KeyShared filters); retried when consumers change.
+- ``UNROUTABLE``: no consumer accepts its key (KeyShared filters); retried when consumers change;
+- ``DELAYED``: never delivered, its producer asked for it no earlier than a due time (delayed
+  delivery); it shares the WAITING timer heap and becomes READY when due.
 
 Messages read but never delivered are not here: they wait in the engine's read buffer.
 :class:`PendingSet` is pure bookkeeping (the caller passes the time); heaps use lazy deletion,
@@ -36,6 +38,7 @@ class State(enum.Enum):
     BLOCKED = "blocked"
     DEAD_LETTERING = "dead_lettering"
     UNROUTABLE = "unroutable"
+    DELAYED = "delayed"
 
 
 class Pending:
@@ -79,6 +82,8 @@ class PendingSet:
         self._ready: list[int] = []
         self._unroutable: list[int] = []
         self._blocked: set[int] = set()
+        #: Records in state DELAYED.
+        self.delayed = 0
         #: Consumers holding OUTSTANDING records, by id.
         self.holders: dict[int, Consumer] = {}
 
@@ -178,6 +183,8 @@ class PendingSet:
             p.consumer = None
         elif p.state is State.BLOCKED:
             self._blocked.discard(p.offset)
+        elif p.state is State.DELAYED:
+            self.delayed -= 1
         p.state = State.READY
 
     def make_ready(self, p: Pending) -> None:
@@ -193,6 +200,17 @@ class PendingSet:
         self._next_token += 1
         p.token = self._next_token
         p.state = State.WAITING
+        heapq.heappush(self._waiting, (due, p.token, p.offset))
+
+    def delay(self, p: Pending, due: float) -> None:
+        """A never-delivered message held until ``due`` (delayed delivery): DELAYED. ``p`` must
+        be new (no record of its offset yet)."""
+        self._by_offset[p.offset] = p
+        self._release(p)
+        self._next_token += 1
+        p.token = self._next_token
+        p.state = State.DELAYED
+        self.delayed += 1
         heapq.heappush(self._waiting, (due, p.token, p.offset))
 
     def park(self, p: Pending, state: State) -> None:
@@ -219,12 +237,14 @@ class PendingSet:
         return out
 
     def wake_due(self, now: float) -> None:
-        """Scheduled redeliveries whose time has come become READY."""
+        """Scheduled redeliveries and delayed messages whose time has come become READY."""
         waiting = self._waiting
         while waiting and waiting[0][0] <= now:
             _, token, offset = heapq.heappop(waiting)
             p = self._by_offset.get(offset)
-            if p is not None and p.state is State.WAITING and p.token == token:
+            if p is not None and p.token == token and p.state in (State.WAITING, State.DELAYED):
+                if p.state is State.DELAYED:
+                    self.delayed -= 1
                 p.state = State.READY
                 heapq.heappush(self._ready, offset)
 
@@ -276,6 +296,7 @@ class PendingSet:
             consumer.unacked.clear()
         self.holders.clear()
         self._by_offset = {o: p for o, p in self._by_offset.items() if keep is not None and p.state is keep}
+        self.delayed = sum(p.state is State.DELAYED for p in self._by_offset.values())
         self._outstanding.clear()
         self._waiting.clear()
         self._ready.clear()

@@ -1,0 +1,144 @@
+"""``danube-admin namespaces get-policies / set-policies``: a namespace's limits and defaults.
+
+One flag per policy (``--max-producers-per-topic N`` ...), named after the policy with dashes;
+``--clear NAME`` (repeatable) unsets one. The policies, their units and meaning come from
+:mod:`danube_common.namespace_policies` (the same text as the docs).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from danube_common.namespace_policies import (
+    BACKLOG_POLICIES,
+    DESCRIPTIONS,
+    DISPATCH_STRATEGIES,
+    DURABILITIES,
+    FIELD_NAMES,
+)
+from danube_common.pb import DanubeAdmin_pb2 as apb
+from danube_sdk.cli.admin_commands import Admin
+from danube_sdk.cli.output import emit
+
+Leaf = Callable[..., argparse.ArgumentParser]
+
+#: Policy -> (argparse type, choices) for its flag.
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "backlog_quota_policy": BACKLOG_POLICIES,
+    "default_dispatch_strategy": DISPATCH_STRATEGIES,
+    "default_durability": DURABILITIES,
+}
+_FLOATS = ("publish_rate_msgs_per_s", "publish_rate_bytes_per_s")
+
+
+def _non_negative_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {raw}")
+    return value
+
+
+def _positive_float(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {raw}")
+    return value
+
+
+def add_namespace_policy_parsers(subs: argparse._SubParsersAction[Any], leaf: Leaf) -> None:
+    p = leaf(
+        subs,
+        "get-policies",
+        "show a namespace's policies (limits and defaults its topics inherit; '-' = not set: no "
+        "limit, or the broker's default)",
+        namespaces_get_policies,
+        [
+            "danube-admin namespaces get-policies analytics",
+            "danube-admin namespaces get-policies analytics -o json",
+        ],
+    )
+    p.add_argument("name", help="namespace name")
+    p = leaf(
+        subs,
+        "set-policies",
+        "set (or --clear) namespace policies; the others are kept. Brokers apply a change to running "
+        "topics within a second. Limits: a producer, consumer or subscription over its limit is refused "
+        "when it attaches (those attached stay); a publish over the rate waits (the producer is slowed, "
+        "nothing is dropped); a topic's own policies override the namespace's",
+        namespaces_set_policies,
+        [
+            "danube-admin namespaces set-policies analytics --max-producers-per-topic 10 --max-topics 100",
+            "danube-admin namespaces set-policies analytics --publish-rate-msgs-per-s 5000 \\",
+            "    --publish-rate-bytes-per-s 5000000",
+            "danube-admin namespaces set-policies analytics --backlog-quota-messages 100000 \\",
+            "    --backlog-quota-policy refuse",
+            "danube-admin namespaces set-policies analytics --clear publish_rate_msgs_per_s",
+        ],
+    )
+    p.add_argument("name", help="namespace name")
+    for name in FIELD_NAMES:
+        flag = "--" + name.replace("_", "-")
+        if name in _CHOICES:
+            p.add_argument(flag, dest=name, choices=_CHOICES[name], help=DESCRIPTIONS[name])
+        elif name in _FLOATS:
+            p.add_argument(flag, dest=name, type=_positive_float, metavar="N", help=DESCRIPTIONS[name])
+        else:
+            p.add_argument(flag, dest=name, type=_non_negative_int, metavar="N", help=DESCRIPTIONS[name])
+    p.add_argument(
+        "--clear",
+        action="append",
+        default=[],
+        metavar="POLICY",
+        choices=FIELD_NAMES,
+        help="unset this policy (no limit / the broker's default); repeatable. POLICY is one of: "
+        + ", ".join(FIELD_NAMES),
+    )
+
+
+def policies_dict(p: apb.NamespacePolicies) -> dict[str, Any]:
+    """Every policy, None when not set."""
+    return {name: (getattr(p, name) if p.HasField(name) else None) for name in FIELD_NAMES}
+
+
+def _show(resp: apb.NamespacePoliciesResponse, args: argparse.Namespace, title: str) -> None:
+    d = policies_dict(resp.policies)
+    if args.output == "json":
+        emit([], fmt="json", json_data={"name": resp.name, "policies": d})
+        return
+    print(title)
+    rows = [
+        {"policy": k, "value": "-" if v is None else _text(v), "meaning": DESCRIPTIONS[k]}
+        for k, v in d.items()
+    ]
+    emit(rows, fmt="table", columns=("policy", "value", "meaning"))
+
+
+def _text(v: object) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def namespaces_get_policies(admin: Admin, args: argparse.Namespace) -> None:
+    resp = admin.namespaces.GetNamespacePolicies(
+        apb.NamespaceRequest(name=args.name), timeout=admin.timeout_s
+    )
+    _show(resp, args, f"policies of namespace {resp.name}:")
+
+
+def namespaces_set_policies(admin: Admin, args: argparse.Namespace) -> None:
+    given = {name: getattr(args, name) for name in FIELD_NAMES if getattr(args, name, None) is not None}
+    req = apb.SetNamespacePoliciesRequest(
+        name=args.name, policies=apb.NamespacePolicies(**given), clear=list(args.clear)
+    )
+    resp = admin.namespaces.SetNamespacePolicies(req, timeout=admin.timeout_s)
+    _show(resp, args, f"policies of namespace {resp.name} now:")
+
+
+__all__ = ["add_namespace_policy_parsers", "policies_dict"]
