@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -325,3 +326,24 @@ async def test_a_reader_reattaching_where_it_stopped_gets_no_redelivered_copies(
         assert first.msg_id.topic_offset == 10, "no copy of 0..9 before the reader's next offset"
         assert engine.backlog() == 1 and engine.cursor == 9
         stream2.cancel()
+
+
+async def test_a_reader_reassembles_a_chunked_message(
+    etcd_server: EtcdProcess, cluster_name: str, tmp_path: Path
+) -> None:
+    limit = 64 * 1024
+    b = await reliable_broker(etcd_server, cluster_name, tmp_path / "c", max_message_size_bytes=limit)
+    topic = f"/default/{unique('rdbig')}"
+    try:
+        async with DanubeClient(b.info.url) as client:
+            producer = await reliable_producer(client, topic)
+            big = os.urandom(4 * limit)  # incompressible: chunks
+            ids = [await producer.send_async(p) for p in (b"before", big, b"after")]
+            await asyncio.gather(*ids)
+            reader = await client.create_reader(topic, start="earliest")
+            got = [await reader.receive(timeout_s=20) for _ in range(3)]
+            assert [m.payload for m in got] == [b"before", big, b"after"]
+            assert len(got[1].chunk_offsets) > 1
+            assert reader.next_offsets[topic] == got[2].offset + 1
+    finally:
+        await stop(b)
