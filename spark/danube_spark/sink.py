@@ -22,7 +22,10 @@ name and sequence ids are derived from where the rows come from, not from the at
 A retried task or a replayed micro-batch sends the same rows with the same ids under the same
 name, so the broker drops every copy it already stored (reliable topics; explicit sequence ids,
 ``Producer.send_async(sequence_id=)``). This holds when a replay yields the same rows in the
-same order in each Spark partition (deterministic plans: the ``danube`` source replays exactly).
+same order in each Spark partition: plans that only map and filter what the ``danube`` source
+read (it replays exactly) do; after a shuffle (aggregations, joins) the order within a
+partition can differ, and ``sortRowsForReplay=true`` numbers the rows in content order instead
+(a task's rows are then held in memory, and the order messages are sent in is that order).
 A message over the broker's size limit fails the task (explicitly numbered messages are not
 chunked).
 """
@@ -125,9 +128,21 @@ async def _send(opts: SinkOptions, producer_name: str, first_sequence: int, rows
         await client.close()
 
 
+def _content(row: Any) -> tuple[bytes, str, list[tuple[str, str]]]:
+    payload = _field(row, "payload")
+    if isinstance(payload, str):
+        payload = payload.encode("utf-8")
+    attrs = _field(row, "attributes") or {}
+    return (bytes(payload or b""), _field(row, "key") or "", sorted(attrs.items()))
+
+
 def write_rows(opts: SinkOptions, producer_name: str, first_sequence: int, rows: Iterator[Any]) -> WriteResult:
     """Send ``rows`` through one idempotent producer, numbered from ``first_sequence``; return
-    once every row is acknowledged (stored, or dropped as a copy of a stored one)."""
+    once every row is acknowledged (stored, or dropped as a copy of a stored one). With
+    ``sortRowsForReplay`` the rows are numbered in content order (held in memory), so an
+    attempt that meets them in another order numbers them the same."""
+    if opts.sort_rows_for_replay:
+        rows = iter(sorted(rows, key=_content))
     return run_async(_send(opts, producer_name, first_sequence, rows))
 
 

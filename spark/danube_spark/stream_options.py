@@ -26,7 +26,15 @@ SOURCE_OPTIONS = (
     "receiverQueueSize",
     "token",
 )
-SINK_OPTIONS = ("service_url", "topic", "producerName", "reliable", "batchingMaxMessages", "token")
+SINK_OPTIONS = (
+    "service_url",
+    "topic",
+    "producerName",
+    "reliable",
+    "batchingMaxMessages",
+    "sortRowsForReplay",
+    "token",
+)
 
 
 def _get(opts: Mapping[str, str], name: str) -> str | None:
@@ -140,6 +148,9 @@ class SinkOptions:
     producer_name: str | None = None
     reliable: bool = True
     batching_max_messages: int = 1000
+    #: Sort each task's rows by content before numbering them (held in memory): for plans whose
+    #: row order within a partition can differ between attempts (aggregations, joins).
+    sort_rows_for_replay: bool = False
     token: str | None = None
 
     @classmethod
@@ -157,5 +168,6 @@ class SinkOptions:
             producer_name=name,
             reliable=_bool(opts, "reliable", True),
             batching_max_messages=_int(opts, "batchingMaxMessages", 1000, minimum=1) or 1000,
+            sort_rows_for_replay=_bool(opts, "sortRowsForReplay", False),
             token=_get(opts, "token"),
         )
