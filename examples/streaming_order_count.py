@@ -55,7 +55,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     counts = orders.groupBy("item").agg(F.count("*").alias("orders"), F.sum("qty").alias("qty"))
     writer = (
-        counts.select(F.col("item").alias("key"), F.to_json(F.struct("item", "orders", "qty")).alias("payload"))
+        counts.select(
+            F.col("item").alias("key"), F.to_json(F.struct("item", "orders", "qty")).alias("payload")
+        )
         .writeStream.format("danube")
         .outputMode("update")
         .option("service_url", args.service_url)

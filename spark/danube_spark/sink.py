@@ -68,12 +68,18 @@ def check_columns(schema: StructType) -> None:
             "e.g. df.selectExpr('to_json(struct(*)) AS payload')"
         )
     if not isinstance(names["payload"].dataType, BinaryType | StringType):
-        raise ConfigError(f"column payload must be binary or string, not {names['payload'].dataType.simpleString()}")
+        raise ConfigError(
+            f"column payload must be binary or string, not {names['payload'].dataType.simpleString()}"
+        )
     if "key" in names and not isinstance(names["key"].dataType, StringType):
         raise ConfigError(f"column key must be a string, not {names['key'].dataType.simpleString()}")
     if "attributes" in names:
         t = names["attributes"].dataType
-        if not (isinstance(t, MapType) and isinstance(t.keyType, StringType) and isinstance(t.valueType, StringType)):
+        if not (
+            isinstance(t, MapType)
+            and isinstance(t.keyType, StringType)
+            and isinstance(t.valueType, StringType)
+        ):
             raise ConfigError(f"column attributes must be map<string,string>, not {t.simpleString()}")
 
 
@@ -93,7 +99,9 @@ def _field(row: Any, name: str) -> Any:
         return None
 
 
-async def _send(opts: SinkOptions, producer_name: str, first_sequence: int, rows: Iterator[Any]) -> WriteResult:
+async def _send(
+    opts: SinkOptions, producer_name: str, first_sequence: int, rows: Iterator[Any]
+) -> WriteResult:
     client = DanubeClient(opts.service_url, token=opts.token)
     try:
         producer = await client.create_producer(
@@ -136,7 +144,9 @@ def _content(row: Any) -> tuple[bytes, str, list[tuple[str, str]]]:
     return (bytes(payload or b""), _field(row, "key") or "", sorted(attrs.items()))
 
 
-def write_rows(opts: SinkOptions, producer_name: str, first_sequence: int, rows: Iterator[Any]) -> WriteResult:
+def write_rows(
+    opts: SinkOptions, producer_name: str, first_sequence: int, rows: Iterator[Any]
+) -> WriteResult:
     """Send ``rows`` through one idempotent producer, numbered from ``first_sequence``; return
     once every row is acknowledged (stored, or dropped as a copy of a stored one). With
     ``sortRowsForReplay`` the rows are numbered in content order (held in memory), so an

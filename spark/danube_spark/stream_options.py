@@ -7,7 +7,7 @@ driver, into frozen values that travel to the executors with the reader or write
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from danube_common.errors import ConfigError
 from danube_common.topic_name import TopicName
@@ -49,7 +49,9 @@ def _get(opts: Mapping[str, str], name: str) -> str | None:
 def _service_url(opts: Mapping[str, str]) -> str:
     url = _get(opts, "service_url") or _get(opts, "serviceUrl")
     if not url:
-        raise ConfigError("option service_url is required, e.g. .option('service_url', 'http://127.0.0.1:6650')")
+        raise ConfigError(
+            "option service_url is required, e.g. .option('service_url', 'http://127.0.0.1:6650')"
+        )
     return url
 
 
@@ -97,7 +99,7 @@ class SourceOptions:
     topics: tuple[str, ...] = ()
     #: ``/namespace/REGEX``: every matching topic of the namespace, also those created later.
     pattern: str | None = None
-    starting: StartingOffsets = StartingOffsets()
+    starting: StartingOffsets = field(default_factory=StartingOffsets)
     #: At most this many offsets per micro-batch, over all partitions (None: everything available).
     max_messages_per_trigger: int | None = None
     #: Offsets cut by retention before the query read them fail the query (else: a warning).

@@ -93,7 +93,9 @@ async def partitions_of(client: DanubeClient, topics: Sequence[str], pattern: st
     return out
 
 
-async def probe(client: DanubeClient, partitions: Sequence[str], where: Literal["earliest", "latest"]) -> dict[str, int]:
+async def probe(
+    client: DanubeClient, partitions: Sequence[str], where: Literal["earliest", "latest"]
+) -> dict[str, int]:
     """Each partition's first kept offset (``earliest``) or next offset (``latest``): a reader
     attached there is told its start offset; it is closed at once (nothing is stored)."""
 
@@ -288,4 +290,3 @@ def read_range(
                 lc.run(rr.close())
     finally:
         lc.close()
-

@@ -1,28 +1,31 @@
 """``format("danube")`` on a local SparkSession against a real local cluster (etcd, lookup and a
-broker as child processes):
+broker as child processes). To keep the suite's time down, one streaming pipeline checks the
+source and the sink together:
 
-- the streaming source, restarted after a micro-batch failed half-way: the replayed batch holds
-  exactly the rows of the failed attempt, and the output of both runs holds every produced
-  message once (partitioned topic, maxMessagesPerTrigger, startingOffsets, new messages between
-  the runs);
-- the streaming sink, with a micro-batch that fails after it sent its rows and is replayed on
-  restart: the topic holds each row once;
-- a batch write with keys routed to the partitions the SDK routes them to.
+- topic -> ``danube`` source -> ``danube`` sink -> topic, a micro-batch failing after the sink
+  sent (and the broker stored) its rows, the query restarted from its checkpoint with more
+  messages produced meanwhile: the replayed batch brings each task exactly the rows, in the same
+  order, of the failed attempt (the source reads a planned offset range deterministically); the
+  output topic holds every produced message once, with the source's partition and offset
+  (exactly once end to end: the sink's replay is deduplicated by the broker);
+- a batch write with keys routed to the partitions the SDK routes them to;
+- a DataFrame the sink cannot write is refused before anything runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import Row
 
 from danube_local.cluster import LocalCluster
 from danube_sdk import DanubeClient, DispatchStrategy
@@ -104,12 +107,15 @@ def produce(cluster: LocalCluster, topic: str, items: list[tuple[str, bytes]]) -
     run_async(go())
 
 
-def topic_contents(cluster: LocalCluster, topic: str) -> dict[str, list[tuple[str | None, bytes]]]:
+Contents = dict[str, list[tuple[str | None, bytes, dict[str, str]]]]
+
+
+def topic_contents(cluster: LocalCluster, topic: str) -> Contents:
     """Every message the topic keeps, per partition, in offset order: read with a reader up to
     the next offset a reader at ``latest`` is told (so nothing is missed and nothing waited for)."""
 
-    async def go() -> dict[str, list[tuple[str | None, bytes]]]:
-        out: dict[str, list[tuple[str | None, bytes]]] = {}
+    async def go() -> Contents:
+        out: Contents = {}
         async with DanubeClient(cluster.service_url) as client:
             for p in await client.topic_partitions(topic):
                 tail = await client.create_reader(p, start="latest")
@@ -120,7 +126,7 @@ def topic_contents(cluster: LocalCluster, topic: str) -> dict[str, list[tuple[st
                 got, taken = [], 0
                 while taken < end:  # offsets are dense: nothing is cut by retention here
                     msg = await reader.receive(timeout_s=10)
-                    got.append((msg.key, msg.payload))
+                    got.append((msg.key, msg.payload, dict(msg.properties)))
                     taken = msg.offset + 1
                 await reader.close()
                 out[p] = got
@@ -135,89 +141,29 @@ def wait_query(q: Any) -> None:
     assert finished, f"query {q.name} did not finish within {QUERY_TIMEOUT_S} s"
 
 
-# ---------------------------------------------------------------- the source
-
-
-def test_source_replays_a_failed_batch_exactly_and_resumes_after_a_restart(
-    spark: Any, cluster: LocalCluster, tmp_path: Path
-) -> None:
-    topic = f"/default/{unique('src')}"
-    admin(cluster, "topics", "create", topic, "--partitions", "2", "--dispatch-strategy", "reliable")
-    first = [(f"k{i % 5}", f"m{i}".encode()) for i in range(40)]
-    produce(cluster, topic, first)
-    out, ckpt, marker = tmp_path / "out", tmp_path / "ckpt", tmp_path / "failed-once"
-
-    def each_batch(df: Any, batch_id: int) -> None:
-        # Idempotent per batch id (overwrite); the first attempt of batch 1 fails once written.
-        df.write.mode("overwrite").parquet(str(out / f"batch={batch_id}"))
-        if batch_id == 1 and not marker.exists():
-            df.write.parquet(str(tmp_path / "first-attempt"))
-            marker.touch()
-            raise RuntimeError("injected failure after batch 1 was written")
-
-    def run() -> Any:
-        stream = (
-            spark.readStream.format("danube")
-            .option("service_url", cluster.service_url)
-            .option("topics", topic)
-            .option("startingOffsets", "earliest")
-            .option("maxMessagesPerTrigger", 15)
-            .load()
-        )
-        return (
-            stream.writeStream.foreachBatch(each_batch)
-            .option("checkpointLocation", str(ckpt))
-            .trigger(availableNow=True)
-            .start()
-        )
-
-    q = run()
-    with pytest.raises(Exception, match="injected failure"):
-        q.awaitTermination(QUERY_TIMEOUT_S)
-    assert marker.exists()
-    second = [(f"k{i % 5}", f"m{i}".encode()) for i in range(40, 55)]
-    produce(cluster, topic, second)
-
-    q = run()  # restart from the checkpoint: batch 1 is replayed, then the rest
-    wait_query(q)
-    assert all(p["numInputRows"] <= 15 for p in q.recentProgress)
-
-    rows = spark.read.parquet(str(out)).collect()
-    got = Counter(r.payload for r in rows)
-    assert got == Counter(p for _, p in first + second)  # each message once: no loss, no duplicate
-    want_cols = ["topic", "partition", "offset", "publish_time", "key", "attributes", "payload"]
-    assert spark.read.parquet(str(out)).columns[: len(want_cols)] == want_cols
-    for r in rows:
-        assert r.topic == topic and r.partition in (0, 1) and r.producer_name
-        assert r.partition == partition_for_key(r.key, 2)
-    # Offsets per partition are exactly 0..n-1: contiguous, none twice.
-    for part in (0, 1):
-        offs = sorted(r.offset for r in rows if r.partition == part)
-        assert offs == list(range(len(offs)))
-    # The replayed batch read exactly what its failed attempt read.
-    replayed = {(r.partition, r.offset, r.payload) for r in spark.read.parquet(str(out / "batch=1")).collect()}
-    attempt = {(r.partition, r.offset, r.payload) for r in spark.read.parquet(str(tmp_path / "first-attempt")).collect()}
-    assert replayed == attempt and len(replayed) == 15
-
-
-# ---------------------------------------------------------------- the sink
+# ---------------------------------------------------------------- source and sink
 
 
 class FlakyStreamWriter(DanubeStreamWriter):
-    """Fails the first attempt of micro-batch 0 after every row was sent and acknowledged."""
+    """The ``danube`` stream writer, recording each attempt's rows (``{dir}/b{batch}-p{part}-{n}.json``)
+    and failing the first attempt of micro-batch 1 after its rows were sent and acknowledged."""
 
     def __init__(self, options: Mapping[str, str], schema: Any) -> None:
-        super().__init__({k: v for k, v in options.items() if k.lower() != "marker"}, schema)
-        self.marker = options["marker"]
+        super().__init__({k: v for k, v in options.items() if k.lower() != "record_dir"}, schema)
+        self.record_dir = Path(options["record_dir"])
 
     def write(self, iterator: Iterator[Any]) -> Any:
         from pyspark import TaskContext
 
-        result = super().write(iterator)
         ctx = TaskContext.get()
-        marker = Path(self.marker) / f"p{ctx.partitionId() if ctx else 0}"
-        if ctx is not None and ctx.getLocalProperty("streaming.sql.batchId") == "0" and not marker.exists():
-            marker.write_text(str(result.rows))
+        assert ctx is not None
+        batch = ctx.getLocalProperty("streaming.sql.batchId")
+        rows = [(r["key"], bytes(r["payload"]).decode(), dict(r["attributes"])) for r in iterator]
+        prefix = f"b{batch}-p{ctx.partitionId()}-"
+        n = sum(1 for f in self.record_dir.iterdir() if f.name.startswith(prefix))
+        (self.record_dir / f"{prefix}{n}.json").write_text(json.dumps(rows))
+        result = super().write(iter([Row(key=k, payload=p, attributes=a) for k, p, a in rows]))
+        if batch == "1" and n == 0:
             raise RuntimeError("injected failure after the rows were sent")
         return result
 
@@ -231,14 +177,18 @@ class FlakyDanube(DanubeDataSource):
         return FlakyStreamWriter(self.options, schema)
 
 
-def test_sink_replayed_batch_is_not_duplicated(spark: Any, cluster: LocalCluster, tmp_path: Path) -> None:
+def test_a_failed_micro_batch_is_replayed_exactly_and_written_once(
+    spark: Any, cluster: LocalCluster, tmp_path: Path
+) -> None:
     import pyspark.cloudpickle as cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers get these classes
-    src, dst = f"/default/{unique('in')}", f"/default/{unique('out')}"
-    produce(cluster, src, [(f"k{i}", f"order-{i}".encode()) for i in range(30)])
-    marker = tmp_path / "marker"
-    marker.mkdir()
+    src, dst = f"/default/{unique('src')}", f"/default/{unique('dst')}"
+    admin(cluster, "topics", "create", src, "--partitions", "2", "--dispatch-strategy", "reliable")
+    first = [(f"k{i % 5}", f"m{i}".encode()) for i in range(40)]
+    produce(cluster, src, first)
+    records = tmp_path / "records"
+    records.mkdir()
 
     def run() -> Any:
         return (
@@ -246,12 +196,18 @@ def test_sink_replayed_batch_is_not_duplicated(spark: Any, cluster: LocalCluster
             .option("service_url", cluster.service_url)
             .option("topics", src)
             .option("startingOffsets", "earliest")
+            .option("maxMessagesPerTrigger", 16)
             .load()
-            .selectExpr("key", "concat(payload, cast('!' as binary)) AS payload", "map('src', topic) AS attributes")
+            .selectExpr(
+                "key",
+                "payload",
+                "map('topic', topic, 'partition', cast(partition AS string), 'offset', cast(offset AS string),"
+                " 'producer', producer_name) AS attributes",
+            )
             .writeStream.format("danube-flaky")
             .option("service_url", cluster.service_url)
             .option("topic", dst)
-            .option("marker", str(marker))
+            .option("record_dir", str(records))
             .option("checkpointLocation", str(tmp_path / "ckpt"))
             .trigger(availableNow=True)
             .start()
@@ -260,44 +216,61 @@ def test_sink_replayed_batch_is_not_duplicated(spark: Any, cluster: LocalCluster
     q = run()
     with pytest.raises(Exception, match="injected failure"):
         q.awaitTermination(QUERY_TIMEOUT_S)
-    sent_first = sum(int(f.read_text()) for f in marker.iterdir())
-    assert sent_first == 30  # the failed attempt had stored every row
-    q = run()
+    second = [(f"k{i % 5}", f"m{i}".encode()) for i in range(40, 52)]
+    produce(cluster, src, second)
+    q = run()  # restart from the checkpoint: micro-batch 1 is replayed, then the rest is read
     wait_query(q)
+    assert q.recentProgress and all(p["numInputRows"] <= 16 for p in q.recentProgress)
 
-    (part,) = topic_contents(cluster, dst).values()
-    assert Counter(p for _, p in part) == Counter(f"order-{i}!".encode() for i in range(30))
-    assert {k for k, _ in part} == {f"k{i}" for i in range(30)}
+    # The replay of micro-batch 1 brought every task the same rows in the same order.
+    attempts = sorted(f.name for f in records.iterdir() if f.name.startswith("b1-"))
+    assert attempts and len(attempts) % 2 == 0, attempts
+    for name in attempts[::2]:
+        replay = name.replace("-0.json", "-1.json")
+        assert json.loads((records / name).read_text()) == json.loads((records / replay).read_text())
+    assert sum(len(json.loads((records / n).read_text())) for n in attempts[::2]) == 16
+
+    # The output topic holds every produced message once, with the source's partitions and offsets.
+    (out,) = topic_contents(cluster, dst).values()
+    assert Counter(p for _, p, _ in out) == Counter(p for _, p in first + second)
+    by_partition: dict[str, list[int]] = {}
+    for key, _, attrs in out:
+        assert attrs["topic"] == src and attrs["producer"]
+        assert int(attrs["partition"]) == partition_for_key(key or "", 2)
+        by_partition.setdefault(attrs["partition"], []).append(int(attrs["offset"]))
+    for offsets in by_partition.values():  # each source offset once, written in offset order
+        assert offsets == list(range(len(offsets)))
+
+
+# ---------------------------------------------------------------- batch writes
 
 
 def test_batch_write_routes_keys_to_partitions(spark: Any, cluster: LocalCluster) -> None:
     topic = f"/default/{unique('bw')}"
     admin(cluster, "topics", "create", topic, "--partitions", "3", "--dispatch-strategy", "reliable")
     df = spark.createDataFrame(
-        [(f"user-{i % 7}", f"event-{i}", {"n": str(i)}) for i in range(60)], "key string, payload string, attributes map<string,string>"
-    ).repartition(3)
-    t0 = time.monotonic()
-    df.write.format("danube").option("service_url", cluster.service_url).option("topic", topic).mode("append").save()
-    print(f"\nbatch write of 60 rows: {time.monotonic() - t0:.2f} s")
+        [(f"user-{i % 7}", f"event-{i}", {"n": str(i)}) for i in range(60)],
+        "key string, payload string, attributes map<string,string>",
+    )
+    df.write.format("danube").option("service_url", cluster.service_url).option("topic", topic).mode(
+        "append"
+    ).save()
 
     contents = topic_contents(cluster, topic)
     assert sum(len(v) for v in contents.values()) == 60
     for p, msgs in contents.items():
         n = int(p.rsplit("-part-", 1)[1])
-        for key, payload in msgs:
-            assert partition_for_key(key, 3) == n, (key, p)
-    assert Counter(payload for msgs in contents.values() for _, payload in msgs) == Counter(
+        for key, payload, attrs in msgs:
+            assert key is not None and partition_for_key(key, 3) == n, (key, p)
+            assert payload == f"event-{attrs['n']}".encode()
+    assert Counter(payload for msgs in contents.values() for _, payload, _ in msgs) == Counter(
         f"event-{i}".encode() for i in range(60)
     )
 
 
-def test_bad_options_and_columns_are_refused_with_what_is_allowed(spark: Any, cluster: LocalCluster) -> None:
-    with pytest.raises(Exception, match="exactly one of the options topics"):
-        spark.readStream.format("danube").option("service_url", cluster.service_url).load().writeStream.format(
-            "console"
-        ).start()
+def test_a_dataframe_the_sink_cannot_write_is_refused(spark: Any, cluster: LocalCluster) -> None:
     df = spark.createDataFrame([(1, "x")], "id int, payload string")
     with pytest.raises(Exception, match="select them"):
-        df.write.format("danube").option("service_url", cluster.service_url).option("topic", "/default/x").mode(
-            "append"
-        ).save()
+        df.write.format("danube").option("service_url", cluster.service_url).option(
+            "topic", "/default/never"
+        ).mode("append").save()

@@ -32,7 +32,9 @@ URL = "http://127.0.0.1:6650"
         ({"a": 8}, {"a": 5}, None, {"a": 8}),
     ],
 )
-def test_limit_end(start: dict[str, int], latest: dict[str, int], limit: int | None, want: dict[str, int]) -> None:
+def test_limit_end(
+    start: dict[str, int], latest: dict[str, int], limit: int | None, want: dict[str, int]
+) -> None:
     assert limit_end(start, latest, limit) == want
 
 
