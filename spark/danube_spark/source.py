@@ -194,7 +194,9 @@ class DanubeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = so.decode(start)
         latest = self._probe_latest(begin)
         if self._target is not None:
-            latest = {p: min(o, self._target.get(p, o)) for p, o in latest.items()}
+            # Trigger.AvailableNow: up to the ends found at the start; partitions found later
+            # are recorded (at their first offset) but not read.
+            latest = {p: min(o, self._target.get(p, begin.get(p, o))) for p, o in latest.items()}
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return so.encode(so.limit_end(begin, latest, max_rows))
 

@@ -160,7 +160,7 @@ class RangeRead:
         self._taken = start
         self.lost: list[tuple[int, int]] = []
         #: Gone offsets found by probing the topic's first offset (no frame reported them).
-        self._extra_lost: tuple[int, int] | None = None
+        self._probed_gone: list[tuple[int, int]] = []
         self.done = start >= end
 
     async def open(self) -> None:
@@ -178,7 +178,7 @@ class RangeRead:
     def _reach(self) -> int:
         # What was taken from the reader (not what it buffered), plus what is gone.
         assert self.reader is not None
-        return covered(self._taken, self.reader.skipped.get(self.topic, []))
+        return covered(self._taken, [*self.reader.skipped.get(self.topic, []), *self._probed_gone])
 
     def _finished(self) -> bool:
         assert self.reader is not None
@@ -227,8 +227,7 @@ class RangeRead:
         first = (await probe(self.client, [self.topic], "earliest"))[self.topic]
         if first <= reach:
             return False
-        self._extra_lost = (reach, min(first, self.end))
-        self.done = True
+        self._probed_gone.append((reach, first))
         self._note_lost()
         return True
 
@@ -236,11 +235,9 @@ class RangeRead:
         assert self.reader is not None
         gone = [
             (max(s, self.start), min(e, self.end))
-            for s, e in self.reader.skipped.get(self.topic, [])
+            for s, e in [*self.reader.skipped.get(self.topic, []), *self._probed_gone]
             if s < self.end and e > self.start
         ]
-        if self._extra_lost is not None:
-            gone.append(self._extra_lost)
         new = [r for r in gone if r not in self.lost]
         if not new:
             return
