@@ -1,8 +1,9 @@
 """A streaming count from one topic into another: orders in, running counts per item out.
 
 Reads JSON orders (``{"item": "pen", "qty": 2}``) from a reliable topic with Spark Structured
-Streaming, counts orders and quantities per item, and writes every changed count to another
-topic as JSON, keyed by item (so each item's counts stay on one partition, in order). The
+Streaming, counts orders and quantities per item, and after each micro-batch writes every
+item's counts to another topic as JSON, keyed by item (output mode ``complete``: sinks of the
+Python Data Source API take ``append`` and ``complete``, not ``update``). The
 checkpoint makes it restartable: stop it, start it again, and it continues where it stopped;
 counts are written once per micro-batch even when one is replayed.
 
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
             F.col("item").alias("key"), F.to_json(F.struct("item", "orders", "qty")).alias("payload")
         )
         .writeStream.format("danube")
-        .outputMode("update")
+        .outputMode("complete")
         .option("service_url", args.service_url)
         .option("topic", args.sink)
         # After a shuffle the rows' order within a task is not fixed: number them by content.

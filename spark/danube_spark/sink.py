@@ -33,6 +33,7 @@ chunked).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import uuid
 from collections.abc import Iterator, Mapping
@@ -153,7 +154,11 @@ def write_rows(
     attempt that meets them in another order numbers them the same."""
     if opts.sort_rows_for_replay:
         rows = iter(sorted(rows, key=_content))
-    return run_async(_send(opts, producer_name, first_sequence, rows))
+    rows = iter(rows)
+    first = next(rows, None)
+    if first is None:  # an empty task (most of a shuffle's partitions): no producer at all
+        return WriteResult(producer_name, 0)
+    return run_async(_send(opts, producer_name, first_sequence, itertools.chain([first], rows)))
 
 
 class DanubeBatchWriter(DataSourceWriter):

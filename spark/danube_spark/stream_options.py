@@ -14,28 +14,6 @@ from danube_common.topic_name import TopicName
 from danube_sdk.multi_consumer import TopicPattern
 from danube_spark.stream_offsets import StartingOffsets
 
-SOURCE_OPTIONS = (
-    "service_url",
-    "topics",
-    "pattern",
-    "startingOffsets",
-    "maxMessagesPerTrigger",
-    "failOnDataLoss",
-    "readTimeoutSeconds",
-    "offsetsProbeIntervalMs",
-    "receiverQueueSize",
-    "token",
-)
-SINK_OPTIONS = (
-    "service_url",
-    "topic",
-    "producerName",
-    "reliable",
-    "batchingMaxMessages",
-    "sortRowsForReplay",
-    "token",
-)
-
 
 def _get(opts: Mapping[str, str], name: str) -> str | None:
     """Case-insensitive lookup (Spark's map is, a plain dict in unit tests may not be)."""
@@ -107,7 +85,7 @@ class SourceOptions:
     #: A task that receives nothing new for this long fails (Timeout).
     read_timeout_s: float = 60.0
     #: The driver asks the brokers for the partitions' ends at most this often.
-    offsets_probe_interval_s: float = 0.25
+    offsets_probe_interval_s: float = 1.0
     receiver_queue_size: int = 1000
     token: str | None = None
 
@@ -127,7 +105,7 @@ class SourceOptions:
                 TopicName.parse(t)  # InvalidTopicName says what is allowed
         if pattern:
             TopicPattern.parse(pattern)
-        probe_ms = _int(opts, "offsetsProbeIntervalMs", 250)
+        probe_ms = _int(opts, "offsetsProbeIntervalMs", 1000)
         return cls(
             service_url=_service_url(opts),
             topics=topics,
