@@ -51,7 +51,7 @@ from danube_sdk.cli.admin_commands import (
     topics_stats,
     topics_unpin_cmd,
 )
-from danube_sdk.cli.admin_ns_policies import add_namespace_policy_parsers
+from danube_sdk.cli.admin_ns_policies import add_namespace_policy_parsers, add_topic_policy_parsers
 from danube_sdk.cli.admin_schemas import add_schema_parsers
 from danube_sdk.cli.admin_security import add_security_parsers
 from danube_sdk.cli.auth_flags import SECURITY_EPILOG, add_auth_arguments, resolve_auth
@@ -434,6 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="required: confirm that what the dead broker did not upload is given up",
     )
     p.add_argument("--reason", default="", help="recorded with the decision (who and why)")
+    add_topic_policy_parsers(t, leaf)
     p = leaf(
         t,
         "pin",
