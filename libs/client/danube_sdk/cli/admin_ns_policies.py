@@ -22,6 +22,7 @@ from danube_common.namespace_policies import (
 )
 from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_sdk.cli.admin_commands import Admin
+from danube_sdk.cli.argtypes import non_negative_int, positive_float
 from danube_sdk.cli.output import emit
 
 Leaf = Callable[..., argparse.ArgumentParser]
@@ -33,26 +34,6 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "default_durability": DURABILITIES,
 }
 _FLOATS = ("publish_rate_msgs_per_s", "publish_rate_bytes_per_s")
-
-
-def _non_negative_int(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {raw}")
-    return value
-
-
-def _positive_float(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {raw}")
-    return value
 
 
 def add_namespace_policy_parsers(subs: argparse._SubParsersAction[Any], leaf: Leaf) -> None:
@@ -129,9 +110,9 @@ def _policy_flags(p: argparse.ArgumentParser, names: tuple[str, ...], clear_help
         if name in _CHOICES:
             p.add_argument(flag, dest=name, choices=_CHOICES[name], help=DESCRIPTIONS[name])
         elif name in _FLOATS:
-            p.add_argument(flag, dest=name, type=_positive_float, metavar="N", help=DESCRIPTIONS[name])
+            p.add_argument(flag, dest=name, type=positive_float, metavar="N", help=DESCRIPTIONS[name])
         else:
-            p.add_argument(flag, dest=name, type=_non_negative_int, metavar="N", help=DESCRIPTIONS[name])
+            p.add_argument(flag, dest=name, type=non_negative_int, metavar="N", help=DESCRIPTIONS[name])
     p.add_argument(
         "--clear",
         action="append",
