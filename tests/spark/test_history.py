@@ -26,6 +26,8 @@ from danube_common.objstore import LocalObjectStore, ObjectStoreConfig, open_obj
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.storage import object_key
 from danube_common.topic_name import TopicName
+from danube_spark.history_options import parse_options
+from danube_spark.history_plan import HistoryPlan, plan_history
 from tests.support import unique
 from tests.support.moto import MOTO_ACCESS_KEY_ID, MOTO_SECRET_ACCESS_KEY, MotoServer
 from tests.support.segments import put_history, segment_object
@@ -217,16 +219,23 @@ def test_moto_s3_with_etcd_descriptors_prunes_by_offset_and_time(
     opts = {**s3_options(moto), "etcd__endpoints": etcd_server.endpoint, "etcd__cluster": cluster}
     opts["max_objects_per_partition"] = "1"
 
-    everything = read(spark, str(topic), **opts)
-    assert everything.rdd.getNumPartitions() == 5 and offsets(everything) == list(range(50))
+    def plan(**more: Any) -> HistoryPlan:
+        return plan_history(
+            parse_options(
+                {"topic": str(topic), **{k.replace("__", "."): str(v) for k, v in {**opts, **more}.items()}}
+            )
+        )
+
+    assert (plan().objects_read, len(plan().tasks)) == (5, 5)
+    assert (
+        plan(start_offset=22, end_offset=35).objects_read,
+        plan(start_offset=22, end_offset=35).objects_pruned,
+    ) == (2, 3)
+    assert plan(start_time=40_005).objects_read == 2, "objects 3 and 4 only (the others are older)"
 
     by_offset = read(spark, str(topic), start_offset=22, end_offset=35, **opts)
-    assert by_offset.rdd.getNumPartitions() == 2, "objects 2 and 3 only"
+    assert by_offset.rdd.getNumPartitions() == 2, "one Spark partition per object read"
     assert offsets(by_offset) == list(range(22, 35))
-
-    by_time = read(spark, str(topic), start_time=40_005, **opts)
-    assert by_time.rdd.getNumPartitions() == 2, "objects 3 and 4 only (the others are older)"
-    assert offsets(by_time) == list(range(35, 50))
     window = read(spark, str(topic), start_time="1970-01-01T00:00:20.003Z", end_time=30_002, **opts)
     assert offsets(window) == [*range(13, 20), 20, 21]
 
