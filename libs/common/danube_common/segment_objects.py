@@ -166,7 +166,10 @@ def decode_object(data: bytes, obj: HistoryObject) -> list[Frame]:
             f"{where} is {len(data)} bytes, but it should be {obj.size_bytes} (truncated or replaced); "
             + DAMAGE_ADVICE
         )
-    header = decode_header(data[:HEADER_BYTES], source=where)
+    try:
+        header = decode_header(data[:HEADER_BYTES], source=where)
+    except CorruptData as exc:
+        raise CorruptData(f"{exc.message}; {DAMAGE_ADVICE}") from exc
     if header.first_offset != obj.start_offset:
         raise CorruptData(
             f"{where} starts at offset {header.first_offset}, its key says {obj.start_offset}; "
