@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 from pyspark.sql.types import (
@@ -111,9 +110,10 @@ class RowBuilder:
         c[0].append(self.topic)
         c[1].append(self.partition)
         c[2].append(offset)
-        c[3].append(datetime.fromtimestamp(publish_time_ms / 1000, tz=UTC))
+        c[3].append(publish_time_ms)  # epoch ms: made a timestamp column in take()
         c[4].append(m.routing_key if m.HasField("routing_key") else None)
-        c[5].append(list(m.attributes.items()))
+        attrs = m.attributes
+        c[5].append([(k, attrs[k]) for k in attrs])  # the fastest way through a protobuf map
         c[6].append(payload)
         c[7].append(m.producer_name or None)
         c[8].append(m.schema_id if m.HasField("schema_id") else None)
@@ -134,8 +134,12 @@ class RowBuilder:
     def take(self, arrow_schema: Any) -> Any:
         """The rows built so far as one ``pyarrow.RecordBatch`` (and start afresh)."""
         import pyarrow as pa
+        import pyarrow.compute as pc
 
+        ms = pa.array(self.cols[3], type=pa.int64())
+        self.cols[3] = []
         arrays = [pa.array(col, type=f.type) for col, f in zip(self.cols, arrow_schema, strict=True)]
+        arrays[3] = pc.multiply(ms, 1000).cast(arrow_schema.field(3).type)
         self.cols = [[] for _ in range(13)]
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
