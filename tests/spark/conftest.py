@@ -1,5 +1,5 @@
 """One local SparkSession for the Spark tests that ask for ``spark`` (Danube's data sources
-registered), started on first use and stopped at the end of the session.
+registered), started on first use, shared by the modules and stopped at the end of the session.
 
 Python workers must run this interpreter (the venv with pyarrow and the project), so
 ``PYSPARK_PYTHON`` is set before any JVM starts: at import of this file.
@@ -22,12 +22,17 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 MASTER = "local[2]"
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def _session() -> Any:
+    """The running SparkSession (another module's, e.g. the planner's, if it is still up), else a
+    new one. Danube's data sources are registered on it."""
     from pyspark.sql import SparkSession
 
     from danube_spark import register
 
+    active = SparkSession.getActiveSession()
+    if active is not None and active.sparkContext._jsc is not None:
+        register(active)
+        return active
     t0 = time.monotonic()
     session = (
         SparkSession.builder.master(MASTER)
@@ -43,5 +48,20 @@ def spark() -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     print(f"\nSparkSession ({MASTER}) up in {time.monotonic() - t0:.1f} s")
-    yield session
-    session.stop()
+    return session
+
+
+@pytest.fixture(scope="session")
+def _spark_at_exit() -> Iterator[None]:
+    yield
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+
+
+@pytest.fixture(scope="module")
+def spark(_spark_at_exit: None) -> Any:
+    """A SparkSession shared by every module (a module that stopped it gets it restarted)."""
+    return _session()

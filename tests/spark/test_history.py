@@ -153,6 +153,10 @@ def test_damaged_object_fails_the_query_naming_it(spark: Any, local_dir: Path) -
     assert truncated in str(err.value) and "offset 14" in str(err.value)
 
 
+def test_topic_without_objects_reads_empty(spark: Any, local_dir: Path) -> None:
+    assert read(spark, f"/default/{unique('none')}", object_store__local_dir=local_dir).collect() == []
+
+
 def test_bad_option_is_refused_with_the_allowed_ones(spark: Any, local_dir: Path) -> None:
     with pytest.raises(Exception) as err:
         read(spark, "/default/x", object_store__local_dir=local_dir, start_ofset=3).collect()
