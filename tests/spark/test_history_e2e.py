@@ -105,3 +105,4 @@ def test_produced_through_a_broker_read_back_from_object_storage(spark: Any, clu
         assert len(rows) == len(got), f"no message twice ({'etcd' if how else 'listing'})"
         assert got == sent, f"exactly the acknowledged messages ({'etcd' if how else 'listing'})"
         assert {r.topic for r in rows} == {topic}
+        assert {r.compression for r in rows} == {"none", "zstd"}, "zstd payloads were stored compressed"

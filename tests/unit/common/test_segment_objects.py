@@ -126,5 +126,18 @@ def test_decode_checks_everything() -> None:
     refused(b"junk" * 10, "not a WAL segment", size_bytes=0, crc32c=None)
 
 
+@given(st.data())
+def test_any_flipped_byte_is_refused(data: st.DataObject) -> None:
+    """Every byte of an object is covered by a checksum (header or frame), so no single damaged
+    byte can come back as a message, even without a descriptor's size and crc32c."""
+    good = segment(7, 5)
+    where = data.draw(st.integers(0, len(good) - 1))
+    bit = data.draw(st.integers(0, 7))
+    bad = bytearray(good)
+    bad[where] ^= 1 << bit
+    with pytest.raises(CorruptData):
+        decode_object(bytes(bad), HistoryObject(str(T), "k", 7, 12, 0))
+
+
 def test_piece_is_a_value() -> None:
     assert Piece(obj(0, 5), 1, 3) == Piece(obj(0, 5), 1, 3)
