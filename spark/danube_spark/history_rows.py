@@ -18,6 +18,7 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+from google.protobuf.message import DecodeError
 from pyspark.sql.types import (
     BinaryType,
     DataType,
@@ -31,9 +32,10 @@ from pyspark.sql.types import (
 )
 
 from danube_common.compression import Compression, decompress
+from danube_common.errors import CorruptData, UnsupportedCompression
 from danube_common.objstore import ObjectStore, open_object_store
 from danube_common.pb import DanubeApi_pb2 as pb
-from danube_common.segment_objects import Piece, decode_object
+from danube_common.segment_objects import DAMAGE_ADVICE, Piece, decode_object
 from danube_spark.history_options import HistoryOptions
 from danube_spark.history_plan import ReadTask
 
@@ -96,11 +98,22 @@ class RowBuilder:
         lo, hi = piece.lo, piece.hi
         for f in decode_object(data, piece.obj):
             if lo <= f.offset < hi and keeps_time(f.publish_time_ms):
-                self.add(f.offset, f.publish_time_ms, f.record, piece)
+                try:
+                    self.add(f.offset, f.publish_time_ms, f.record)
+                except (CorruptData, UnsupportedCompression) as exc:  # the payload, not the frame
+                    raise type(exc)(
+                        f"object {piece.obj.key} of topic {piece.obj.topic}, offset {f.offset}: {exc.message} "
+                        "(read with decompress=false to get the payload as stored)"
+                    ) from exc
+                except DecodeError as exc:
+                    raise CorruptData(
+                        f"object {piece.obj.key} of topic {piece.obj.topic}, offset {f.offset}: the record "
+                        f"is not a message ({exc}) although its crc32c matches; {DAMAGE_ADVICE}"
+                    ) from exc
                 n += 1
         return n
 
-    def add(self, offset: int, publish_time_ms: int, record: bytes, piece: Piece) -> None:
+    def add(self, offset: int, publish_time_ms: int, record: bytes) -> None:
         m = pb.StreamMessage.FromString(record)
         payload = m.payload
         chunked = m.HasField("chunk")

@@ -133,9 +133,19 @@ def test_rows_from_an_object() -> None:
     assert c[12] == [None, {"message_uuid": "u", "index": 0, "count": 2, "total_size": 8}]
 
     first = RowBuilder(ReadTask(str(T), 3, (piece,)), parse_options(opts()))
-    first.add(0, 100, recs[0], piece)
+    first.add(0, 100, recs[0])
     assert [col[0] for col in first.cols][:2] == [str(T), 3]
     assert [col[0] for col in first.cols][4:11] == ["k", [("i", "0")], b"p0", "a", 3, 1, 7]
+
+    bad_zstd = pb.StreamMessage(payload=b"not zstd", compression=int(Compression.ZSTD)).SerializeToString()
+    bad = encode_header(0, 1) + encode_frames(0, [bad_zstd], [1])
+    bad_piece = Piece(HistoryObject(str(T), "k9", 0, 1, len(bad)), 0, 1)
+    with pytest.raises(
+        CorruptData, match=r"object k9 of topic /default/orders, offset 0: zstd.*decompress=false"
+    ):
+        RowBuilder(ReadTask(str(T), None, (bad_piece,)), parse_options(opts())).add_object(bad_piece, bad)
+    raw = RowBuilder(ReadTask(str(T), None, (bad_piece,)), parse_options(opts(decompress="false")))
+    assert raw.add_object(bad_piece, bad) == 1 and raw.cols[6] == [b"not zstd"]
 
     damaged = bytearray(data)
     damaged[-2] ^= 1
