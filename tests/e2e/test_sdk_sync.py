@@ -219,3 +219,27 @@ def test_a_script_exits_without_closing_and_its_messages_are_flushed(cluster: Lo
         reader = client.create_reader(topic, start="earliest")
         got = [reader.receive(timeout_s=10).payload for _ in range(200)]
     assert got == [f"m{i}".encode() for i in range(200)]
+
+
+def test_a_pattern_consumer_through_the_blocking_api(client: DanubeClient) -> None:
+    """``subscribe_many`` with a pattern: two matching topics (one made after subscribing) merge
+    into one blocking consumer; a topic that does not match stays out."""
+    tag = unique("pat")
+    first = client.create_producer(f"/default/{tag}-a", dispatch_strategy=DispatchStrategy.RELIABLE)
+    first.send(b"create")
+    other = client.create_producer(f"/default/x{tag}", dispatch_strategy=DispatchStrategy.RELIABLE)
+    other.send(b"create")
+    consumer = client.subscribe_many(pattern=f"/default/{tag}-.*", subscription="s", refresh_interval_s=0.2)
+    later = client.create_producer(f"/default/{tag}-b", dispatch_strategy=DispatchStrategy.RELIABLE)
+    later.send(b"b0")  # a topic found after subscribing starts at its earliest message
+    first.send(b"a1")
+    other.send(b"no")
+    got = set()
+    while len(got) < 2:
+        msg = consumer.receive(timeout_s=20)
+        got.add(msg.payload)
+        consumer.ack(msg)
+    assert got == {b"a1", b"b0"}
+    with pytest.raises(ClientTimeout):
+        consumer.receive(timeout_s=0.5)
+    consumer.close()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -37,8 +36,6 @@ from tests.support import unique
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 ROOT = Path(__file__).resolve().parents[2]
 QUERY_TIMEOUT_S = 90
 
@@ -56,31 +53,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         c.stop()
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    """The session's SparkSession (tests/spark shares one), with the danube sources registered."""
-    from pyspark.sql import SparkSession
-
-    from danube_spark import register
-
-    existed = SparkSession.getActiveSession() is not None
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("danube-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    session.dataSource.register(FlakyDanube)
-    yield session
-    if not existed:
-        session.stop()
+@pytest.fixture(scope="module", autouse=True)
+def flaky_sink(spark: Any) -> None:
+    """The shared SparkSession (tests/spark/conftest.py) also knows the test sink below."""
+    spark.dataSource.register(FlakyDanube)
 
 
 # ---------------------------------------------------------------- helpers

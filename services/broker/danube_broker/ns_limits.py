@@ -375,7 +375,8 @@ class NamespaceLimits:
     def policies_of(self, topic: Topic) -> NamespacePolicies:
         ns = self._view.get(topic.topic_name.namespace)
         record = topic.record
-        return ns.with_topic_overrides(record.policies if record is not None else None)
+        inherited = ns.with_topic_overrides(record.policies if record is not None else None)
+        return inherited.overridden_by(self._view.of_topic(topic.name))
 
     def refresh(self, topic: Topic) -> None:
         """Compute ``topic.limits`` (and a reliable topic's retention defaults) anew."""

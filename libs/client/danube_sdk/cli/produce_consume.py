@@ -44,6 +44,7 @@ from danube_sdk import (
 )
 from danube_sdk.auth import tls_failure
 from danube_sdk.cli import delivery_flags
+from danube_sdk.cli.argtypes import non_negative_int
 from danube_sdk.cli.auth_flags import SECURITY_EPILOG, add_auth_arguments, resolve_auth
 from danube_sdk.schema_registry import encoder_for
 
@@ -115,13 +116,6 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
 
 
@@ -266,7 +260,7 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
         "(replay what the topic keeps); an existing subscription resumes where it was",
     )
     cons.add_argument(
-        "-c", "--count", type=_non_negative_int, default=0, help="stop after N messages (0 = until Ctrl-C)"
+        "-c", "--count", type=non_negative_int, default=0, help="stop after N messages (0 = until Ctrl-C)"
     )
     cons.add_argument("--output", choices=["text", "json"], default="text", help="default: text")
     cons.add_argument("--no-ack", action="store_true", help="do not acknowledge (messages will come again)")

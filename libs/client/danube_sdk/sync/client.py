@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -59,6 +60,23 @@ class DanubeClient:
         """A consumer (options: those of the asyncio ``subscribe``)."""
         self._check_open()
         inner = call(self._loop, self._client.subscribe(topic, subscription=subscription, **options))
+        return Consumer(inner, self._loop)
+
+    def subscribe_many(
+        self,
+        topics: Sequence[str] | None = None,
+        *,
+        pattern: str | None = None,
+        subscription: str,
+        **options: Any,
+    ) -> Consumer[Any]:
+        """One consumer of many topics: a list, or a namespace pattern followed as topics come
+        and go (options: those of the asyncio ``subscribe_many``)."""
+        self._check_open()
+        inner = call(
+            self._loop,
+            self._client.subscribe_many(topics, pattern=pattern, subscription=subscription, **options),
+        )
         return Consumer(inner, self._loop)
 
     def create_reader(
