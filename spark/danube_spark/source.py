@@ -185,8 +185,10 @@ class DanubeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = lc.run(probe(lc.client, known, "latest")) if known else {}
         if new:
             # Found after the query started: read from the first offset kept (from the next
-            # batch on; this batch records where they start).
+            # batch on; this batch records where they start). Their ends are not known yet:
+            # the next call probes again rather than reuse these values.
             latest.update(lc.run(probe(lc.client, new, "earliest")))
+            now = 0.0
         self._latest, self._probed_at = latest, now
         return latest
 

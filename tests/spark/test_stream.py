@@ -2,9 +2,9 @@
 broker as child processes). To keep the suite's time down, one streaming pipeline checks the
 source and the sink together:
 
-- topic -> ``danube`` source -> ``danube`` sink -> topic, a micro-batch failing after the sink
-  sent (and the broker stored) its rows, the query restarted from its checkpoint with more
-  messages produced meanwhile: the replayed batch brings each task exactly the rows, in the same
+- topics matching a pattern -> ``danube`` source -> ``danube`` sink -> topic, a micro-batch
+  failing after the sink sent (and the broker stored) its rows, the query restarted from its
+  checkpoint with more messages produced meanwhile, to the first topic and to a new one: the replayed batch brings each task exactly the rows, in the same
   order, of the failed attempt (the source reads a planned offset range deterministically); the
   output topic holds every produced message once, with the source's partition and offset
   (exactly once end to end: the sink's replay is deduplicated by the broker);
@@ -159,7 +159,8 @@ def test_a_failed_micro_batch_is_replayed_exactly_and_written_once(
     import pyspark.cloudpickle as cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers get these classes
-    src, dst = f"/default/{unique('src')}", f"/default/{unique('dst')}"
+    prefix = unique("src")
+    src, later, dst = f"/default/{prefix}-a", f"/default/{prefix}-b", f"/default/{unique('dst')}"
     admin(cluster, "topics", "create", src, "--partitions", "2", "--dispatch-strategy", "reliable")
     first = [(f"k{i % 5}", f"m{i}".encode()) for i in range(40)]
     produce(cluster, src, first)
@@ -170,15 +171,15 @@ def test_a_failed_micro_batch_is_replayed_exactly_and_written_once(
         return (
             spark.readStream.format("danube")
             .option("service_url", cluster.service_url)
-            .option("topics", src)
+            .option("pattern", f"/default/{prefix}-.*")
             .option("startingOffsets", "earliest")
             .option("maxMessagesPerTrigger", 20)
             .load()
             .selectExpr(
                 "key",
                 "payload",
-                "map('topic', topic, 'partition', cast(partition AS string), 'offset', cast(offset AS string),"
-                " 'producer', producer_name) AS attributes",
+                "map('topic', topic, 'partition', coalesce(cast(partition AS string), '-'),"
+                " 'offset', cast(offset AS string), 'producer', producer_name) AS attributes",
             )
             .writeStream.format("danube-flaky")
             .option("service_url", cluster.service_url)
@@ -194,6 +195,9 @@ def test_a_failed_micro_batch_is_replayed_exactly_and_written_once(
         q.awaitTermination(QUERY_TIMEOUT_S)
     second = [(f"k{i % 5}", f"m{i}".encode()) for i in range(40, 52)]
     produce(cluster, src, second)
+    # A topic the pattern matches, created while the query is down: read from its first offset.
+    new_topic = [(f"n{i}", f"n{i}".encode()) for i in range(5)]
+    produce(cluster, later, new_topic)
     q = run()  # restart from the checkpoint: micro-batch 1 is replayed, then the rest is read
     wait_query(q)
     assert q.recentProgress and all(p["numInputRows"] <= 20 for p in q.recentProgress)
@@ -208,12 +212,15 @@ def test_a_failed_micro_batch_is_replayed_exactly_and_written_once(
 
     # The output topic holds every produced message once, with the source's partitions and offsets.
     (out,) = topic_contents(cluster, dst).values()
-    assert Counter(p for _, p, _ in out) == Counter(p for _, p in first + second)
+    assert Counter(p for _, p, _ in out) == Counter(p for _, p in first + second + new_topic)
     by_partition: dict[str, list[int]] = {}
     for key, _, attrs in out:
-        assert attrs["topic"] == src and attrs["producer"]
-        assert int(attrs["partition"]) == partition_for_key(key or "", 2)
-        by_partition.setdefault(attrs["partition"], []).append(int(attrs["offset"]))
+        assert attrs["producer"]
+        if attrs["topic"] == src:
+            assert int(attrs["partition"]) == partition_for_key(key or "", 2)
+        else:
+            assert attrs["topic"] == later and attrs["partition"] == "-"  # not partitioned
+        by_partition.setdefault(attrs["topic"] + attrs["partition"], []).append(int(attrs["offset"]))
     for offsets in by_partition.values():  # each source offset once, written in offset order
         assert offsets == list(range(len(offsets)))
 
