@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
 from danube_common.errors import ConfigError
@@ -93,15 +93,30 @@ class WriteResult(WriterCommitMessage):
     rows: int
 
 
-def _field(row: Any, name: str) -> Any:
-    try:
-        return row[name]
-    except (KeyError, ValueError):
-        return None
+#: One message to send: payload, key, attributes.
+Out = tuple[bytes, str | None, dict[str, str] | None]
+
+
+def messages(batches: Iterator[Any]) -> Iterator[Out]:
+    """The messages of Arrow record batches with the sink's columns (names in any case)."""
+    for batch in batches:
+        cols = {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
+        n = batch.num_rows
+        payloads = cols["payload"].to_pylist()
+        keys = cols["key"].to_pylist() if "key" in cols else [None] * n
+        attrs = cols["attributes"].to_pylist() if "attributes" in cols else [None] * n
+        for i in range(n):
+            payload = payloads[i]
+            if payload is None:
+                raise ConfigError("a row has a null payload: every message needs one (filter them out)")
+            if isinstance(payload, str):
+                payload = payload.encode("utf-8")
+            a = attrs[i]
+            yield (payload, keys[i], dict(a) if a else None)
 
 
 async def _send(
-    opts: SinkOptions, producer_name: str, first_sequence: int, rows: Iterator[Any]
+    opts: SinkOptions, producer_name: str, first_sequence: int, rows: Iterator[Out]
 ) -> WriteResult:
     client = DanubeClient(opts.service_url, token=opts.token)
     try:
@@ -113,22 +128,11 @@ async def _send(
             enable_chunking=False,
         )
         futs: list[asyncio.Future[MessageId]] = []
-        for i, row in enumerate(rows):
+        for i, (payload, key, attrs) in enumerate(rows):
             if i >= 1 << BATCH_ID_SHIFT:
                 raise ConfigError(f"task {producer_name} has more than 2**32 rows: repartition the DataFrame")
-            payload = _field(row, "payload")
-            if payload is None:
-                raise ConfigError(f"row {i} of task {producer_name} has a null payload")
-            if isinstance(payload, str):
-                payload = payload.encode("utf-8")
-            attrs = _field(row, "attributes")
             futs.append(
-                await producer.send_async(
-                    bytes(payload),
-                    key=_field(row, "key"),
-                    properties=dict(attrs) if attrs else None,
-                    sequence_id=first_sequence + i,
-                )
+                await producer.send_async(payload, key=key, properties=attrs, sequence_id=first_sequence + i)
             )
         ids = await asyncio.gather(*futs)
         await producer.close()
@@ -137,16 +141,13 @@ async def _send(
         await client.close()
 
 
-def _content(row: Any) -> tuple[bytes, str, list[tuple[str, str]]]:
-    payload = _field(row, "payload")
-    if isinstance(payload, str):
-        payload = payload.encode("utf-8")
-    attrs = _field(row, "attributes") or {}
-    return (bytes(payload or b""), _field(row, "key") or "", sorted(attrs.items()))
+def _content(m: Out) -> tuple[bytes, str, list[tuple[str, str]]]:
+    payload, key, attrs = m
+    return (payload, key or "", sorted((attrs or {}).items()))
 
 
 def write_rows(
-    opts: SinkOptions, producer_name: str, first_sequence: int, rows: Iterator[Any]
+    opts: SinkOptions, producer_name: str, first_sequence: int, rows: Iterator[Out]
 ) -> WriteResult:
     """Send ``rows`` through one idempotent producer, numbered from ``first_sequence``; return
     once every row is acknowledged (stored, or dropped as a copy of a stored one). With
@@ -161,7 +162,7 @@ def write_rows(
     return run_async(_send(opts, producer_name, first_sequence, itertools.chain([first], rows)))
 
 
-class DanubeBatchWriter(DataSourceWriter):
+class DanubeBatchWriter(DataSourceArrowWriter):
     """``df.write.format("danube")`` (append; ``overwrite`` means nothing to a topic)."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
@@ -173,14 +174,14 @@ class DanubeBatchWriter(DataSourceWriter):
         ctx = TaskContext.get()
         part = ctx.partitionId() if ctx is not None else 0
         name = f"{self.opts.producer_name or 'spark'}-{self.job_id}-{part}"
-        return write_rows(self.opts, name, 1, iterator)
+        return write_rows(self.opts, name, 1, messages(iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         rows = sum(m.rows for m in messages if isinstance(m, WriteResult))
         log.info("danube sink: job %s wrote %d rows to %s", self.job_id, rows, self.opts.topic)
 
 
-class DanubeStreamWriter(DataSourceStreamWriter):
+class DanubeStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("danube")``: each micro-batch's rows, once each at the broker."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
@@ -197,7 +198,7 @@ class DanubeStreamWriter(DataSourceStreamWriter):
                 f"query and micro-batch this is (local properties {QUERY_ID_PROPERTY}, {BATCH_ID_PROPERTY})"
             )
         name = f"{self.opts.producer_name or 'spark'}-{query_id}-{ctx.partitionId()}"
-        return write_rows(self.opts, name, (int(batch_id) << BATCH_ID_SHIFT) + 1, iterator)
+        return write_rows(self.opts, name, (int(batch_id) << BATCH_ID_SHIFT) + 1, messages(iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         rows = sum(m.rows for m in messages if isinstance(m, WriteResult))

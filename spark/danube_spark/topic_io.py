@@ -262,10 +262,11 @@ def read_range(
     read_timeout_s: float,
     receiver_queue_size: int,
     rows_per_step: int = 1000,
-    to_row: Callable[[Message[Any]], T],
+    to_rows: Callable[[list[Message[Any]]], T],
 ) -> Iterator[T]:
-    """Rows of offsets ``[start, end)`` of ``topic``, streamed (a step of ``rows_per_step``
-    messages at a time); the client and reader are closed when the iterator ends or is closed."""
+    """The messages of offsets ``[start, end)`` of ``topic``, streamed: ``to_rows`` of each step
+    of up to ``rows_per_step`` messages; the client and reader are closed when the iterator ends
+    or is closed."""
     lc = make_client()
     try:
         rr = RangeRead(
@@ -280,8 +281,9 @@ def read_range(
         lc.run(rr.open())
         try:
             while not rr.done:
-                for msg in lc.run(rr.next_messages(rows_per_step)):
-                    yield to_row(msg)
+                msgs = lc.run(rr.next_messages(rows_per_step))
+                if msgs:
+                    yield to_rows(msgs)
         finally:
             with contextlib.suppress(Exception):
                 lc.run(rr.close())

@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import Row
 
 from danube_local.cluster import LocalCluster
 from danube_sdk import DanubeClient, DispatchStrategy
 from danube_sdk.routing import partition_for_key
-from danube_spark.sink import DanubeStreamWriter
+from danube_spark.sink import DanubeStreamWriter, messages
 from danube_spark.source import DanubeDataSource
 from danube_spark.topic_io import run_async
 from tests.support import unique
@@ -134,11 +133,12 @@ class FlakyStreamWriter(DanubeStreamWriter):
         ctx = TaskContext.get()
         assert ctx is not None
         batch = ctx.getLocalProperty("streaming.sql.batchId")
-        rows = [(r["key"], bytes(r["payload"]).decode(), dict(r["attributes"])) for r in iterator]
+        batches = list(iterator)  # Arrow record batches
+        rows = [(k, p.decode(), a) for p, k, a in messages(iter(batches))]
         prefix = f"b{batch}-p{ctx.partitionId()}-"
         n = sum(1 for f in self.record_dir.iterdir() if f.name.startswith(prefix))
         (self.record_dir / f"{prefix}{n}.json").write_text(json.dumps(rows))
-        result = super().write(iter([Row(key=k, payload=p, attributes=a) for k, p, a in rows]))
+        result = super().write(iter(batches))
         if batch == "1" and n == 0:
             raise RuntimeError("injected failure after the rows were sent")
         return result

@@ -134,3 +134,20 @@ def test_sink_columns() -> None:
     ]:
         with pytest.raises(ConfigError, match=why):
             check_columns(bad)
+
+
+def test_sink_messages_from_arrow_batches() -> None:
+    import pyarrow as pa
+
+    from danube_spark.sink import messages
+
+    attrs = pa.array([[("a", "1")], None], type=pa.map_(pa.string(), pa.string()))
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(["x", "y"]), pa.array(["k", None]), attrs], names=["Payload", "KEY", "attributes"]
+    )
+    assert list(messages(iter([batch]))) == [(b"x", "k", {"a": "1"}), (b"y", None, None)]
+    only = pa.RecordBatch.from_arrays([pa.array([b"z"], type=pa.binary())], names=["payload"])
+    assert list(messages(iter([only]))) == [(b"z", None, None)]
+    null = pa.RecordBatch.from_arrays([pa.array([None], type=pa.binary())], names=["payload"])
+    with pytest.raises(ConfigError, match="null payload"):
+        list(messages(iter([null])))
