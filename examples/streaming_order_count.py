@@ -41,7 +41,14 @@ def main(argv: list[str] | None = None) -> None:
 
     from danube_spark import register
 
-    spark = SparkSession.builder.master(args.master).appName("order-count").getOrCreate()
+    spark = (
+        SparkSession.builder.master(args.master)
+        .appName("order-count")
+        # The count's state and output: a few partitions are plenty here (Spark's default is 200;
+        # a restarted query keeps the number its checkpoint was made with).
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
     register(spark)
 
     orders = (
