@@ -15,7 +15,8 @@ topics the hottest topic alone outweighs a mean broker, and no plan can reach th
 ``--history-samples`` older ones (load history), as the planner reads them: current reports as
 JSON lines (what it reads from etcd), history as objects in a local object store (a temp dir;
 one object per broker), which the plain path reads on the driver and the Spark paths on the
-executors (the driver lists the keys; ``danube_planner.history_fetch``), as the planner does.
+executors (the driver lists the keys; ``danube_planner.history_fetch``), as the planner does
+(``--also-driver-fetch`` adds a run the old way: the driver fetches and ships the lines).
 
 Measured, in the same run: the plain-Python aggregation (the baseline, history read included),
 the Spark DataFrame aggregation on each ``--master`` in turn (session start-up reported apart;
@@ -228,6 +229,11 @@ def main() -> None:
     p.add_argument(
         "--executor-memory", default="1g", help="spark.executor.memory on the standalone cluster (default 1g)"
     )
+    p.add_argument(
+        "--also-driver-fetch",
+        action="store_true",
+        help="per master, one more warm run the old way: the driver fetches the history and ships the lines",
+    )
     p.add_argument("--skip-spark", action="store_true", help="plain Python only")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
@@ -278,6 +284,13 @@ def main() -> None:
                     agg_s = time.perf_counter() - t0
                     result, plan_s = plan_for(frames, inp, limits)
                     rows.append(Row(f"{label} ({run})", agg_s, plan_s, result))
+                if args.also_driver_fetch:
+                    t0 = time.perf_counter()
+                    _, shipped = asyncio.run(read_history(tmp / "objects"))
+                    frames = aggregate_spark(spark, dataclasses.replace(inp, history_lines=shipped), params)
+                    agg_s = time.perf_counter() - t0
+                    result, plan_s = plan_for(frames, inp, limits)
+                    rows.append(Row(f"{label} (warm, driver fetch)", agg_s, plan_s, result))
                 diff = max(abs(a.score - b.score) for a, b in zip(plain.brokers, frames.brokers, strict=True))
                 print(
                     f"largest broker score difference {label} vs plain Python: {diff:.2e} "
