@@ -24,7 +24,7 @@ from pyspark.sql import types as T
 from danube_common.load import MSG_COST_BYTES, TOPIC_FIELDS
 from danube_common.load_score import DIMENSIONS, FLOORS, ScoreWeights
 from danube_planner import spans
-from danube_planner.history_fetch import HistorySource, history_frame
+from danube_planner.history_fetch import LINES_SCHEMA, HistorySource, history_frame
 from danube_planner.model import (
     AggregateParams,
     Aggregates,
@@ -57,10 +57,38 @@ REPORT_SCHEMA = T.StructType(
 
 
 # ---------------------------------------------------------------- inputs
+#: Most bytes of report lines one task carries from the driver (Spark warns above 1000 KiB).
+TASK_BYTES = 512 * 1024
+
+
+def pack(rows: Sequence[tuple[str, bool]], limit: int = TASK_BYTES) -> list[list[tuple[str, bool]]]:
+    """Consecutive rows in chunks of at most ``limit`` bytes of lines (a longer line alone)."""
+    chunks: list[list[tuple[str, bool]]] = []
+    size = limit + 1
+    for row in rows:
+        n = len(row[0])
+        if size + n > limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(row)
+        size += n
+    return chunks
+
+
+def _rows_of(chunk: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    return chunk
+
+
 def lines_frame(spark: SparkSession, current: Sequence[str], history: Sequence[str]) -> DataFrame:
-    """``(line, current)`` rows."""
+    """``(line, current)`` rows from the driver. Past :data:`TASK_BYTES` of lines they travel in
+    one chunk per task (the current reports of hundreds of brokers x thousands of topics are
+    megabytes: one task each would carry them whole)."""
     rows = [(line, True) for line in current] + [(line, False) for line in history]
-    return spark.createDataFrame(rows, "line string, current boolean")
+    chunks = pack(rows)
+    if len(chunks) <= 1:
+        return spark.createDataFrame(rows, LINES_SCHEMA)
+    rdd = spark.sparkContext.parallelize(chunks, len(chunks)).flatMap(_rows_of)
+    return spark.createDataFrame(rdd, LINES_SCHEMA)
 
 
 def owners_frame(spark: SparkSession, owners: Mapping[str, OwnerRow]) -> DataFrame:

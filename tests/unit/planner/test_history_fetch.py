@@ -1,5 +1,6 @@
 """History read where the Spark executors read it (danube_planner.history_fetch), without Spark:
-the task function on a local object store, and a cycle whose engine fetches history itself."""
+the task function on a local object store, a cycle whose engine fetches history itself, and the
+chunks the driver's own lines travel in."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from danube_common.objstore.local import LocalObjectStore
 from danube_planner.aggregate import aggregate
 from danube_planner.config import PlannerConfig
 from danube_planner.cycle import Planner, PythonEngine
+from danube_planner.frames import pack
 from danube_planner.history_fetch import HistorySource, fetch_lines, fetch_partition
 from danube_planner.model import AggregateParams, Aggregates, PlannerInputs
 from tests.unit.planner.helpers import NOW, zipf_cluster
@@ -142,3 +144,11 @@ async def test_the_cycle_hands_keys_to_an_engine_that_fetches_history(
     assert result.plan_result is not None and plain.plan_result is not None
     assert len(plain.plan_result.moves) > 0
     assert [m.topic for m in result.plan_result.moves] == [m.topic for m in plain.plan_result.moves]
+
+
+def test_the_drivers_lines_travel_in_chunks_of_bounded_size() -> None:
+    rows = [("a" * n, n % 2 == 0) for n in (300, 300, 500, 1200, 100, 100, 100)]
+    chunks = pack(rows, limit=1000)
+    assert [r for c in chunks for r in c] == rows  # all of them, in order
+    assert [[len(line) for line, _ in c] for c in chunks] == [[300, 300], [500], [1200], [100, 100, 100]]
+    assert pack([], limit=10) == [] and len(pack(rows)) == 1  # small inputs: one chunk
