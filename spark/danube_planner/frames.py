@@ -84,7 +84,7 @@ def lines_frame(spark: SparkSession, current: Sequence[str], history: Sequence[s
     one chunk per task (the current reports of hundreds of brokers x thousands of topics are
     megabytes: one task each would carry them whole)."""
     rows = [(line, True) for line in current] + [(line, False) for line in history]
-    chunks = pack(rows)
+    chunks = pack(rows, TASK_BYTES)
     if len(chunks) <= 1:
         return spark.createDataFrame(rows, LINES_SCHEMA)
     rdd = spark.sparkContext.parallelize(chunks, len(chunks)).flatMap(_rows_of)
