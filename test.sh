@@ -51,7 +51,8 @@ mypy_check() {
 
 run_pytest() {
   local rc=0
-  "$BIN/pytest" -q -p no:cacheprovider --timeout=120 "$@" || rc=$?
+  # --durations: the slowest tests are listed, so the suite's time budget (~15 min in CI) can be kept.
+  "$BIN/pytest" -q -p no:cacheprovider --timeout=120 --durations=20 "$@" || rc=$?
   if [ "$rc" -eq 5 ]; then
     echo "test.sh: pytest collected no tests (exit 5): check the paths, -k or -m arguments" >&2
   fi

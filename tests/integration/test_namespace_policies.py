@@ -352,3 +352,44 @@ async def test_retention_defaults_reach_running_reliable_topics(env: Env) -> Non
     assert retention(later) == (3600, 1000)
     await env.set(retention_time_s=60)
     await wait_until(lambda: retention(later) == (60, 1000), timeout_s=5, what="the change followed")
+
+
+async def test_a_topic_overrides_its_namespace_limits_on_the_running_topic(
+    lookup: ServiceReady, env: Env
+) -> None:
+    """``topics set-policies`` (the CLI, through the lookup's admin API) tightens one topic below its
+    namespace's limit while the topic runs: the broker applies it within a second, other topics
+    of the namespace keep the namespace's; clearing it gives the namespace's back."""
+    url = lookup.admin_url
+    await env.set(max_producers_per_topic=3)
+    tight, other = f"/{NS}/{unique('tight')}", f"/{NS}/{unique('other')}"
+    await env.client.create_producer(tight, producer_name="p1")
+    await env.client.create_producer(other, producer_name="p1")
+    start = time.monotonic()
+    r = await cli("topics", "set-policies", tight, "--max-producers-per-topic", "1", url=url)
+    assert r.code == 0, r.err
+    await env.applied(tight, lambda lim: lim is not None and lim.policies.max_producers_per_topic == 1)
+    assert time.monotonic() - start < 1.0 + 2.0  # the CLI's own start-up, then under a second
+    with pytest.raises(TooManyProducers, match="max_producers_per_topic=1"):
+        await env.client.create_producer(tight, producer_name="p2")
+    await env.client.create_producer(other, producer_name="p2")  # the namespace's 3 still hold there
+    r = await cli("-o", "json", "topics", "get-policies", tight, url=url)
+    assert r.code == 0, r.err
+    doc = r.json()
+    assert doc["own"]["max_producers_per_topic"] == 1 and doc["effective"]["max_producers_per_topic"] == 1
+    assert doc["own"]["publish_rate_msgs_per_s"] is None
+    # Only limits: a namespace-wide policy is refused with what a topic may set.
+    r = await cli("topics", "set-policies", tight, "--max-producers-per-topic", "0", url=url)
+    assert r.code == 1 and "must be between 1" in r.err
+    with pytest.raises(grpc.aio.AioRpcError, match="only a namespace sets"):
+        await env.topics.SetTopicPolicies(
+            apb.SetTopicPoliciesRequest(name=tight, policies=apb.NamespacePolicies(max_topics=1)), timeout=5
+        )
+    r = await cli(
+        "-o", "json", "topics", "set-policies", tight, "--clear", "max_producers_per_topic", url=url
+    )
+    assert r.code == 0 and r.json()["effective"]["max_producers_per_topic"] == 3
+    await env.applied(tight, lambda lim: lim is not None and lim.policies.max_producers_per_topic == 3)
+    await env.client.create_producer(tight, producer_name="p2")
+    r = await cli("topics", "get-policies", f"/{NS}/no-such-topic", url=url)
+    assert r.code == 1 and "does not exist" in r.err

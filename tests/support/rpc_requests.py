@@ -202,6 +202,10 @@ REQUESTS: dict[str, Builder] = {
         topic=e.topic, subscription="authz-no-such-subscription"
     ),
     f"{_ADMIN}TopicAdmin/MoveTopic": lambda e: apb.MoveTopicRequest(name=e.missing_topic),
+    f"{_ADMIN}TopicAdmin/GetTopicPolicies": lambda e: apb.DescribeTopicRequest(name=e.topic),
+    f"{_ADMIN}TopicAdmin/SetTopicPolicies": lambda e: apb.SetTopicPoliciesRequest(
+        name=e.missing_topic, policies=apb.NamespacePolicies(max_producers_per_topic=5)
+    ),
     f"{_ADMIN}TopicAdmin/ForceTakeover": lambda e: apb.ForceTakeoverRequest(
         name=e.missing_topic, reason="authz probe"
     ),

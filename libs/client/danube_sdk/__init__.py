@@ -17,6 +17,10 @@ Typed values with the schema registry (see danube_sdk.schemas):
     consumer = await client.subscribe("/default/orders", subscription="s", schema=schema)
     order = (await consumer.receive()).value()
 
+A reader (a reliable topic from a position, nothing stored): ``await
+client.create_reader("/default/t", start="earliest")``. The blocking API for scripts, threads and
+WSGI apps is :mod:`danube_sdk.sync` (the same names).
+
 A secured cluster (TLS, a client certificate for mTLS, a JWT on every call):
 
     client = DanubeClient(
@@ -34,6 +38,7 @@ from danube_sdk.consumer import Consumer
 from danube_sdk.errors import ClientClosed, ClientTimeout, PermissionDenied, Unauthenticated
 from danube_sdk.multi_consumer import MultiTopicConsumer
 from danube_sdk.producer import Producer
+from danube_sdk.reader import Reader
 from danube_sdk.routing import fnv1a64
 from danube_sdk.schema_registry import (
     CompatibilityCheck,
@@ -45,6 +50,7 @@ from danube_sdk.schema_registry import (
     TopicSchemaConfig,
 )
 from danube_sdk.schemas import AvroSchema, JsonSchema, ProtobufSchema, Schema, SchemaReference
+from danube_sdk.start_position import StartPosition
 from danube_sdk.types import (
     AccessMode,
     DispatchStrategy,
@@ -74,6 +80,7 @@ __all__ = [
     "PermissionDenied",
     "Producer",
     "ProtobufSchema",
+    "Reader",
     "RegisteredSchema",
     "RoutingMode",
     "Schema",
@@ -81,6 +88,7 @@ __all__ = [
     "SchemaReference",
     "SchemaRegistryClient",
     "SchemaVersion",
+    "StartPosition",
     "SubType",
     "SubjectSummary",
     "TlsOptions",

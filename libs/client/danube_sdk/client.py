@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any, TypeVar, overload
 
 from danube_common.compression import Compression
@@ -17,9 +18,11 @@ from danube_sdk.consumer import Consumer
 from danube_sdk.errors import ClientClosed
 from danube_sdk.options import ClientOptions, ConsumerOptions, ProducerOptions
 from danube_sdk.producer import Producer
+from danube_sdk.reader import Reader
 from danube_sdk.retry import retry_until
 from danube_sdk.schema_registry import SchemaRegistryClient
 from danube_sdk.schemas import Schema, SchemaReference
+from danube_sdk.start_position import StartPosition
 from danube_sdk.types import AccessMode, DispatchStrategy, InitialPosition, RoutingMode, SubType
 
 log = logging.getLogger(__name__)
@@ -312,6 +315,60 @@ class DanubeClient:
         consumer.on_closed = self._consumers.discard
         self._consumers.add(consumer)
         return consumer
+
+    async def create_reader(
+        self,
+        topic: str,
+        *,
+        start: StartPosition | str | int | datetime = StartPosition.LATEST,
+        reader_name: str | None = None,
+        schema: Schema[Any] | None = None,
+        receiver_queue_size: int = 1000,
+    ) -> Reader[Any]:
+        """Read the reliable ``topic`` from ``start`` without a durable subscription.
+
+        ``start``: ``"earliest"``, ``"latest"`` (default), an offset (``int``; a plain topic
+        only: offsets are per partition), a :class:`datetime` or
+        ``StartPosition.timestamp(ms)`` (the first message published at or after it). Nothing
+        is stored in etcd and retention does not wait for the reader; it follows the live tail
+        and continues after a topic move from the next offset it has not received (see
+        :mod:`danube_sdk.reader`). A non-reliable topic is refused (FailedPrecondition).
+        """
+        self._check_open()
+        TopicName.parse(topic)
+        position = StartPosition.of(start)
+        partitions = await self.topic_partitions(topic)
+        if not partitions:
+            raise TopicNotFound(
+                f"topic {topic} does not exist: create it first by producing to it, "
+                f"or with `danube-admin topics create {topic} --dispatch-strategy reliable`"
+            )
+        if position.kind == "offset" and len(partitions) > 1:
+            raise InvalidArgument(
+                f"{topic} has {len(partitions)} partitions and offsets are per partition: read a "
+                "partition (its own topic name), or start at earliest, latest or a timestamp"
+            )
+        name = reader_name or f"reader-{uuid.uuid4().hex[:12]}"
+        opts = ConsumerOptions(
+            sub_type=SubType.EXCLUSIVE,
+            receiver_queue_size=receiver_queue_size,
+            max_unacked_messages=receiver_queue_size,
+        )
+        consumer: Consumer[Any] = Consumer(
+            self._conns,
+            topic=topic,
+            subscription=name,
+            name=name,
+            partitions=partitions,
+            opts=opts,
+            client_opts=self._opts,
+            decode=schema.decode if schema is not None else None,
+            reader=position,
+        )
+        await consumer._start()
+        consumer.on_closed = self._consumers.discard
+        self._consumers.add(consumer)
+        return Reader(consumer)
 
     async def subscribe_many(
         self,

@@ -16,6 +16,7 @@ from danube_sdk.errors import ClientClosed, ClientTimeout
 from danube_sdk.options import ClientOptions, ConsumerOptions
 from danube_sdk.receive_queue import ReceiveQueue
 from danube_sdk.retry import backoff_s, retry_until
+from danube_sdk.start_position import StartPosition
 from danube_sdk.streams import first_error
 from danube_sdk.topic_consumer import TopicConsumer
 from danube_sdk.tracing import ProcessSpans, active_tracer
@@ -50,6 +51,7 @@ class Consumer(Generic[T]):
         opts: ConsumerOptions,
         client_opts: ClientOptions,
         decode: Callable[[bytes], Any] | None = None,
+        reader: StartPosition | None = None,
     ) -> None:
         self.topic = topic
         self.subscription = subscription
@@ -68,6 +70,7 @@ class Consumer(Generic[T]):
                 client_opts=client_opts,
                 queue=self._queue,
                 decode=decode,
+                reader=reader,
             )
             for p in partitions
         }

@@ -25,6 +25,7 @@ from danube_sdk.mux import ConsumeLane, MuxUnsupported
 from danube_sdk.options import ClientOptions, ConsumerOptions
 from danube_sdk.receive_queue import ReceiveQueue
 from danube_sdk.retry import backoff_s
+from danube_sdk.start_position import StartPosition
 from danube_sdk.streams import call_error, health_watch, map_stream_error, race
 from danube_sdk.types import Message
 
@@ -50,8 +51,14 @@ class TopicConsumer:
         client_opts: ClientOptions,
         queue: ReceiveQueue,
         decode: Callable[[bytes], Any] | None = None,
+        reader: StartPosition | None = None,
     ) -> None:
         self.topic = topic
+        #: A reader (non-durable subscription) starting here; None: a durable subscription.
+        self._reader = reader
+        #: Readers: the next offset to hand on (everything below was put into the receive queue);
+        #: a re-attach asks the broker for it, and messages below it are dropped as duplicates.
+        self.reader_next: int | None = None
         #: Decodes payloads for ``Message.value()`` (the consumer's schema), or None.
         self._decode = decode
         self.name = name
@@ -102,15 +109,40 @@ class TopicConsumer:
                         int(self._opts.initial_position)
                     ),
                     max_unacked_messages=self._opts.max_unacked_messages,
+                    reader=self._reader_start(),
                 ),
                 timeout=self._client_opts.rpc_timeout_s,
             )
         )
+        if self._reader is not None:
+            start = int(resp.reader_start_offset)
+            self.reader_next = start if self.reader_next is None else max(self.reader_next, start)
         self.consumer_id = resp.consumer_id
         self.broker_url = url
         self._stubs = stubs
         self.attached = True
         log.debug("consumer %s subscribed to %s on %s (id %d)", self.name, self.topic, url, self.consumer_id)
+
+    def _reader_start(self) -> pb.ReaderStart | None:
+        if self._reader is None:
+            return None
+        if self.reader_next is not None:  # re-attaching: continue after what was received
+            return StartPosition.offset(self.reader_next).to_proto()
+        return self._reader.to_proto()
+
+    def _fresh(self, msgs: Sequence[pb.StreamMessage]) -> Sequence[pb.StreamMessage]:
+        """Readers: drop what was already received (a re-attach may resend it); note the rest."""
+        nxt = self.reader_next
+        if nxt is None or not msgs:
+            return msgs
+        fresh = []
+        for m in msgs:
+            offset = m.msg_id.topic_offset
+            if offset >= nxt:
+                fresh.append(m)
+                nxt = offset + 1
+        self.reader_next = nxt
+        return fresh
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"danube-consumer {self.topic}")
@@ -294,12 +326,13 @@ class TopicConsumer:
     async def _on_frame(self, frame: pb.MessageBatch) -> None:
         if frame.skipped:
             self._note_skipped(frame.skipped)
-        if frame.messages:
+        msgs = self._fresh(frame.messages) if self._reader is not None else frame.messages
+        if msgs:
             self._received_in_session = True
-            msgs = build_messages(frame.messages, self.topic, self._decode, self.chunks, time.monotonic())
-            if msgs:
+            built = build_messages(msgs, self.topic, self._decode, self.chunks, time.monotonic())
+            if built:
                 self.waiting_for_room = True
-                await self._queue.put_many(msgs)
+                await self._queue.put_many(built)
                 self.waiting_for_room = False
 
     async def _read_loop(self, call: grpc.aio.UnaryStreamCall, what: str) -> None:
@@ -312,10 +345,11 @@ class TopicConsumer:
             assert isinstance(frame, pb.MessageBatch)
             if frame.skipped:
                 self._note_skipped(frame.skipped)
-            if frame.messages:
+            msgs = self._fresh(frame.messages) if self._reader is not None else frame.messages
+            if msgs:
                 self._received_in_session = True
-                msgs = build_messages(frame.messages, topic, self._decode, self.chunks, time.monotonic())
-                if msgs:
+                built = build_messages(msgs, topic, self._decode, self.chunks, time.monotonic())
+                if built:
                     self.waiting_for_room = True
-                    await queue.put_many(msgs)
+                    await queue.put_many(built)
                     self.waiting_for_room = False

@@ -190,6 +190,11 @@ class Keys:
     def namespace(self, ns: str) -> str:
         return f"/{self.cluster}/namespaces/{ns}"
 
+    def topic_policies(self, topic: TopicName) -> str:
+        """A topic's own limits over its namespace's (under the namespace, so the brokers'
+        namespace policy watch carries them)."""
+        return f"/{self.cluster}/namespaces/{topic.namespace}/topic_policies/{topic.local}"
+
     def topics_prefix(self, ns: str | None = None) -> str:
         return f"/{self.cluster}/topics/{ns}/" if ns else f"/{self.cluster}/topics/"
 

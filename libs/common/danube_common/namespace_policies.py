@@ -138,6 +138,22 @@ class NamespacePolicies:
             out["retention_size_bytes"] = self.retention_size_bytes
         return out
 
+    def overridden_by(self, own: NamespacePolicies | None) -> NamespacePolicies:
+        """These, with every limit ``own`` (a topic's own policies) sets taking precedence."""
+        if own is None:
+            return self
+        return self.with_topic_overrides(own.to_json())
+
+    def only_limits(self) -> NamespacePolicies:
+        """InvalidArgument unless every policy set here is one a topic may override."""
+        other = [k for k in self.to_json() if k not in LIMIT_NAMES]
+        if other:
+            raise InvalidArgument(
+                f"{', '.join(other)}: only the namespace can set {'these' if len(other) > 1 else 'this'}; "
+                f"a topic may override {', '.join(LIMIT_NAMES)}"
+            )
+        return self
+
     def with_topic_overrides(self, topic_policies: dict[str, Any] | None) -> NamespacePolicies:
         """The limits a topic sees: these, with any limit its own record's ``policies`` set
         (same key) taking precedence."""

@@ -22,7 +22,7 @@ from danube_common.errors import (
 )
 from danube_common.keys import Keys
 from danube_common.metadata.store import Compare, MetadataStore, Op
-from danube_common.namespace_policies import FIELD_NAMES, NamespacePolicies
+from danube_common.namespace_policies import FIELD_NAMES, LIMIT_NAMES, NamespacePolicies
 from danube_common.ownership import OwnershipTxns
 from danube_common.policies import SubscriptionPolicyRecord, validate_subscription_name
 from danube_common.records import BrokerRecord, TopicRecord, check_dispatch, now_ms
@@ -270,12 +270,54 @@ class Resources(OwnershipTxns):
                 Op.delete(self.keys.unassigned(t)),
                 Op.delete_prefix(self.keys.storage_topic_prefix(t)),
                 Op.delete(self.keys.topic_schema(t)),
+                Op.delete(self.keys.topic_policies(t)),
             ]
             own = await self.get_owner(t)
             if own is not None:
                 ops += [Op.delete(self.keys.owner(t)), Op.delete(self.keys.assignment(own.broker_id, t))]
             await self.store.txn([], ops)
         return [str(t) for t in names]
+
+    # ------------------------------------------------------------------ topic policies
+    async def get_topic_policies(self, topic: TopicName) -> NamespacePolicies:
+        """The limits ``topic`` sets over its namespace's (empty: it inherits them all)."""
+        if await self.get_topic(topic) is None:
+            raise TopicNotFound(f"topic {topic} does not exist")
+        kv = await self.store.get(self.keys.topic_policies(topic))
+        return NamespacePolicies.from_json(kv.json() if kv is not None else None)
+
+    async def update_topic_policies(
+        self, topic: TopicName, changes: dict[str, Any], clear: list[str] | tuple[str, ...] = ()
+    ) -> NamespacePolicies:
+        """Set ``changes`` and unset ``clear`` among the topic's own limits (only the per-topic
+        limits, ``LIMIT_NAMES``), at the topic's key and, for a partitioned topic, at each
+        partition's (the brokers own partitions). A compare-and-swap on the topic's key, retried
+        when a concurrent write won; all unset = the key is deleted (everything inherited)."""
+        rec = await self.get_topic(topic)
+        if rec is None:
+            raise TopicNotFound(f"topic {topic} does not exist")
+        not_limits = [n for n in (*changes, *clear) if n in FIELD_NAMES and n not in LIMIT_NAMES]
+        if not_limits:
+            raise InvalidArgument(
+                f"{', '.join(not_limits)}: only a namespace sets {'these' if len(not_limits) > 1 else 'this'}; "
+                f"a topic may override {', '.join(LIMIT_NAMES)}"
+            )
+        names = [topic, *(topic.partition(i) for i in range(rec.partitions))]
+        keys = [self.keys.topic_policies(t) for t in names]
+        for _ in range(_CAS_ATTEMPTS):
+            kv = await self.store.get(keys[0])
+            current = NamespacePolicies.from_json(kv.json() if kv is not None else None)
+            new = current.updated(changes, clear).only_limits()
+            value = new.to_json()
+            ops = [Op.put(k, value) if value else Op.delete(k) for k in keys]
+            guard = Compare.mod_revision_is(keys[0], kv.mod_revision) if kv else Compare.absent(keys[0])
+            res = await self.store.txn([guard], ops[:_TXN_CHUNK])
+            if not res.succeeded:
+                continue
+            for lo in range(_TXN_CHUNK, len(ops), _TXN_CHUNK):
+                await self.store.txn([], ops[lo : lo + _TXN_CHUNK])
+            return new
+        raise Unavailable(f"the policies of {topic} kept changing while they were updated; retry")
 
     # ------------------------------------------------------------------ brokers
     async def list_brokers(self) -> list[BrokerRecord]:

@@ -71,6 +71,33 @@ def parse_object_key(key: str) -> tuple[TopicName, int, int] | None:
 
 
 @dataclass(frozen=True, slots=True)
+class ObjectKeyParts:
+    """Everything an object key says: ``object_key``'s full inverse."""
+
+    topic: TopicName
+    start_offset: int
+    next_offset: int
+    #: None: a key from before incarnations were recorded.
+    incarnation: int | None
+    #: 0: a key without a revision.
+    revision: int
+
+
+def parse_object_key_parts(key: str) -> ObjectKeyParts | None:
+    """Topic, offsets, incarnation and revision of an object key (None for any other key)."""
+    m = _OBJECT_RE.match(key)
+    if m is None:
+        return None
+    return ObjectKeyParts(
+        TopicName(m["ns"], m["topic"]),
+        int(m["start"]),
+        int(m["next"]),
+        int(m["inc"]) if m["inc"] else None,
+        int(m["rev"]) if m["rev"] else 0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class SegmentDescriptor:
     topic: str
     start_offset: int

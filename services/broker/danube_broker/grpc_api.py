@@ -25,6 +25,7 @@ from danube_broker.dispatch.base import Msg, PublishStream, SubType
 from danube_broker.mux import PublishMux, error_detail, publish_one
 from danube_broker.mux_consume import ConsumeMux
 from danube_broker.producer import Producer
+from danube_broker.reader import ReaderStart
 from danube_broker.registry import BrokerRegistry
 from danube_common.errors import DanubeError, InvalidArgument
 from danube_common.grpc_util import MAX_GRPC_MESSAGE_BYTES
@@ -229,9 +230,13 @@ class ConsumerApi(pb_grpc.ConsumerServiceServicer):
             initial_position=_enum(_POSITIONS, request.initial_position, "initial position"),
             max_unacked=request.max_unacked_messages,
             principal=current_principal(),
+            reader=ReaderStart.from_proto(request.reader) if request.HasField("reader") else None,
         )
         return pb.ConsumerResponse(
-            request_id=request.request_id, consumer_id=consumer.id, consumer_name=consumer.name
+            request_id=request.request_id,
+            consumer_id=consumer.id,
+            consumer_name=consumer.name,
+            reader_start_offset=consumer.subscription.reader_start,
         )
 
     async def ReceiveMessages(

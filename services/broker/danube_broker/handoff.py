@@ -40,6 +40,7 @@ import logging
 from danube_broker import ownership_spans
 from danube_broker.cloud import UploaderClient
 from danube_broker.metrics import BrokerEvents
+from danube_broker.reader import reader_attached
 from danube_broker.registry import BrokerRegistry
 from danube_broker.tiering import Tiering
 from danube_broker.topic import Topic, not_owned
@@ -65,7 +66,12 @@ def drained(topic: Topic) -> bool:
         return True
     if rt.log.durable_offset < rt.log.next_offset:
         return False
-    return all(sub.engine is None or sub.engine.backlog() == 0 for sub in topic.subscriptions.values())
+    return all(
+        sub.engine is None
+        or sub.engine.backlog() == 0
+        or (sub.non_durable and not reader_attached(sub))  # a reader without a stream
+        for sub in topic.subscriptions.values()
+    )
 
 
 class TopicMover:

@@ -202,6 +202,7 @@ class BrokerEvents:
         self._wal_round_logs = mn.WAL_ROUND_LOGS.histogram(registry, ROUND_LOGS_BUCKETS)
         self._wal_round_latency = mn.WAL_ROUND_LATENCY.histogram(registry)
         self._wal_rotations = mn.WAL_SEGMENT_ROTATIONS.counter(registry)
+        self._wal_idle_closed = mn.WAL_IDLE_FILES_CLOSED.counter(registry)
         self._acquired = mn.OWNERSHIP_ACQUIRED.counter(registry)
         self._moves = mn.TOPIC_MOVES.counter(registry)
         self._mux = mn.MUX_STREAMS.gauge(registry)
@@ -239,6 +240,9 @@ class BrokerEvents:
     def round_committed(self, logs: int, nbytes: int, seconds: float) -> None:
         self._wal_round_logs.observe(logs)
         self._wal_round_latency.observe(seconds)
+
+    def idle_file_closed(self) -> None:
+        self._wal_idle_closed.inc()
 
     # ---- namespace policies
     def policy_messages(self, action: str, count: int) -> None:

@@ -313,8 +313,8 @@ class TopicLimits:
         expired = 0
         for sub in list(topic.subscriptions.values()):
             engine = sub.engine
-            if engine is None or engine.cursor >= first_fresh - 1:
-                continue
+            if engine is None or sub.non_durable or engine.cursor >= first_fresh - 1:
+                continue  # a reader holds no backlog: nothing of it expires
             before = engine.backlog()
             engine.ack_through(first_fresh - 1)
             expired += max(0, before - engine.backlog())
@@ -329,7 +329,8 @@ class TopicLimits:
 
 
 def _worst_backlog(topic: Topic) -> int:
-    return max((s.backlog() for s in topic.subscriptions.values()), default=0)
+    """The largest backlog of a durable subscription (readers hold nothing back)."""
+    return max((s.backlog() for s in topic.subscriptions.values() if not s.non_durable), default=0)
 
 
 def _evict(topic: Topic, room: int) -> int:
@@ -338,7 +339,7 @@ def _evict(topic: Topic, room: int) -> int:
     skipped = 0
     for sub in topic.subscriptions.values():
         engine = sub.engine
-        if engine is None:
+        if engine is None or sub.non_durable:
             continue
         before = engine.backlog()
         if before <= room:
@@ -374,7 +375,8 @@ class NamespaceLimits:
     def policies_of(self, topic: Topic) -> NamespacePolicies:
         ns = self._view.get(topic.topic_name.namespace)
         record = topic.record
-        return ns.with_topic_overrides(record.policies if record is not None else None)
+        inherited = ns.with_topic_overrides(record.policies if record is not None else None)
+        return inherited.overridden_by(self._view.of_topic(topic.name))
 
     def refresh(self, topic: Topic) -> None:
         """Compute ``topic.limits`` (and a reliable topic's retention defaults) anew."""

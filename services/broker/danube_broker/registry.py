@@ -40,6 +40,7 @@ from danube_broker.dispatch.reliable.policy_watch import PolicyWatch
 from danube_broker.metrics import BrokerEvents
 from danube_broker.ns_limits import NamespaceLimits
 from danube_broker.producer import Producer
+from danube_broker.reader import ReaderStart
 from danube_broker.reliable_topic import ReliableContext
 from danube_broker.schema_gate import ProducerSchema, SchemaGate
 from danube_broker.stats import TopicStats
@@ -495,8 +496,10 @@ class BrokerRegistry:
         initial_position: str = "latest",
         max_unacked: int = 0,
         principal: Principal | None = None,
+        reader: ReaderStart | None = None,
     ) -> Consumer:
-        """Attach a consumer (or take it over when attached: a reconnect). Reliable topics: a
+        """Attach a consumer (or take it over when attached: a reconnect). ``reader``: a reader
+        (:mod:`danube_broker.reader`) of a reliable topic starting there. Reliable topics: a
         new subscription starts at ``initial_position`` (``latest`` or ``earliest``) and the
         consumer holds at most ``max_unacked`` unacked messages (0: the broker default); other
         topics ignore both. ``principal``: the authenticated caller, recorded as the creator of
@@ -520,17 +523,22 @@ class BrokerRegistry:
                 principal, Handle("consumer", attached.id), attached.creator, topic.name, consumer_name
             )
         elif topic.limits is not None:
-            topic.limits.check_consumer(topic, subscription)
-        consumer = await topic.subscribe_any(
-            subscription=subscription,
-            consumer_name=consumer_name,
-            sub_type=sub_type,
-            key_filters=key_filters,
-            new_id=self.new_id(),
-            now=self._clock(),
-            initial_position=initial_position,
-            max_unacked=max_unacked,
-        )
+            topic.limits.check_consumer(topic, subscription)  # a reader counts as one too
+        if reader is not None:
+            consumer = await self._subscribe_reader(
+                topic, subscription, consumer_name, reader, max_unacked=max_unacked
+            )
+        else:
+            consumer = await topic.subscribe_any(
+                subscription=subscription,
+                consumer_name=consumer_name,
+                sub_type=sub_type,
+                key_filters=key_filters,
+                new_id=self.new_id(),
+                now=self._clock(),
+                initial_position=initial_position,
+                max_unacked=max_unacked,
+            )
         if self.ns_limits is not None:
             self.ns_limits.subscribed(topic)
         if consumer.id in self.consumers:
@@ -550,6 +558,26 @@ class BrokerRegistry:
                 sub_type.value,
             )
         return consumer
+
+    async def _subscribe_reader(
+        self, topic: Topic, subscription: str, consumer_name: str, start: ReaderStart, *, max_unacked: int
+    ) -> Consumer:
+        if not topic.is_reliable:
+            raise FailedPrecondition(
+                f"topic {topic.name} is not reliable: a reader replays a reliable topic's log "
+                "(create it with --dispatch-strategy reliable), or subscribe to it instead"
+            )
+        rt = topic.reliable
+        if rt is None:
+            raise Unavailable(f"reliable topic {topic.name} is still opening; retry")
+        return await rt.subscribe_reader(
+            subscription=subscription,
+            consumer_name=consumer_name,
+            start=start,
+            new_id=self.new_id(),
+            now=self._clock(),
+            max_unacked=max_unacked,
+        )
 
     def consumer(self, consumer_id: int) -> Consumer:
         c = self.consumers.get(consumer_id)

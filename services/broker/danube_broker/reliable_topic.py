@@ -59,6 +59,7 @@ from danube_broker.dispatch.reliable.policy_watch import PolicyWatch
 from danube_broker.dispatch.reliable.recent import RecentMessages
 from danube_broker.dispatch.reliable.retention import estimated_segments, retention_point
 from danube_broker.producer import Producer
+from danube_broker.reader import READER_POLICY, ReaderStart, resolve_start
 from danube_broker.stats import TieredStats
 from danube_broker.subscription import Subscription
 from danube_broker.takeover import LogOpener, LogOpening
@@ -767,6 +768,10 @@ class ReliableTopic:
                 if sub is None:
                     sub = await self._create(subscription, sub_type, initial_position)
         self.topic.check_open()
+        if sub.non_durable:
+            raise FailedPrecondition(
+                f"{subscription!r} is a reader of {self.topic.name} (not stored); use another subscription name"
+            )
         return sub.attach(
             consumer_name=consumer_name,
             sub_type=sub_type,
@@ -794,8 +799,65 @@ class ReliableTopic:
         )
         return self._add_subscription(name, sub_type, cursor=start - 1, policy=policy)
 
+    async def subscribe_reader(
+        self,
+        *,
+        subscription: str,
+        consumer_name: str,
+        start: ReaderStart,
+        new_id: int,
+        now: float,
+        max_unacked: int,
+    ) -> Consumer:
+        """A reader (:mod:`danube_broker.reader`): a non-durable exclusive subscription at
+        ``start``; an existing reader subscription of that name is taken over and repositioned."""
+        window = min(max_unacked, MAX_WINDOW) if max_unacked else self._cfg.max_unacked_messages_per_consumer
+        offset = await resolve_start(start, self.log)
+        self.topic.check_open()
+        sub = self.topic.subscriptions.get(subscription)
+        if sub is not None and not sub.non_durable:
+            raise FailedPrecondition(
+                f"{subscription!r} is a durable subscription of {self.topic.name}; a reader needs a name "
+                "of its own (readers are not stored)"
+            )
+        existing = sub is not None
+        if sub is None:
+            sub = self._add_subscription(
+                subscription, SubType.EXCLUSIVE, cursor=offset - 1, policy=READER_POLICY, durable=False
+            )
+            sub.non_durable = True
+            log.info(
+                "reader %s on %s opened at %s: offset %d",
+                subscription,
+                self.topic.name,
+                start.describe(),
+                offset,
+            )
+        consumer = sub.attach(
+            consumer_name=consumer_name,
+            sub_type=SubType.EXCLUSIVE,
+            key_filters=(),
+            new_id=new_id,
+            now=now,
+            window=window,
+        )
+        if existing and sub.engine is not None:
+            # Re-attaching: continue where the reader asks. Always a seek, even at the engine's
+            # read position: what the old stream held is queued for redelivery below it, and the
+            # reader would drop those copies without acknowledging them.
+            offset = sub.engine.seek(offset)
+        sub.reader_start = offset
+        return consumer
+
+    def drop_reader(self, sub: Subscription) -> None:
+        """A reader's subscription lost its consumer (already removed from the topic): stop its
+        dispatcher. Nothing durable to delete."""
+        if sub.engine is not None:
+            self._spawn(sub.engine.aclose(), f"closing reader {sub.name}")
+        log.info("reader %s on %s closed", sub.name, self.topic.name)
+
     def _add_subscription(
-        self, name: str, sub_type: SubType, *, cursor: int, policy: SubscriptionPolicy
+        self, name: str, sub_type: SubType, *, cursor: int, policy: SubscriptionPolicy, durable: bool = True
     ) -> Subscription:
         topic = self.topic
         sub = Subscription(
@@ -823,7 +885,8 @@ class ReliableTopic:
             may_deliver=self._ctx.sure_of_ownership,
         )
         sub.engine = engine
-        self._persisted[name] = cursor
+        if durable:
+            self._persisted[name] = cursor
         topic.subscriptions[name] = sub
         task = engine.start()
         self._tasks[task] = f"the dispatcher of subscription {name}"
@@ -866,7 +929,7 @@ class ReliableTopic:
 
     def policy_changed(self, name: str, stored: dict[str, Any] | None) -> None:
         sub = self.topic.subscriptions.get(name)
-        if sub is None or sub.engine is None:
+        if sub is None or sub.engine is None or sub.non_durable:
             return
         policy = self._policy(name, stored)
         if policy != sub.engine.policy:

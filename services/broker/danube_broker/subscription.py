@@ -41,6 +41,12 @@ def new_router(sub_type: SubType) -> Router:
 
 
 class Subscription:
+    #: A reader's subscription (:mod:`danube_broker.reader`): in memory only, gone with its
+    #: consumer, ignored by retention and by a move's drain.
+    non_durable: bool = False
+    #: Readers: the offset the reader was (re)positioned at by its latest Subscribe.
+    reader_start: int = 0
+
     def __init__(
         self,
         *,

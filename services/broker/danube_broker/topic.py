@@ -227,6 +227,12 @@ class Topic:
         consumer.close(error)
         sub = consumer.subscription
         sub.detach(consumer, now)
+        if sub.non_durable and not sub.consumers and self.subscriptions.get(sub.name) is sub:
+            del self.subscriptions[sub.name]  # a reader's subscription goes with its consumer
+            rt = self.reliable
+            if rt is not None:
+                rt.drop_reader(sub)
+            return None
         if unsubscribe and self.subscriptions.get(sub.name) is sub:
             for other in list(sub.consumers.values()):
                 other.close(error)

@@ -280,3 +280,25 @@ class TopicAdminApi(apb_grpc.TopicAdminServicer):
         return apb.ForceTakeoverResponse(
             name=request.name, writer=closed.writer, next_offset=closed.next_offset or 0, lost=lost
         )
+
+    async def GetTopicPolicies(
+        self, request: apb.DescribeTopicRequest, context: grpc.aio.ServicerContext
+    ) -> apb.TopicPoliciesResponse:
+        own, effective = await self._catalog.get_topic_policies(request.name)
+        return topic_policies_response(request.name, own, effective)
+
+    async def SetTopicPolicies(
+        self, request: apb.SetTopicPoliciesRequest, context: grpc.aio.ServicerContext
+    ) -> apb.TopicPoliciesResponse:
+        own, effective = await self._catalog.set_topic_policies(
+            request.name, namespace_policy_changes(request.policies), list(request.clear)
+        )
+        return topic_policies_response(request.name, own, effective)
+
+
+def topic_policies_response(
+    name: str, own: NamespacePolicies, effective: NamespacePolicies
+) -> apb.TopicPoliciesResponse:
+    return apb.TopicPoliciesResponse(
+        name=name, own=namespace_policies_message(own), effective=namespace_policies_message(effective)
+    )

@@ -25,7 +25,7 @@ from danube_common.leadership import LeaderInfo, read_leaders
 from danube_common.load import LoadReport
 from danube_common.log_state import AcceptedGap, LogRecords, LogState
 from danube_common.metadata.store import Compare, Op
-from danube_common.namespace_policies import FIELD_NAMES, NamespacePolicies
+from danube_common.namespace_policies import FIELD_NAMES, LIMIT_NAMES, NamespacePolicies
 from danube_common.observability import record_context
 from danube_common.placement import Resolver
 from danube_common.policies import SubscriptionPolicyRecord, topic_policies
@@ -369,6 +369,27 @@ class Catalog:
             policies.to_json(),
         )
         return policies
+
+    async def get_topic_policies(self, name: str) -> tuple[NamespacePolicies, NamespacePolicies]:
+        """(what the topic sets itself, what its brokers apply)."""
+        topic = TopicName.parse(name)
+        own = await self._res.get_topic_policies(topic)
+        return own, (await self._res.get_namespace_policies(topic.namespace)).overridden_by(own)
+
+    async def set_topic_policies(
+        self, name: str, changes: dict[str, Any], clear: list[str]
+    ) -> tuple[NamespacePolicies, NamespacePolicies]:
+        if not changes and not clear:
+            raise InvalidArgument(
+                "nothing to change: give at least one policy to set or one to clear "
+                f"(a topic may set: {', '.join(LIMIT_NAMES)})"
+            )
+        topic = TopicName.parse(name)
+        own = await self._res.update_topic_policies(topic, changes, clear)
+        log.info(
+            "topic %s policies: set %s, cleared %s; now %s", name, changes, clear or "none", own.to_json()
+        )
+        return own, (await self._res.get_namespace_policies(topic.namespace)).overridden_by(own)
 
     # ------------------------------------------------------------------ topics
     async def list_topics(self, namespace: str = "") -> list[TopicView]:

@@ -12,6 +12,7 @@ import pytest
 
 from danube_broker.dispatch.base import SubType
 from danube_broker.ns_limits import DispatchRate, NamespaceLimits, dispatch_allowance, gcra
+from danube_broker.reader import ReaderStart
 from danube_broker.registry import BrokerRegistry
 from danube_common.errors import (
     MessageTooLarge,
@@ -254,3 +255,30 @@ async def test_message_ttl_expires_old_unacknowledged_messages(
     assert await topic.limits.expire(topic, now_ms=2_000) == 0  # not 60 s old yet then
     assert await topic.limits.expire(topic, now_ms=10**13) == 4
     assert topic.subscriptions["s"].backlog() == 0 and topic.limits.expired == 4
+
+
+async def test_a_reader_holds_no_backlog_for_the_quota_nor_the_ttl(
+    reg: BrokerRegistry, resources: Resources
+) -> None:
+    """A reader (non-durable subscription) lagging behind neither refuses producers under a
+    backlog quota nor has messages expired or evicted on its behalf."""
+    await set_policies(
+        reg, resources, backlog_quota_messages=10, backlog_quota_policy="refuse", message_ttl_s=60
+    )
+    p = await producer(reg, "p", "reliable")
+    await reg.subscribe(
+        TOPIC,
+        subscription="r",
+        consumer_name="r",
+        sub_type=SubType.EXCLUSIVE,
+        reader=ReaderStart("earliest"),
+    )
+    for _ in range(3):
+        batch = msgs(8)
+        await reg.publish(p, batch, reg.payload_bytes(batch))  # 24 > 10: no durable subscription lags
+    topic = reg.topics[TOPIC]
+    reader = topic.subscriptions["r"]
+    assert reader.non_durable and reader.backlog() == 24
+    assert topic.limits is not None
+    assert await topic.limits.expire(topic, now_ms=10**13) == 0
+    assert reader.backlog() == 24 and topic.limits.evicted == 0

@@ -58,3 +58,41 @@ def test_reset_forgets_acks_and_bad_cursors_are_refused() -> None:
     assert tracker.cursor == 3 and tracker.acked_above == 0 and not tracker.is_acked(5)
     with pytest.raises(ValueError, match="cursor"):
         AckTracker(-2)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["ack", "through", "reset"]), st.integers(min_value=-2, max_value=80)),
+        max_size=120,
+    )
+)
+def test_any_mix_of_acks_cumulative_acks_and_seeks_matches_a_set_model(ops: list[tuple[str, int]]) -> None:
+    tracker, cursor, acked = AckTracker(), NO_CURSOR, set()
+    for op, offset in ops:
+        if op == "ack":
+            tracker.ack(offset)
+            acked.add(offset)
+        elif op == "through":
+            tracker.ack_through(offset)
+            acked |= set(range(cursor + 1, offset + 1))
+        elif offset >= NO_CURSOR:
+            tracker.reset(offset)
+            cursor, acked = offset, set()
+        cursor = longest_prefix(cursor, acked)
+        acked = {o for o in acked if o > cursor}
+        assert tracker.cursor == cursor and tracker.acked_above == len(acked)
+        assert all(tracker.is_acked(o) == (o <= cursor or o in acked) for o in range(-2, 84))
+        assert tracker.ranges <= len(acked)
+
+
+def test_acks_past_one_long_open_gap_are_one_range() -> None:
+    """A message left unacknowledged (a delayed one) while 200,000 later ones are acked: the
+    tracker holds one range, and closing the gap moves the cursor over all of it at once."""
+    tracker = AckTracker()
+    tracker.ack(0)
+    tracker.ack_many(range(2, 200_002))
+    assert (tracker.cursor, tracker.acked_above, tracker.ranges) == (0, 200_000, 1)
+    tracker.ack_many([200_005, 200_003])  # two more gaps, out of order
+    assert tracker.ranges == 3
+    assert tracker.ack(1) and tracker.cursor == 200_001 and tracker.ranges == 2

@@ -30,9 +30,13 @@ class Rounds:
 
     def __init__(self) -> None:
         self.seen: list[tuple[int, int]] = []
+        self.idle_closed = 0
 
     def round_committed(self, logs: int, nbytes: int, seconds: float) -> None:
         self.seen.append((logs, nbytes))
+
+    def idle_file_closed(self) -> None:
+        self.idle_closed += 1
 
 
 async def open_logs(
@@ -348,7 +352,8 @@ async def test_idle_logs_close_their_segment_file_and_the_next_write_opens_it(tm
     """A log unserved for idle_close_s has its active segment's fd closed (between rounds); a
     log kept busy keeps it; the next append opens it again and is durable (fsync'ed) and in
     order, rolls included, and a recovery reads every record back."""
-    group = CommitGroup(idle_close_s=0.2)
+    observer = Rounds()
+    group = CommitGroup(idle_close_s=0.2, observer=observer)
     c = cfg(segment_max_bytes=600)
     logs, ops = await open_logs(tmp_path, 4, group, c=c)
     for lg in logs:
@@ -366,6 +371,7 @@ async def test_idle_logs_close_their_segment_file_and_the_next_write_opens_it(tm
     writer = asyncio.create_task(keep_busy())
     try:
         await wait_until(lambda: group.idle_closed >= 3, timeout_s=10)
+        assert observer.idle_closed == group.idle_closed  # the metric sees each close
         paths = open_paths()
         assert not any(active_path(lg) in paths for lg in idle)
         assert active_path(busy) in paths

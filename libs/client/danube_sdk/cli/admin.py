@@ -51,9 +51,10 @@ from danube_sdk.cli.admin_commands import (
     topics_stats,
     topics_unpin_cmd,
 )
-from danube_sdk.cli.admin_ns_policies import add_namespace_policy_parsers
+from danube_sdk.cli.admin_ns_policies import add_namespace_policy_parsers, add_topic_policy_parsers
 from danube_sdk.cli.admin_schemas import add_schema_parsers
 from danube_sdk.cli.admin_security import add_security_parsers
+from danube_sdk.cli.argtypes import non_negative_int, positive_float
 from danube_sdk.cli.auth_flags import SECURITY_EPILOG, add_auth_arguments, resolve_auth
 from danube_sdk.cli.output import FORMATS
 
@@ -94,33 +95,13 @@ def _common(defaults: bool) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--timeout-s",
-        type=_positive_float,
+        type=positive_float,
         metavar="N",
         default=10.0 if defaults else sup,
         help="deadline of each call in seconds (default 10)",
     )
     add_auth_arguments(p, env=dict(os.environ) if defaults else None, suppress=not defaults)
     return p
-
-
-def _positive_float(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {raw}")
-    return value
-
-
-def _non_negative_int(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {raw}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -232,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
         ],
     )
     p.add_argument(
-        "--hot", type=_non_negative_int, default=10, metavar="N", help="hot topics shown (default 10)"
+        "--hot", type=non_negative_int, default=10, metavar="N", help="hot topics shown (default 10)"
     )
     p = leaf(
         cg,
@@ -241,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
         rebalance_history,
         ["danube-admin cluster plans", "danube-admin cluster plans --show 1700000000000-a1b2c3"],
     )
-    p.add_argument("--limit", type=_non_negative_int, default=20, metavar="N", help="newest N plans (0: all)")
+    p.add_argument("--limit", type=non_negative_int, default=20, metavar="N", help="newest N plans (0: all)")
     p.add_argument("--show", dest="plan_id", metavar="PLAN_ID", help="also list this plan's moves")
 
     rb = groups.add_parser(
@@ -264,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--apply", dest="apply_plan", metavar="PLAN_ID", help="execute a proposed plan")
     rb.add_argument(
         "--wait-s",
-        type=_positive_float,
+        type=positive_float,
         default=120.0,
         metavar="N",
         help="how long to wait for the plan (default 120)",
@@ -331,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("topic", help="topic name, /namespace/topic")
     p.add_argument(
         "--partitions",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=0,
         metavar="N",
         help="0 (default) for a plain topic; N > 0 creates TOPIC-part-0 .. TOPIC-part-(N-1)",
@@ -350,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--retention-time-s",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=0,
         metavar="N",
         help="reliable topics: keep acknowledged messages N seconds (0, default: until every "
@@ -358,14 +339,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--retention-size-bytes",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=0,
         metavar="N",
         help="reliable topics: keep up to N bytes of acknowledged messages (0: none)",
     )
     p.add_argument(
         "--unclean-takeover-after-s",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=0,
         metavar="N",
         help="reliable topics: if a dead owner's log end is not recorded within N seconds (its machine "
@@ -434,6 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="required: confirm that what the dead broker did not upload is given up",
     )
     p.add_argument("--reason", default="", help="recorded with the decision (who and why)")
+    add_topic_policy_parsers(t, leaf)
     p = leaf(
         t,
         "pin",
@@ -480,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-s", "--subscription", required=True, help="subscription name")
     p.add_argument(
         "--max-redeliveries",
-        type=_non_negative_int,
+        type=non_negative_int,
         metavar="N",
         help="redeliveries of one message after its first delivery before the poison policy "
         "applies: N allows 1 + N deliveries; 0 is unlimited, so the poison policy never applies "
@@ -488,19 +470,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--ack-timeout-ms",
-        type=_non_negative_int,
+        type=non_negative_int,
         metavar="N",
         help="redeliver a message not acknowledged N ms after delivery; 0 is never (default: the broker's)",
     )
     p.add_argument(
         "--backoff-base-ms",
-        type=_non_negative_int,
+        type=non_negative_int,
         metavar="N",
         help="redelivery delay base * 2^(attempt-1) ...; 0 redelivers at once (default: the broker's)",
     )
     p.add_argument(
         "--backoff-max-ms",
-        type=_non_negative_int,
+        type=non_negative_int,
         metavar="N",
         help="... capped at N ms; at least --backoff-base-ms when both are given (default: the broker's)",
     )

@@ -1,4 +1,5 @@
-"""``danube-admin namespaces get-policies / set-policies``: a namespace's limits and defaults.
+"""``danube-admin namespaces get-policies / set-policies``: a namespace's limits and defaults;
+``danube-admin topics get-policies / set-policies``: the limits one topic sets over them.
 
 One flag per policy (``--max-producers-per-topic N`` ...), named after the policy with dashes;
 ``--clear NAME`` (repeatable) unsets one. The policies, their units and meaning come from
@@ -17,9 +18,11 @@ from danube_common.namespace_policies import (
     DISPATCH_STRATEGIES,
     DURABILITIES,
     FIELD_NAMES,
+    LIMIT_NAMES,
 )
 from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_sdk.cli.admin_commands import Admin
+from danube_sdk.cli.argtypes import non_negative_int, positive_float
 from danube_sdk.cli.output import emit
 
 Leaf = Callable[..., argparse.ArgumentParser]
@@ -31,26 +34,6 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "default_durability": DURABILITIES,
 }
 _FLOATS = ("publish_rate_msgs_per_s", "publish_rate_bytes_per_s")
-
-
-def _non_negative_int(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {raw}")
-    return value
-
-
-def _positive_float(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {raw}")
-    return value
 
 
 def add_namespace_policy_parsers(subs: argparse._SubParsersAction[Any], leaf: Leaf) -> None:
@@ -84,22 +67,59 @@ def add_namespace_policy_parsers(subs: argparse._SubParsersAction[Any], leaf: Le
         ],
     )
     p.add_argument("name", help="namespace name")
-    for name in FIELD_NAMES:
+    _policy_flags(p, FIELD_NAMES, "unset this policy (no limit / the broker's default)")
+
+
+def add_topic_policy_parsers(subs: argparse._SubParsersAction[Any], leaf: Leaf) -> None:
+    p = leaf(
+        subs,
+        "get-policies",
+        "show the limits a topic sets over its namespace's ('own') and those its brokers apply "
+        "('effective': the namespace's, with the topic's own over them)",
+        topics_get_policies,
+        [
+            "danube-admin topics get-policies /analytics/clicks",
+            "danube-admin topics get-policies /analytics/clicks -o json",
+        ],
+    )
+    p.add_argument(
+        "name", help="topic name (/namespace/topic); a partitioned topic's name covers its partitions"
+    )
+    p = leaf(
+        subs,
+        "set-policies",
+        "set (or --clear) limits of one topic over its namespace's; the others are kept. Only the per-topic "
+        "limits can be set here (topics, retention and defaults are the namespace's). Brokers apply a change "
+        "to the running topic within a second",
+        topics_set_policies,
+        [
+            "danube-admin topics set-policies /analytics/clicks --max-producers-per-topic 50",
+            "danube-admin topics set-policies /analytics/clicks --publish-rate-msgs-per-s 20000",
+            "danube-admin topics set-policies /analytics/clicks --clear publish_rate_msgs_per_s",
+        ],
+    )
+    p.add_argument(
+        "name", help="topic name (/namespace/topic); a partitioned topic's name covers its partitions"
+    )
+    _policy_flags(p, LIMIT_NAMES, "unset this limit (the namespace's applies again)")
+
+
+def _policy_flags(p: argparse.ArgumentParser, names: tuple[str, ...], clear_help: str) -> None:
+    for name in names:
         flag = "--" + name.replace("_", "-")
         if name in _CHOICES:
             p.add_argument(flag, dest=name, choices=_CHOICES[name], help=DESCRIPTIONS[name])
         elif name in _FLOATS:
-            p.add_argument(flag, dest=name, type=_positive_float, metavar="N", help=DESCRIPTIONS[name])
+            p.add_argument(flag, dest=name, type=positive_float, metavar="N", help=DESCRIPTIONS[name])
         else:
-            p.add_argument(flag, dest=name, type=_non_negative_int, metavar="N", help=DESCRIPTIONS[name])
+            p.add_argument(flag, dest=name, type=non_negative_int, metavar="N", help=DESCRIPTIONS[name])
     p.add_argument(
         "--clear",
         action="append",
         default=[],
         metavar="POLICY",
-        choices=FIELD_NAMES,
-        help="unset this policy (no limit / the broker's default); repeatable. POLICY is one of: "
-        + ", ".join(FIELD_NAMES),
+        choices=names,
+        help=f"{clear_help}; repeatable. POLICY is one of: " + ", ".join(names),
     )
 
 
@@ -132,6 +152,43 @@ def namespaces_get_policies(admin: Admin, args: argparse.Namespace) -> None:
     _show(resp, args, f"policies of namespace {resp.name}:")
 
 
+def topics_get_policies(admin: Admin, args: argparse.Namespace) -> None:
+    resp = admin.topics.GetTopicPolicies(apb.DescribeTopicRequest(name=args.name), timeout=admin.timeout_s)
+    _show_topic(resp, args, f"policies of topic {resp.name}:")
+
+
+def topics_set_policies(admin: Admin, args: argparse.Namespace) -> None:
+    given = {name: getattr(args, name) for name in LIMIT_NAMES if getattr(args, name, None) is not None}
+    req = apb.SetTopicPoliciesRequest(
+        name=args.name, policies=apb.NamespacePolicies(**given), clear=list(args.clear)
+    )
+    resp = admin.topics.SetTopicPolicies(req, timeout=admin.timeout_s)
+    _show_topic(resp, args, f"policies of topic {resp.name} now:")
+
+
+def _show_topic(resp: apb.TopicPoliciesResponse, args: argparse.Namespace, title: str) -> None:
+    own, effective = policies_dict(resp.own), policies_dict(resp.effective)
+    if args.output == "json":
+        doc = {"name": resp.name, "own": _limits(own), "effective": _limits(effective)}
+        emit([], fmt="json", json_data=doc)
+        return
+    print(title)
+    rows = [
+        {
+            "policy": k,
+            "own": "-" if own[k] is None else _text(own[k]),
+            "effective": "-" if effective[k] is None else _text(effective[k]),
+            "meaning": DESCRIPTIONS[k],
+        }
+        for k in LIMIT_NAMES
+    ]
+    emit(rows, fmt="table", columns=("policy", "own", "effective", "meaning"))
+
+
+def _limits(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: d[k] for k in LIMIT_NAMES}
+
+
 def namespaces_set_policies(admin: Admin, args: argparse.Namespace) -> None:
     given = {name: getattr(args, name) for name in FIELD_NAMES if getattr(args, name, None) is not None}
     req = apb.SetNamespacePoliciesRequest(
@@ -141,4 +198,4 @@ def namespaces_set_policies(admin: Admin, args: argparse.Namespace) -> None:
     _show(resp, args, f"policies of namespace {resp.name} now:")
 
 
-__all__ = ["add_namespace_policy_parsers", "policies_dict"]
+__all__ = ["add_namespace_policy_parsers", "add_topic_policy_parsers", "policies_dict"]

@@ -37,11 +37,14 @@ from danube_sdk import (
     InitialPosition,
     Message,
     MessageId,
+    Reader,
     SchemaReference,
+    StartPosition,
     SubType,
 )
 from danube_sdk.auth import tls_failure
 from danube_sdk.cli import delivery_flags
+from danube_sdk.cli.argtypes import non_negative_int
 from danube_sdk.cli.auth_flags import SECURITY_EPILOG, add_auth_arguments, resolve_auth
 from danube_sdk.schema_registry import encoder_for
 
@@ -75,6 +78,8 @@ examples:
   danube-cli consume -t /default/orders -m my-sub
   danube-cli consume -t /default/orders -m audit --sub-type exclusive -c 10 --output json
   danube-cli consume -t /default/orders -m replay --initial-position earliest
+  danube-cli consume -t /default/ledger --reader --start earliest -c 100
+  danube-cli consume -t /default/ledger --reader --start @2026-11-27T09:00:00Z
   danube-cli consume --topics /default/orders,/default/refunds -m audit
   danube-cli consume --pattern '/default/orders-.*' -m all-orders
   danube-cli consume -s https://localhost:6650 --tls-ca ca.pem --token-file app.jwt \
@@ -114,11 +119,11 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+def _start_position(text: str) -> StartPosition:
+    try:
+        return StartPosition.parse(text)
+    except DanubeError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def _non_negative_float(text: str) -> float:
@@ -226,8 +231,26 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     common(cons)
-    cons.add_argument("-m", "--subscription", required=True, help="subscription name")
-    cons.add_argument("-n", "--consumer-name", help="consumer name (default: generated)")
+    source = cons.add_mutually_exclusive_group(required=True)
+    source.add_argument("-m", "--subscription", help="subscription name (or --reader)")
+    cons.add_argument(
+        "-n", "--consumer-name", help="consumer name, or the reader's name (default: generated)"
+    )
+    source.add_argument(
+        "--reader",
+        action="store_true",
+        help="read a reliable topic without a subscription: nothing is stored in etcd, retention does "
+        "not wait for it, nothing is acknowledged on the topic's behalf; it follows the live tail and "
+        "continues across topic moves (no -m; --sub-type, --initial-position and --no-ack do not apply)",
+    )
+    cons.add_argument(
+        "--start",
+        type=_start_position,
+        metavar="earliest|latest|OFFSET|@ISO-TIME",
+        help="with --reader: where to start: earliest (the oldest message kept), latest (default: what "
+        "is published from now on), an offset (a plain topic or one partition), or @TIME, the first "
+        "message published at or after it (ISO 8601, e.g. @2026-11-27T10:00:00Z; no zone: local time)",
+    )
     cons.add_argument("--sub-type", choices=list(SUB_TYPES), default="shared", help="default: shared")
     cons.add_argument(
         "--initial-position",
@@ -237,7 +260,7 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
         "(replay what the topic keeps); an existing subscription resumes where it was",
     )
     cons.add_argument(
-        "-c", "--count", type=_non_negative_int, default=0, help="stop after N messages (0 = until Ctrl-C)"
+        "-c", "--count", type=non_negative_int, default=0, help="stop after N messages (0 = until Ctrl-C)"
     )
     cons.add_argument("--output", choices=["text", "json"], default="text", help="default: text")
     cons.add_argument("--no-ack", action="store_true", help="do not acknowledge (messages will come again)")
@@ -254,6 +277,12 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Combinations argparse cannot check; a usage error (exit 2) says what to give."""
+    if args.command == "consume":
+        if args.start is not None and not args.reader:
+            parser.error("--start goes with --reader (a subscription starts at --initial-position)")
+        if args.reader and (getattr(args, "topics", None) is not None or getattr(args, "pattern", None)):
+            parser.error("--reader reads one topic (-t): drop --topics/--pattern")
+        return
     if args.command != "produce":
         return
     subject = args.schema_subject
@@ -503,19 +532,31 @@ async def run_consume(
         tls=auth.tls,
         token=auth.token,
     ) as client:
-        consumer = await delivery_flags.subscribe(
-            client,
-            args,
-            subscription=args.subscription,
-            consumer_name=args.consumer_name,
-            sub_type=SUB_TYPES[args.sub_type],
-            initial_position=INITIAL_POSITIONS[args.initial_position],
-        )
-        print(
-            f"consuming {consumer.topic} as subscription {args.subscription!r} ({args.sub_type}); Ctrl-C to stop",
-            file=err,
-            flush=True,
-        )
+        consumer: Any
+        if args.reader:
+            start = args.start or StartPosition.LATEST
+            consumer = await client.create_reader(args.topic, start=start, reader_name=args.consumer_name)
+            print(
+                f"reading {args.topic} from {start} as reader {consumer.reader_name!r} (nothing stored); "
+                "Ctrl-C to stop",
+                file=err,
+                flush=True,
+            )
+        else:
+            consumer = await delivery_flags.subscribe(
+                client,
+                args,
+                subscription=args.subscription,
+                consumer_name=args.consumer_name,
+                sub_type=SUB_TYPES[args.sub_type],
+                initial_position=INITIAL_POSITIONS[args.initial_position],
+            )
+            print(
+                f"consuming {consumer.topic} as subscription {args.subscription!r} ({args.sub_type}); "
+                "Ctrl-C to stop",
+                file=err,
+                flush=True,
+            )
         received = 0
         undecodable: set[tuple[int, int | None]] = set()
         stopped = asyncio.create_task(stop.wait())
@@ -531,7 +572,7 @@ async def run_consume(
                 if msg.schema_id is not None and not args.raw:
                     decoded = await _decode(client, msg, undecodable, err)
                 print(fmt(msg, decoded), file=out, flush=True)
-                if not args.no_ack:
+                if not isinstance(consumer, Reader) and not args.no_ack:  # a reader acks as it receives
                     await consumer.ack(msg)
                 received += 1
         finally:

@@ -134,6 +134,12 @@ WAL_COMMIT_FAILURES = MetricDef(
 WAL_SEGMENT_ROTATIONS = MetricDef(
     "danube_wal_file_rotate", "counter", "WAL segments sealed and a new one started."
 )
+WAL_IDLE_FILES_CLOSED = MetricDef(
+    "danube_wal_idle_files_closed",
+    "counter",
+    "Active WAL segment files closed because their topic was idle (wal.idle_fd_close_s, or over "
+    "wal.max_open_segment_files); the next write reopens the file.",
+)
 WAL_DISK_BYTES = MetricDef(
     "danube_wal_disk_bytes", "gauge", "Bytes of write-ahead log on this broker's disk (topics loaded here)."
 )
@@ -381,6 +387,7 @@ SECTIONS: tuple[tuple[str, tuple[MetricDef, ...]], ...] = (
             WAL_ROUND_LATENCY,
             WAL_COMMIT_FAILURES,
             WAL_SEGMENT_ROTATIONS,
+            WAL_IDLE_FILES_CLOSED,
             WAL_DISK_BYTES,
         ),
     ),

@@ -269,6 +269,26 @@ class NamespacePoliciesResponse(_message.Message):
     policies: NamespacePolicies
     def __init__(self, name: _Optional[str] = ..., policies: _Optional[_Union[NamespacePolicies, _Mapping]] = ...) -> None: ...
 
+class SetTopicPoliciesRequest(_message.Message):
+    __slots__ = ("name", "policies", "clear")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    policies: NamespacePolicies
+    clear: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., policies: _Optional[_Union[NamespacePolicies, _Mapping]] = ..., clear: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TopicPoliciesResponse(_message.Message):
+    __slots__ = ("name", "own", "effective")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OWN_FIELD_NUMBER: _ClassVar[int]
+    EFFECTIVE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    own: NamespacePolicies
+    effective: NamespacePolicies
+    def __init__(self, name: _Optional[str] = ..., own: _Optional[_Union[NamespacePolicies, _Mapping]] = ..., effective: _Optional[_Union[NamespacePolicies, _Mapping]] = ...) -> None: ...
+
 class ListTopicsRequest(_message.Message):
     __slots__ = ("namespace",)
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]

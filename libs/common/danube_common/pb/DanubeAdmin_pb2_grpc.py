@@ -741,6 +741,16 @@ class TopicAdminStub:
                 request_serializer=DanubeAdmin__pb2.ForceTakeoverRequest.SerializeToString,
                 response_deserializer=DanubeAdmin__pb2.ForceTakeoverResponse.FromString,
                 _registered_method=True)
+        self.GetTopicPolicies = channel.unary_unary(
+                '/danube.admin.v1.TopicAdmin/GetTopicPolicies',
+                request_serializer=DanubeAdmin__pb2.DescribeTopicRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.TopicPoliciesResponse.FromString,
+                _registered_method=True)
+        self.SetTopicPolicies = channel.unary_unary(
+                '/danube.admin.v1.TopicAdmin/SetTopicPolicies',
+                request_serializer=DanubeAdmin__pb2.SetTopicPoliciesRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.TopicPoliciesResponse.FromString,
+                _registered_method=True)
 
 
 class TopicAdminServicer:
@@ -815,6 +825,23 @@ class TopicAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTopicPolicies(self, request, context):
+        """EXTENSION (namespace policies): the per-topic limits one topic sets over its namespace's
+        (only those fields of NamespacePolicies that a topic may override: the limits). `own` is
+        what the topic sets, `effective` what its brokers apply (the namespace's with `own` over it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetTopicPolicies(self, request, context):
+        """Sets the fields present in `policies` and unsets those named in `clear` (for a partitioned
+        topic: on every partition). Brokers apply a change to running topics within a second.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TopicAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -862,6 +889,16 @@ def add_TopicAdminServicer_to_server(servicer, server):
                     servicer.ForceTakeover,
                     request_deserializer=DanubeAdmin__pb2.ForceTakeoverRequest.FromString,
                     response_serializer=DanubeAdmin__pb2.ForceTakeoverResponse.SerializeToString,
+            ),
+            'GetTopicPolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTopicPolicies,
+                    request_deserializer=DanubeAdmin__pb2.DescribeTopicRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.TopicPoliciesResponse.SerializeToString,
+            ),
+            'SetTopicPolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTopicPolicies,
+                    request_deserializer=DanubeAdmin__pb2.SetTopicPoliciesRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.TopicPoliciesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1107,6 +1144,60 @@ class TopicAdmin:
             '/danube.admin.v1.TopicAdmin/ForceTakeover',
             DanubeAdmin__pb2.ForceTakeoverRequest.SerializeToString,
             DanubeAdmin__pb2.ForceTakeoverResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTopicPolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.TopicAdmin/GetTopicPolicies',
+            DanubeAdmin__pb2.DescribeTopicRequest.SerializeToString,
+            DanubeAdmin__pb2.TopicPoliciesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTopicPolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.TopicAdmin/SetTopicPolicies',
+            DanubeAdmin__pb2.SetTopicPoliciesRequest.SerializeToString,
+            DanubeAdmin__pb2.TopicPoliciesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -79,7 +79,7 @@ class MessageResponse(_message.Message):
     def __init__(self, request_id: _Optional[int] = ...) -> None: ...
 
 class ConsumerRequest(_message.Message):
-    __slots__ = ("request_id", "topic_name", "consumer_name", "subscription", "subscription_type", "key_filters", "initial_position", "max_unacked_messages")
+    __slots__ = ("request_id", "topic_name", "consumer_name", "subscription", "subscription_type", "key_filters", "initial_position", "max_unacked_messages", "reader")
     class InitialPosition(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         Latest: _ClassVar[ConsumerRequest.InitialPosition]
@@ -104,6 +104,7 @@ class ConsumerRequest(_message.Message):
     KEY_FILTERS_FIELD_NUMBER: _ClassVar[int]
     INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
     MAX_UNACKED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    READER_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     topic_name: str
     consumer_name: str
@@ -112,17 +113,20 @@ class ConsumerRequest(_message.Message):
     key_filters: _containers.RepeatedScalarFieldContainer[str]
     initial_position: ConsumerRequest.InitialPosition
     max_unacked_messages: int
-    def __init__(self, request_id: _Optional[int] = ..., topic_name: _Optional[str] = ..., consumer_name: _Optional[str] = ..., subscription: _Optional[str] = ..., subscription_type: _Optional[_Union[ConsumerRequest.SubscriptionType, str]] = ..., key_filters: _Optional[_Iterable[str]] = ..., initial_position: _Optional[_Union[ConsumerRequest.InitialPosition, str]] = ..., max_unacked_messages: _Optional[int] = ...) -> None: ...
+    reader: ReaderStart
+    def __init__(self, request_id: _Optional[int] = ..., topic_name: _Optional[str] = ..., consumer_name: _Optional[str] = ..., subscription: _Optional[str] = ..., subscription_type: _Optional[_Union[ConsumerRequest.SubscriptionType, str]] = ..., key_filters: _Optional[_Iterable[str]] = ..., initial_position: _Optional[_Union[ConsumerRequest.InitialPosition, str]] = ..., max_unacked_messages: _Optional[int] = ..., reader: _Optional[_Union[ReaderStart, _Mapping]] = ...) -> None: ...
 
 class ConsumerResponse(_message.Message):
-    __slots__ = ("request_id", "consumer_id", "consumer_name")
+    __slots__ = ("request_id", "consumer_id", "consumer_name", "reader_start_offset")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
+    READER_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     consumer_id: int
     consumer_name: str
-    def __init__(self, request_id: _Optional[int] = ..., consumer_id: _Optional[int] = ..., consumer_name: _Optional[str] = ...) -> None: ...
+    reader_start_offset: int
+    def __init__(self, request_id: _Optional[int] = ..., consumer_id: _Optional[int] = ..., consumer_name: _Optional[str] = ..., reader_start_offset: _Optional[int] = ...) -> None: ...
 
 class ReceiveRequest(_message.Message):
     __slots__ = ("request_id", "consumer_id")
@@ -538,3 +542,15 @@ class SeekResponse(_message.Message):
     request_id: int
     offset: int
     def __init__(self, request_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ReaderStart(_message.Message):
+    __slots__ = ("earliest", "latest", "offset", "publish_time_ms")
+    EARLIEST_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    earliest: bool
+    latest: bool
+    offset: int
+    publish_time_ms: int
+    def __init__(self, earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., publish_time_ms: _Optional[int] = ...) -> None: ...

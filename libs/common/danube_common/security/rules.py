@@ -217,6 +217,9 @@ RULES: dict[str, Rule] = {
     f"{_ADMIN}TopicAdmin/GetSubscriptionPolicy": Rule(_P.LOOKUP, _topic("topic"), "topic"),
     f"{_ADMIN}TopicAdmin/MoveTopic": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
     f"{_ADMIN}TopicAdmin/ForceTakeover": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
+    f"{_ADMIN}TopicAdmin/GetTopicPolicies": Rule(_P.LOOKUP, _topic("name"), "name"),
+    # As for a namespace's: a topic's own users may not lift their limits.
+    f"{_ADMIN}TopicAdmin/SetTopicPolicies": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
     # Roles and bindings decide who may do everything else: reading them is as sensitive as
     # changing them, so every call needs manage_cluster.
     f"{_ADMIN}SecurityAdmin/ListRoles": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),

@@ -56,6 +56,9 @@ class RoundObserver(Protocol):
     def round_committed(self, logs: int, nbytes: int, seconds: float) -> None:
         """A round served ``logs`` logs, wrote ``nbytes`` frame bytes and took ``seconds``."""
 
+    def idle_file_closed(self) -> None:
+        """An idle log's active segment file was closed (reopened by its next write)."""
+
 
 @dataclass(slots=True, eq=False)
 class CommitJob:
@@ -197,7 +200,7 @@ class CommitGroup:
             oldest = next(iter(last_use))
             del last_use[oldest]
             if oldest not in self._queued and oldest not in self._in_round and oldest.close_idle_file():
-                self.idle_closed += 1
+                self._idle_file_closed()
 
     def forget(self, lg: TopicLog) -> None:
         """``lg`` is closed."""
@@ -217,8 +220,13 @@ class CommitGroup:
             if lg in self._queued or lg in self._in_round:
                 continue  # served again soon: used() puts it back
             if lg.close_idle_file():
-                self.idle_closed += 1
+                self._idle_file_closed()
         return None
+
+    def _idle_file_closed(self) -> None:
+        self.idle_closed += 1
+        if self._observer is not None:
+            self._observer.idle_file_closed()
 
     # ------------------------------------------------------------ the loop
 

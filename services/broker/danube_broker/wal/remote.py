@@ -35,7 +35,8 @@ from danube_common.keys import Keys
 from danube_common.log_state import AcceptedGap, LogRecords
 from danube_common.metadata.store import MetadataStore
 from danube_common.objstore import InvalidObjectRange, ObjectStore
-from danube_common.storage import SegmentDescriptor, check_disjoint, find
+from danube_common.segment_objects import load_descriptors
+from danube_common.storage import SegmentDescriptor, find
 from danube_common.topic_name import TopicName
 from danube_common.wal.codec import FRAME_HEADER_BYTES, scan
 from danube_common.wal.segment import HEADER_BYTES, decode_header
@@ -265,19 +266,7 @@ class RemoteHistory:
             if self._loads != seen:
                 return
             self.gaps = await LogRecords(self._meta, self._keys).gaps(self.topic)
-            kvs, _ = await self._meta.get_prefix(self._keys.segments_prefix(self.topic))
-            found: list[SegmentDescriptor] = []
-            for kv in kvs:
-                try:
-                    found.append(SegmentDescriptor.from_json(kv.json()))
-                except (TypeError, ValueError, KeyError) as exc:
-                    log.error(
-                        "topic %s: unreadable segment descriptor %s (%s); ignored", self.topic, kv.key, exc
-                    )
-            try:
-                self.descriptors = check_disjoint(found)
-            except ValueError as exc:
-                raise CorruptData(f"topic {self.topic}: {exc}") from exc
+            self.descriptors = await load_descriptors(self._meta, self._keys, self.topic)
             self._loads += 1
 
     # ------------------------------------------------------------------ reads

@@ -1,40 +1,58 @@
 """The acknowledgement state of one subscription: a cursor plus the acks above it.
 
 The **cursor** is the highest offset N such that every offset <= N is acknowledged (-1: none
-yet). Acks may arrive in any order; an ack above ``cursor + 1`` is kept in a set until the gap
-below it closes, and the cursor then walks over every contiguous acked offset at once. Each
-offset is added and removed from the set once, so advancing is amortised O(1) per ack, and
-the set only ever holds the acks of messages still in flight above a gap (bounded by the
-subscription's pending messages, not by the log).
+yet). Acks may arrive in any order; an ack above ``cursor + 1`` is kept until the gap below it
+closes, and the cursor then walks over every contiguous acked run at once.
 
-Pure bookkeeping: no I/O, no clock. The cursor is what gets persisted; the set is not (after
+Acks above the cursor are kept as **ranges** (sorted, disjoint, non-adjacent ``[lo, hi]``), not
+one entry per offset: what they cost grows with the number of gaps, not with how many messages
+were acknowledged past a gap. That matters for a gap that stays open long: a delayed message
+(delivered hours later, every later message acknowledged meanwhile) leaves one gap and one
+range however many messages follow it. Acks that arrive in order extend the last range in O(1)
+(amortised); an ack that lands elsewhere costs a binary search and, when it opens a new gap or
+closes one, a list insert/delete (O(ranges)).
+
+Pure bookkeeping: no I/O, no clock. The cursor is what gets persisted; the ranges are not (after
 a restart, messages above the cursor are delivered again: at-least-once).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable
 
 NO_CURSOR = -1
 
 
 class AckTracker:
-    __slots__ = ("_above", "cursor")
+    __slots__ = ("_count", "_hi", "_lo", "cursor")
 
     def __init__(self, cursor: int = NO_CURSOR) -> None:
         if cursor < NO_CURSOR:
             raise ValueError(f"cursor must be >= {NO_CURSOR}, got {cursor}")
         self.cursor = cursor
-        #: Acked offsets above ``cursor + 1`` (never contains ``cursor + 1`` itself).
-        self._above: set[int] = set()
+        #: Acked ranges above ``cursor + 1``: ``[_lo[i], _hi[i]]``, sorted, disjoint and not
+        #: touching (never containing ``cursor + 1``).
+        self._lo: list[int] = []
+        self._hi: list[int] = []
+        #: Offsets in those ranges.
+        self._count = 0
 
     def is_acked(self, offset: int) -> bool:
-        return offset <= self.cursor or offset in self._above
+        if offset <= self.cursor:
+            return True
+        i = bisect_right(self._lo, offset) - 1
+        return i >= 0 and offset <= self._hi[i]
 
     @property
     def acked_above(self) -> int:
         """How many offsets above the cursor are acknowledged."""
-        return len(self._above)
+        return self._count
+
+    @property
+    def ranges(self) -> int:
+        """Acked ranges kept above the cursor (one per gap closed on both sides)."""
+        return len(self._lo)
 
     def ack(self, offset: int) -> bool:
         """Acknowledge ``offset``; True if the cursor moved."""
@@ -43,25 +61,68 @@ class AckTracker:
     def ack_many(self, offsets: Iterable[int]) -> bool:
         """:meth:`ack` each of ``offsets``; True if the cursor moved."""
         start = cursor = self.cursor
-        above = self._above
+        lo, hi = self._lo, self._hi
         for o in offsets:
             if o <= cursor:
                 continue
-            if o != cursor + 1:
-                above.add(o)
+            if o == cursor + 1:
+                cursor = o
+                if lo and lo[0] == cursor + 1:  # the gap closed: walk over the first range
+                    cursor = hi[0]
+                    self._count -= hi[0] - lo[0] + 1
+                    del lo[0]
+                    del hi[0]
                 continue
-            cursor = o
-            while above and cursor + 1 in above:
-                cursor += 1
-                above.remove(cursor)
+            self._add(o)
         self.cursor = cursor
         return cursor != start
+
+    def _add(self, o: int) -> None:
+        lo, hi = self._lo, self._hi
+        n = len(lo)
+        if n:
+            last = hi[-1]
+            if o == last + 1:  # the common case: acks in order past a gap
+                hi[-1] = o
+                self._count += 1
+                return
+            if o > last + 1:  # past every range: a new one at the end
+                lo.append(o)
+                hi.append(o)
+                self._count += 1
+                return
+        i = bisect_right(lo, o) - 1  # the range starting at or before o, if any
+        if i >= 0 and o <= hi[i]:
+            return  # acked already
+        joins_left = i >= 0 and hi[i] == o - 1
+        joins_right = i + 1 < n and lo[i + 1] == o + 1
+        if joins_left and joins_right:
+            hi[i] = hi[i + 1]
+            del lo[i + 1]
+            del hi[i + 1]
+        elif joins_left:
+            hi[i] = o
+        elif joins_right:
+            lo[i + 1] = o
+        else:
+            lo.insert(i + 1, o)
+            hi.insert(i + 1, o)
+        self._count += 1
 
     def ack_through(self, offset: int) -> bool:
         """Cumulative: acknowledge every offset <= ``offset``; True if the cursor moved."""
         if offset <= self.cursor:
             return False
-        self._above = {o for o in self._above if o > offset}
+        lo, hi = self._lo, self._hi
+        while lo and lo[0] <= offset:  # ranges starting at or below it are covered (or cut)
+            if hi[0] <= offset:
+                self._count -= hi[0] - lo[0] + 1
+                del lo[0]
+                del hi[0]
+            else:
+                self._count -= offset - lo[0] + 1
+                lo[0] = offset + 1
+                break
         self.cursor = offset - 1
         self.ack_many((offset,))  # moves to offset, and on over the acks just above it
         return True
@@ -71,4 +132,6 @@ class AckTracker:
         if cursor < NO_CURSOR:
             raise ValueError(f"cursor must be >= {NO_CURSOR}, got {cursor}")
         self.cursor = cursor
-        self._above.clear()
+        self._lo.clear()
+        self._hi.clear()
+        self._count = 0

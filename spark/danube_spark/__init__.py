@@ -1,0 +1,18 @@
+"""Danube topics in Spark: data sources for PySpark's Python Data Source API.
+
+``register(spark)`` makes them known to a SparkSession:
+
+- ``danube-history`` (:mod:`danube_spark.history`): batch reads of a reliable topic's history
+  straight from object storage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def register(spark: Any) -> None:
+    """Register every Danube data source with ``spark`` (a SparkSession)."""
+    from danube_spark.history import HistoryDataSource
+
+    spark.dataSource.register(HistoryDataSource)

@@ -1,0 +1,185 @@
+"""The executor's half of a history read: fetch a task's objects, check and decode their frames,
+and turn the stored messages into Arrow record batches of :data:`SCHEMA`.
+
+Each object is fetched whole (one GET) through the project's object store code, then decoded
+with :func:`~danube_common.segment_objects.decode_object`: a damaged object fails the task with
+CorruptData naming it (Spark retries a task a few times, then fails the query with that message).
+Only offsets of the task's pieces and publish times in the asked range become rows.
+
+Payloads compressed by the producer (lz4/zstd) are decompressed unless ``decompress`` is off.
+A chunk of a large message (``chunk`` column set) is one row as stored: chunks are joined by
+their ``chunk.message_uuid`` and ``chunk.index`` in a query, if needed (its payload is a slice of
+the whole, possibly compressed, payload, so it is never decompressed alone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+from google.protobuf.message import DecodeError
+from pyspark.sql.types import (
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from danube_common.compression import Compression, decompress
+from danube_common.errors import CorruptData, UnsupportedCompression
+from danube_common.objstore import ObjectStore, open_object_store
+from danube_common.pb import DanubeApi_pb2 as pb
+from danube_common.segment_objects import DAMAGE_ADVICE, Piece, decode_object
+from danube_spark.history_options import HistoryOptions
+from danube_spark.history_plan import ReadTask
+
+
+def _schema() -> StructType:
+    def f(name: str, t: DataType, nullable: bool = True) -> StructField:
+        return StructField(name, t, nullable)
+
+    chunk = StructType(
+        [
+            f("message_uuid", StringType()),
+            f("index", IntegerType()),
+            f("count", IntegerType()),
+            f("total_size", LongType()),
+        ]
+    )
+    return StructType(
+        [
+            f("topic", StringType(), False),
+            f("partition", IntegerType()),
+            f("offset", LongType(), False),
+            f("publish_time", TimestampType(), False),
+            f("key", StringType()),
+            f("attributes", MapType(StringType(), StringType(), False), False),
+            f("payload", BinaryType(), False),
+            f("producer_name", StringType()),
+            f("schema_id", LongType()),
+            f("schema_version", IntegerType()),
+            f("sequence_id", LongType()),
+            f("compression", StringType()),
+            f("chunk", chunk),
+        ]
+    )
+
+
+#: The rows (``SCHEMA.simpleString()`` shows it in DDL form).
+SCHEMA = _schema()
+#: Rows per record batch handed to Spark.
+BATCH_ROWS = 8192
+
+_CODEC_NAMES = {c.value: c.name.lower() for c in Compression}
+
+
+class RowBuilder:
+    """Columns of the rows being built (plain lists, one per field of :data:`SCHEMA`)."""
+
+    def __init__(self, task: ReadTask, opts: HistoryOptions) -> None:
+        self.topic = task.topic
+        self.partition = task.partition
+        self.opts = opts
+        self.cols: list[list[Any]] = [[] for _ in range(13)]
+
+    def __len__(self) -> int:
+        return len(self.cols[0])
+
+    def add_object(self, piece: Piece, data: bytes) -> int:
+        """Rows for the piece's offsets (and the asked publish times); returns how many."""
+        n = 0
+        keeps_time = self.opts.keeps_time
+        lo, hi = piece.lo, piece.hi
+        for f in decode_object(data, piece.obj):
+            if lo <= f.offset < hi and keeps_time(f.publish_time_ms):
+                try:
+                    self.add(f.offset, f.publish_time_ms, f.record)
+                except (CorruptData, UnsupportedCompression) as exc:  # the payload, not the frame
+                    raise type(exc)(
+                        f"object {piece.obj.key} of topic {piece.obj.topic}, offset {f.offset}: {exc.message} "
+                        "(read with decompress=false to get the payload as stored)"
+                    ) from exc
+                except DecodeError as exc:
+                    raise CorruptData(
+                        f"object {piece.obj.key} of topic {piece.obj.topic}, offset {f.offset}: the record "
+                        f"is not a message ({exc}) although its crc32c matches; {DAMAGE_ADVICE}"
+                    ) from exc
+                n += 1
+        return n
+
+    def add(self, offset: int, publish_time_ms: int, record: bytes) -> None:
+        m = pb.StreamMessage.FromString(record)
+        payload = m.payload
+        chunked = m.HasField("chunk")
+        if m.compression and self.opts.decompress and not chunked:
+            payload = decompress(m.compression, payload)
+        c = self.cols
+        c[0].append(self.topic)
+        c[1].append(self.partition)
+        c[2].append(offset)
+        c[3].append(publish_time_ms)  # epoch ms: made a timestamp column in take()
+        c[4].append(m.routing_key if m.HasField("routing_key") else None)
+        attrs = m.attributes
+        c[5].append([(k, attrs[k]) for k in attrs])  # the fastest way through a protobuf map
+        c[6].append(payload)
+        c[7].append(m.producer_name or None)
+        c[8].append(m.schema_id if m.HasField("schema_id") else None)
+        c[9].append(m.schema_version if m.HasField("schema_version") else None)
+        c[10].append(m.sequence_id or None)
+        c[11].append(_CODEC_NAMES.get(m.compression, str(m.compression)))
+        c[12].append(
+            {
+                "message_uuid": m.chunk.message_uuid,
+                "index": m.chunk.index,
+                "count": m.chunk.count,
+                "total_size": m.chunk.total_size,
+            }
+            if chunked
+            else None
+        )
+
+    def take(self, arrow_schema: Any) -> Any:
+        """The rows built so far as one ``pyarrow.RecordBatch`` (and start afresh)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        ms = pa.array(self.cols[3], type=pa.int64())
+        self.cols[3] = []
+        arrays = [pa.array(col, type=f.type) for col, f in zip(self.cols, arrow_schema, strict=True)]
+        arrays[3] = pc.multiply(ms, 1000).cast(arrow_schema.field(3).type)
+        self.cols = [[] for _ in range(13)]
+        return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+
+def arrow_schema() -> Any:
+    """:data:`SCHEMA` as the Arrow schema Spark expects of a Python data source's batches."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(SCHEMA, timezone="UTC")
+
+
+def read_task(task: ReadTask, opts: HistoryOptions) -> Iterator[Any]:
+    """Record batches of the task's rows, in offset order (blocking: runs its own event loop)."""
+    schema = arrow_schema()
+    loop = asyncio.new_event_loop()
+    store: ObjectStore | None = None
+    try:
+        store = loop.run_until_complete(open_object_store(opts.object_store))
+        rows = RowBuilder(task, opts)
+        for piece in task.pieces:
+            data = loop.run_until_complete(store.get(piece.obj.key))
+            rows.add_object(piece, data)
+            if len(rows) >= BATCH_ROWS:
+                yield rows.take(schema)
+        if len(rows):
+            yield rows.take(schema)
+    finally:
+        if store is not None:
+            loop.run_until_complete(store.aclose())
+        loop.close()
