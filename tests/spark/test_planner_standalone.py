@@ -1,7 +1,8 @@
 """The planner on a real Spark standalone cluster (a master and two workers on loopback,
 ``tests/support/spark_cluster.py``): its executors fetch the load history from the object store
 themselves, and the cycle computes what ``local[2]`` and the plain-Python engine compute on the
-same history: the same report (to 1e-9) and the same plan.
+same history: the same report (to 1e-9) and the same plan. On the same cluster session, the
+``danube-history`` reader reads a topic's uploaded segments on the executors.
 
 The history is a local object-store directory (one machine: the executors see the same path).
 The local session runs first and is stopped before the cluster's (one SparkContext per process).
@@ -13,6 +14,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,10 +23,14 @@ from danube_common.load_history import LoadHistoryReader, LoadHistoryWriter
 from danube_common.metadata.memory import MemoryStore
 from danube_common.objstore import ObjectStoreConfig
 from danube_common.objstore.local import LocalObjectStore
+from danube_common.pb import DanubeApi_pb2 as pb
+from danube_common.storage import object_key
+from danube_common.topic_name import TopicName
 from danube_planner.app import SparkEngine
 from danube_planner.config import PlannerConfig, SparkSettings
 from danube_planner.cycle import CycleResult, Engine, Planner, PythonEngine
 from danube_planner.model import Aggregates
+from tests.support.segments import segment_object
 from tests.support.spark_cluster import StandaloneCluster
 from tests.unit.planner.helpers import NOW, Synthetic, zipf_cluster
 from tests.unit.planner.test_cycle import publish
@@ -44,6 +50,9 @@ class Cycles:
     #: The application as the master listed it while it ran.
     app: dict[str, object]
     executors: int
+    #: (offset, payload) of every row ``danube-history`` read on the cluster, and its partitions.
+    history_rows: list[tuple[int, bytes]]
+    history_partitions: int
 
 
 def config(objects: Path, settings: SparkSettings | None = None) -> PlannerConfig:
@@ -108,11 +117,45 @@ async def run_cycles(cluster: StandaloneCluster, root: Path) -> Cycles:
         standalone = await one_cycle(config(root, cluster_settings), syn, objects, cluster_engine)
         apps = [a for a in cluster.status().get("activeapps", []) if a.get("name") == APP]
         executors = cluster_engine.session.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+        rows, parts = await asyncio.to_thread(read_history_on, cluster_engine.session, root.parent / "wal")
     finally:
         await asyncio.to_thread(cluster_engine.close)
     print(f"standalone: session and cycle {time.monotonic() - t0:.1f} s, {standalone.timings_ms}")
     await objects.aclose()
-    return Cycles(python, local, standalone, len(listed), apps[0] if len(apps) == 1 else {}, executors)
+    return Cycles(
+        python, local, standalone, len(listed), apps[0] if len(apps) == 1 else {}, executors, rows, parts
+    )
+
+
+#: The topic the history reader reads on the cluster: 3 uploaded segments of 4 messages each.
+HISTORY_TOPIC = TopicName("default", "standalone-history")
+
+
+def read_history_on(session: Any, root: Path) -> tuple[list[tuple[int, bytes]], int]:
+    """Write 3 segment objects of ``HISTORY_TOPIC`` to a local object store at ``root`` and read
+    them with ``danube-history`` on ``session``'s executors, one object per input partition."""
+    from danube_spark import register
+
+    async def put() -> None:
+        async with await LocalObjectStore.open(root) as store:
+            for start in (0, 4, 8):
+                recs = [
+                    pb.StreamMessage(payload=b"m%d" % i).SerializeToString() for i in range(start, start + 4)
+                ]
+                data = segment_object(start, recs, [1_000 + i for i in range(start, start + 4)])
+                await store.put(object_key(HISTORY_TOPIC, start, start + 4, incarnation=1, revision=1), data)
+
+    asyncio.run(put())
+    register(session)
+    df = (
+        session.read.format("danube-history")
+        .option("topic", str(HISTORY_TOPIC))
+        .option("object_store.local_dir", str(root))
+        .option("max_objects_per_partition", "1")
+        .load()
+    )
+    rows = sorted((r.offset, bytes(r.payload)) for r in df.select("offset", "payload").collect())
+    return rows, df.rdd.getNumPartitions()
 
 
 def assert_same_report(got: Aggregates, want: Aggregates) -> None:
@@ -143,6 +186,11 @@ def test_the_cluster_ran_the_cycle_on_its_executors(
     assert report["planner"]["engine"] == "spark"
     assert report["window"]["history_objects"] == cycles.history_objects == 8 * 2
     assert report["window"]["samples"] == 8 * 4  # 3 history reports + the current one per broker
+
+
+def test_the_history_reader_reads_uploaded_segments_on_the_cluster(cycles: Cycles) -> None:
+    assert cycles.history_partitions == 3  # one task per object, run by the workers' executors
+    assert cycles.history_rows == [(i, b"m%d" % i) for i in range(12)]
 
 
 def test_standalone_local_and_python_compute_the_same_report(cycles: Cycles) -> None:
