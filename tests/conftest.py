@@ -16,6 +16,9 @@ from danube_common.metadata.memory import MemoryStore
 from danube_common.resources import Resources
 from tests.support import containers, unique
 
+# The session-scoped Spark standalone cluster fixture (``spark_standalone``).
+pytest_plugins = ("tests.support.spark_cluster",)
+
 # Keep gRPC away from any proxy configured on the machine: all traffic here is loopback.
 for _var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "grpc_proxy"):
     os.environ.pop(_var, None)

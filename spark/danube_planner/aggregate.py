@@ -61,6 +61,11 @@ def parse_lines(lines: Sequence[str]) -> list[LoadReport]:
 
 def samples_of(inp: PlannerInputs) -> tuple[list[LoadReport], list[LoadReport]]:
     """(current reports, every sample without duplicates)."""
+    if inp.history_keys:
+        raise ValueError(
+            "the plain-Python aggregation needs the load history as lines (history_lines): "
+            f"{len(inp.history_keys)} history object(s) were passed unread (history_keys)"
+        )
     current = parse_lines(inp.current_lines)
     seen: dict[tuple[str, int], LoadReport] = {}
     for r in parse_lines(inp.history_lines):

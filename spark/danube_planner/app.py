@@ -65,8 +65,16 @@ class SparkEngine:
     name = "spark"
 
     def __init__(self, cfg: PlannerConfig) -> None:
+        from danube_planner.history_fetch import HistorySource
         from danube_planner.sparkenv import create_session
 
+        #: The cycle hands over history keys, not lines: the executors fetch the objects.
+        self.fetches_history = cfg.spark.history_on_executors
+        self._history = HistorySource(
+            cfg.object_store,
+            read_concurrency=cfg.history_read_concurrency,
+            partitions=cfg.spark.history_partitions,
+        )
         self._spark = create_session(cfg.spark)
 
     @property
@@ -76,7 +84,7 @@ class SparkEngine:
     def aggregate(self, inp: PlannerInputs, params: AggregateParams) -> Aggregates:
         from danube_planner.frames import aggregate_spark
 
-        return aggregate_spark(self._spark, inp, params)
+        return aggregate_spark(self._spark, inp, params, self._history)
 
     def close(self) -> None:
         """Stop the Spark session. When the whole process group was signalled (danube-local, a

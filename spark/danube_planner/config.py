@@ -31,6 +31,17 @@ class SparkSettings(Frozen):
     ui_enabled: bool = False
     #: Any other Spark settings, e.g. {"spark.executor.memory": "2g"}.
     conf: dict[str, str] = Field(default_factory=dict)
+    #: The Python interpreter the executors run (``PYSPARK_PYTHON``); empty: the planner's own
+    #: (``sys.executable``). It must have this project installed (the executors import it).
+    python: str = ""
+    #: The executors fetch the load history objects themselves (the driver lists them and hands
+    #: out the keys), so the driver's work does not grow with the history. They need the object
+    #: store: the same ``local_dir`` path, or the S3 endpoint and credentials. False: the driver
+    #: fetches the objects and ships their lines to Spark.
+    history_on_executors: bool = True
+    #: Spark partitions of the history keys (one object-store client each); 0: the default
+    #: parallelism (the executor cores).
+    history_partitions: int = Field(default=0, ge=0)
 
     @field_validator("master")
     @classmethod

@@ -9,7 +9,6 @@ that holds the role and decides when to run a cycle is in :mod:`danube_planner.a
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 import time
@@ -21,7 +20,6 @@ from opentelemetry.trace import Span
 
 from danube_common.keys import Keys
 from danube_common.leadership import Leadership
-from danube_common.load import LoadReport
 from danube_common.load_history import LoadHistoryReader
 from danube_common.metadata.store import Compare, KeyValue, MetadataStore, Op
 from danube_common.observability import record_context
@@ -35,6 +33,7 @@ from danube_planner.model import (
     OwnerRow,
     PlannerInputs,
     report_json,
+    split_report_lines,
 )
 from danube_planner.rebalance import (
     Candidate,
@@ -55,6 +54,9 @@ _TXN_OPS = 100
 
 class Engine(Protocol):
     name: str
+    #: True: the cycle lists the history window and passes the keys (``history_keys``); the
+    #: engine reads the objects (the Spark engine's executors). False: it passes the lines.
+    fetches_history: bool
 
     def aggregate(self, inp: PlannerInputs, params: AggregateParams) -> Aggregates:
         """Blocking: run in a thread."""
@@ -64,6 +66,7 @@ class Engine(Protocol):
 
 class PythonEngine:
     name = "python"
+    fetches_history = False
 
     def aggregate(self, inp: PlannerInputs, params: AggregateParams) -> Aggregates:
         return aggregate(inp, params)
@@ -104,15 +107,7 @@ class CycleResult:
 
 def valid_report_lines(lines: Sequence[str]) -> list[str]:
     """The lines that parse as load reports (a malformed one is skipped, with a warning)."""
-    out: list[str] = []
-    bad = 0
-    for line in lines:
-        try:
-            LoadReport.from_json(json.loads(line))
-        except (ValueError, KeyError, TypeError):
-            bad += 1
-            continue
-        out.append(line)
+    out, bad = split_report_lines(lines)
     if bad:
         log.warning("skipped %d malformed load report line(s)", bad)
     return out
@@ -277,9 +272,13 @@ class Planner:
         from_ms = now_ms_ - int(cfg.history_window_s * 1000)
         hist_keys: list[str] = []
         hist_lines: list[str] = []
+        fetched_by_engine = self._engine.fetches_history
         if self._history is not None and cfg.history_window_s > 0:
             with spans.stage("read load history", {"danube.planner.window_s": cfg.history_window_s}) as read:
-                hist_keys, hist_lines = await self._history.read_window_lines(from_ms, now_ms_)
+                if fetched_by_engine:  # only the keys: the engine's executors read the objects
+                    hist_keys = await self._history.list_window(from_ms, now_ms_)
+                else:
+                    hist_keys, hist_lines = await self._history.read_window_lines(from_ms, now_ms_)
                 spans.annotate(read, {"danube.planner.history_objects": len(hist_keys)})
         t_hist = time.monotonic()
         inputs = PlannerInputs(
@@ -288,6 +287,7 @@ class Planner:
             window_to_ms=now_ms_,
             current_lines=state.current_lines,
             history_lines=hist_lines,
+            history_keys=hist_keys if fetched_by_engine else (),
             owners=state.owners,
             broker_states=state.broker_states,
         )
@@ -372,6 +372,7 @@ class Planner:
             window_to_ms=inputs.window_to_ms,
             current_lines=inputs.current_lines,
             history_lines=valid_report_lines(inputs.history_lines),
+            history_keys=inputs.history_keys,
             owners=inputs.owners,
             broker_states=inputs.broker_states,
         )

@@ -2,14 +2,16 @@
 one function each (DataFrame in, DataFrame out), and :func:`aggregate_spark` chaining them and
 collecting the result into the same :class:`~danube_planner.model.Aggregates`.
 
-Reports arrive as JSON lines (current ones from etcd, history from the object store, fetched by
-the driver: no s3a) and are parsed by Spark (``from_json``); topic rows are the compact
+Reports arrive as JSON lines (current ones from etcd, through the driver; history from the object
+store, fetched by the executors (:mod:`danube_planner.history_fetch`) or by the driver: no s3a)
+and are parsed by Spark (``from_json``); topic rows are the compact
 ``topic_fields`` + ``topics`` arrays of ``LoadReport.to_json()``, read by column name so a
 broker that orders or extends its columns differently still parses.
 """
 
 from __future__ import annotations
 
+import logging
 import operator
 from collections.abc import Mapping, Sequence
 from functools import reduce
@@ -22,6 +24,7 @@ from pyspark.sql import types as T
 from danube_common.load import MSG_COST_BYTES, TOPIC_FIELDS
 from danube_common.load_score import DIMENSIONS, FLOORS, ScoreWeights
 from danube_planner import spans
+from danube_planner.history_fetch import LINES_SCHEMA, HistorySource, history_frame
 from danube_planner.model import (
     AggregateParams,
     Aggregates,
@@ -31,6 +34,8 @@ from danube_planner.model import (
     PlannerInputs,
     TopicAgg,
 )
+
+log = logging.getLogger(__name__)
 
 RATES = ("msg_rate_in", "msg_rate_out", "byte_rate_in", "byte_rate_out")
 
@@ -52,10 +57,38 @@ REPORT_SCHEMA = T.StructType(
 
 
 # ---------------------------------------------------------------- inputs
+#: Most bytes of report lines one task carries from the driver (Spark warns above 1000 KiB).
+TASK_BYTES = 512 * 1024
+
+
+def pack(rows: Sequence[tuple[str, bool]], limit: int = TASK_BYTES) -> list[list[tuple[str, bool]]]:
+    """Consecutive rows in chunks of at most ``limit`` bytes of lines (a longer line alone)."""
+    chunks: list[list[tuple[str, bool]]] = []
+    size = limit + 1
+    for row in rows:
+        n = len(row[0])
+        if size + n > limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(row)
+        size += n
+    return chunks
+
+
+def _rows_of(chunk: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    return chunk
+
+
 def lines_frame(spark: SparkSession, current: Sequence[str], history: Sequence[str]) -> DataFrame:
-    """``(line, current)`` rows."""
+    """``(line, current)`` rows from the driver. Past :data:`TASK_BYTES` of lines they travel in
+    one chunk per task (the current reports of hundreds of brokers x thousands of topics are
+    megabytes: one task each would carry them whole)."""
     rows = [(line, True) for line in current] + [(line, False) for line in history]
-    return spark.createDataFrame(rows, "line string, current boolean")
+    chunks = pack(rows, TASK_BYTES)
+    if len(chunks) <= 1:
+        return spark.createDataFrame(rows, LINES_SCHEMA)
+    rdd = spark.sparkContext.parallelize(chunks, len(chunks)).flatMap(_rows_of)
+    return spark.createDataFrame(rdd, LINES_SCHEMA)
 
 
 def owners_frame(spark: SparkSession, owners: Mapping[str, OwnerRow]) -> DataFrame:
@@ -307,11 +340,34 @@ def imbalance(brokers: DataFrame) -> float:
 
 
 # ---------------------------------------------------------------- the whole chain
+def input_lines(
+    spark: SparkSession, inp: PlannerInputs, history: HistorySource | None
+) -> tuple[DataFrame, Any]:
+    """``(line, current)`` rows of the inputs, and the accumulator of malformed history lines
+    the executors skipped (None when the driver passed lines). ``history_keys`` are fetched by
+    the executors (:mod:`danube_planner.history_fetch`), ``history_lines`` come from the driver."""
+    lines = lines_frame(spark, inp.current_lines, inp.history_lines)
+    if not inp.history_keys:
+        return lines, None
+    if history is None:
+        raise ValueError(
+            f"{len(inp.history_keys)} load history object(s) to read on the executors, but no "
+            "HistorySource says where they are"
+        )
+    fetched, bad = history_frame(spark, inp.history_keys, history)
+    return lines.unionByName(fetched), bad
+
+
 def aggregate_spark(
-    spark: SparkSession, inp: PlannerInputs, params: AggregateParams = AggregateParams()
+    spark: SparkSession,
+    inp: PlannerInputs,
+    params: AggregateParams = AggregateParams(),
+    history: HistorySource | None = None,
 ) -> Aggregates:
-    """:func:`danube_planner.aggregate.aggregate`, on Spark."""
-    parsed = parse_reports(lines_frame(spark, inp.current_lines, inp.history_lines)).cache()
+    """:func:`danube_planner.aggregate.aggregate`, on Spark. History objects listed in
+    ``inp.history_keys`` are read by the executors from ``history``'s object store."""
+    lines, bad = input_lines(spark, inp, history)
+    parsed = parse_reports(lines).cache()
     cached: list[DataFrame] = [parsed]
     try:
         current = parsed.filter(F.col("current")).drop("current")
@@ -347,6 +403,8 @@ def aggregate_spark(
             cv = imbalance(scored)
         with spans.stage("spark count samples"):
             n_samples = samples.count()
+        if bad is not None and bad.value:
+            log.warning("the executors skipped %d malformed load history line(s)", bad.value)
         return Aggregates(
             brokers=broker_rows,
             topics=topic_rows_,

@@ -20,12 +20,13 @@ share of CPU and memory with it.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from danube_common.load import MSG_COST_BYTES
+from danube_common.load import MSG_COST_BYTES, LoadReport
 from danube_common.load_score import BrokerLoad, ScoreWeights
 
 #: The planner's role in the leader service.
@@ -48,6 +49,21 @@ class OwnerRow:
     moving_to: str = ""
 
 
+def split_report_lines(lines: Iterable[str]) -> tuple[list[str], int]:
+    """``(lines that parse as load reports, how many did not)``: a malformed line is skipped,
+    the same way by the driver and by the executors that fetch history themselves."""
+    out: list[str] = []
+    bad = 0
+    for line in lines:
+        try:
+            LoadReport.from_json(json.loads(line))
+        except (ValueError, KeyError, TypeError):
+            bad += 1
+            continue
+        out.append(line)
+    return out, bad
+
+
 @dataclass(frozen=True, slots=True)
 class PlannerInputs:
     """Everything one cycle aggregates. Reports are JSON lines (``LoadReport.to_json()``), the
@@ -61,6 +77,10 @@ class PlannerInputs:
     current_lines: Sequence[str]
     #: Load history lines (any time: filtered by the window).
     history_lines: Sequence[str] = ()
+    #: Load history objects not read yet (keys in the object store): an engine that fetches
+    #: history itself (the Spark engine's executors, :mod:`danube_planner.history_fetch`) reads
+    #: them; the driver then holds only the keys. Empty for the plain-Python engine.
+    history_keys: Sequence[str] = ()
     owners: Mapping[str, OwnerRow] = field(default_factory=dict)
     #: Registered brokers -> effective state (active, draining, drained).
     broker_states: Mapping[str, str] = field(default_factory=dict)

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -136,10 +137,17 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
     return conf
 
 
+def executor_python(settings: SparkSettings) -> str:
+    """The interpreter the executors run: ``spark.python``, else this process's."""
+    return settings.python or sys.executable
+
+
 def create_session(settings: SparkSettings) -> Any:
     """A started SparkSession (blocking: seconds for the JVM to start; call from a thread)."""
     preflight()
     os.environ["SPARK_LOCAL_IP"] = settings.driver_host  # read by the JVM launched below
+    # Read when the SparkContext starts; the executors start this Python for Python tasks.
+    os.environ["PYSPARK_PYTHON"] = executor_python(settings)
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per gateway call otherwise
     from pyspark.sql import SparkSession
 
@@ -153,5 +161,12 @@ def create_session(settings: SparkSettings) -> Any:
             f"could not start Spark (master {settings.master}): {str(exc).strip().splitlines()[0]}"
         ) from exc
     spark.sparkContext.setLogLevel("WARN")
+    got = spark.sparkContext.master
+    if got != settings.master:
+        # getOrCreate hands back a session this process already runs, whatever master it has.
+        raise SparkUnavailable(
+            f"a SparkSession on master {got} is already running in this process: stop it before "
+            f"starting one on {settings.master}"
+        )
     log.info("Spark session up (master %s, Spark %s)", settings.master, spark.version)
     return spark

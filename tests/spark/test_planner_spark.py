@@ -231,3 +231,16 @@ async def test_one_cycle_on_spark(engine: SparkEngine, skewed: Synthetic) -> Non
         "spark imbalance",
         "spark count samples",
     ]
+
+
+def test_the_drivers_lines_travel_in_chunks(
+    spark: Any, skewed: Synthetic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``TASK_BYTES`` the driver's lines go one chunk per task (here: a few KiB each)."""
+    inp = skewed.inputs()
+    monkeypatch.setattr(fr, "TASK_BYTES", 4096)
+    want = [(line, True) for line in inp.current_lines] + [(line, False) for line in inp.history_lines]
+    assert len(fr.pack(want, 4096)) > 5
+    frame = fr.lines_frame(spark, inp.current_lines, inp.history_lines)
+    assert frame.rdd.getNumPartitions() == len(fr.pack(want, 4096))
+    assert sorted((r["line"], r["current"]) for r in frame.collect()) == sorted(want)

@@ -47,13 +47,14 @@ from danube_broker.cloud import CloudAcks
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer
 from danube_broker.dispatch.base import Msg, PublishResult, PublishStream, SubType
+from danube_broker.dispatch.reliable.acks import Ranges
 from danube_broker.dispatch.reliable.cursor_batch import CursorWrite
 from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink
 from danube_broker.dispatch.reliable.dedup import UNKNOWN_OFFSET, Dedup, PendingAppend, original_offset
 from danube_broker.dispatch.reliable.engine import SubscriptionEngine
 from danube_broker.dispatch.reliable.log_port import TopicLogPort
 from danube_broker.dispatch.reliable.maintenance import Maintenance
-from danube_broker.dispatch.reliable.meta import FencedOut, SubscriptionRecord, SubscriptionStore
+from danube_broker.dispatch.reliable.meta import CursorState, FencedOut, SubscriptionRecord, SubscriptionStore
 from danube_broker.dispatch.reliable.policy import PolicyError, SubscriptionPolicy
 from danube_broker.dispatch.reliable.policy_watch import PolicyWatch
 from danube_broker.dispatch.reliable.recent import RecentMessages
@@ -231,6 +232,8 @@ class ReliableTopic:
         self._defaults = cfg.default_subscription_policy()
         #: Cursor last written to etcd, per subscription.
         self._persisted: dict[str, int] = {}
+        #: The acked ranges above each persisted cursor, as written with it.
+        self._persisted_acked: dict[str, Ranges] = {}
         self._flush_lock = asyncio.Lock()
         self._create_lock = asyncio.Lock()
         #: Cursor writes were refused: ownership moved on.
@@ -347,7 +350,7 @@ class ReliableTopic:
                 )
                 continue
             policy = self._policy(rec.name, s.policy)
-            self._add_subscription(rec.name, sub_type, cursor=s.cursor, policy=policy)
+            self._add_subscription(rec.name, sub_type, cursor=s.cursor, policy=policy, acked=s.acked)
         await self._follow_policies(revision)
         self._ctx.maintenance.register(self)
         if self.cloud is not None:
@@ -857,7 +860,14 @@ class ReliableTopic:
         log.info("reader %s on %s closed", sub.name, self.topic.name)
 
     def _add_subscription(
-        self, name: str, sub_type: SubType, *, cursor: int, policy: SubscriptionPolicy, durable: bool = True
+        self,
+        name: str,
+        sub_type: SubType,
+        *,
+        cursor: int,
+        policy: SubscriptionPolicy,
+        durable: bool = True,
+        acked: Ranges = (),
     ) -> Subscription:
         topic = self.topic
         sub = Subscription(
@@ -883,10 +893,12 @@ class ReliableTopic:
             deliverable=self._deliverable if self.cloud is not None else None,
             recent=self.recent,
             may_deliver=self._ctx.sure_of_ownership,
+            acked=acked,
         )
         sub.engine = engine
         if durable:
             self._persisted[name] = cursor
+            self._persisted_acked[name] = acked
         topic.subscriptions[name] = sub
         task = engine.start()
         self._tasks[task] = f"the dispatcher of subscription {name}"
@@ -899,6 +911,7 @@ class ReliableTopic:
             await sub.engine.aclose()
         async with self._flush_lock:  # no cursor write of it in flight: none lands after the delete
             self._persisted.pop(sub.name, None)
+            self._persisted_acked.pop(sub.name, None)
             await self._store.delete(sub.name)
         log.info("subscription %s on %s deleted (unsubscribed)", sub.name, self.topic.name)
 
@@ -948,21 +961,27 @@ class ReliableTopic:
             if changed:
                 await self._write_cursors(changed)
 
-    def _changed_cursors(self, subs: list[Subscription] | None = None) -> dict[str, int]:
+    def _changed_cursors(self, subs: list[Subscription] | None = None) -> dict[str, CursorState]:
+        """Subscriptions whose cursor, or acked ranges above it, changed since they were written."""
         if self._cursors_fenced:
             return {}
-        changed: dict[str, int] = {}
+        changed: dict[str, CursorState] = {}
+        persisted, persisted_acked = self._persisted, self._persisted_acked
         for sub in subs if subs is not None else list(self.topic.subscriptions.values()):
-            engine = sub.engine
-            if (
-                engine is not None
-                and sub.name in self._persisted
-                and engine.cursor != self._persisted[sub.name]
-            ):
-                changed[sub.name] = engine.cursor
+            engine, name = sub.engine, sub.name
+            if engine is None or name not in persisted:
+                continue
+            acked = engine.acks.persistable()
+            if engine.cursor != persisted[name] or acked != persisted_acked.get(name, ()):
+                changed[name] = (engine.cursor, acked)
         return changed
 
-    async def _write_cursors(self, changed: dict[str, int]) -> bool:
+    def _remember(self, written: dict[str, CursorState]) -> None:
+        for name, (cursor, acked) in written.items():
+            self._persisted[name] = cursor
+            self._persisted_acked[name] = acked
+
+    async def _write_cursors(self, changed: dict[str, CursorState]) -> bool:
         """This topic's cursors alone, fenced by its epoch (the flush lock is held)."""
         try:
             await self._store.write_cursors(changed)
@@ -979,7 +998,7 @@ class ReliableTopic:
             )
             self._cursor_moved()
             return False
-        self._persisted.update(changed)
+        self._remember(changed)
         return True
 
     # The maintenance loop's side of a flush (see Maintenance.Maintained).
@@ -998,7 +1017,7 @@ class ReliableTopic:
     async def end_cursor_flush(self, write: CursorWrite[Any], outcome: bool | DanubeError) -> bool:
         try:
             if outcome is True:
-                self._persisted.update(write.changed)
+                self._remember(write.changed)
                 return True
             if outcome is False:  # alone: refused if ownership moved on, as before
                 return await self._write_cursors(write.changed)

@@ -96,3 +96,18 @@ def test_acks_past_one_long_open_gap_are_one_range() -> None:
     tracker.ack_many([200_005, 200_003])  # two more gaps, out of order
     assert tracker.ranges == 3
     assert tracker.ack(1) and tracker.cursor == 200_001 and tracker.ranges == 2
+
+
+def test_the_lowest_ranges_are_persisted_and_restored() -> None:
+    tracker = AckTracker(4)
+    tracker.ack_many([7, 8, 10, 20, 21, 22])
+    assert tracker.persistable() == ((7, 8), (10, 10), (20, 22))
+    assert tracker.persistable(limit=2) == ((7, 8), (10, 10))  # a prefix: still all true
+    again = AckTracker(4)
+    again.restore(tracker.persistable())
+    assert (again.cursor, again.acked_above, again.ranges) == (4, 6, 3)
+    assert [o for o in range(30) if again.is_acked(o)] == [o for o in range(30) if tracker.is_acked(o)]
+    folded = AckTracker(4)
+    folded.restore(((2, 3), (5, 6), (9, 9), (9, 11)))  # below, touching the cursor, overlapping
+    assert (folded.cursor, folded.acked_above, folded.ranges) == (6, 3, 1)
+    assert folded.is_acked(10) and not folded.is_acked(8)

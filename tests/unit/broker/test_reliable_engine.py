@@ -74,9 +74,13 @@ async def test_cursor_advances_over_out_of_order_acks() -> None:
     await publish(rig.log, 5)
     await rig.pump()
     rig.engine.ack([4, 2, 1])
-    assert rig.engine.cursor == -1 and rig.cursor_moves == []
+    # The cursor stays; the acked ranges above it changed: the topic is told (they are persisted).
+    assert rig.engine.cursor == -1 and rig.cursor_moves == [-1]
+    assert rig.engine.acks.persistable() == ((1, 2), (4, 4))
     rig.engine.ack([0])
-    assert rig.engine.cursor == 2 and rig.cursor_moves == [2]
+    assert rig.engine.cursor == 2 and rig.cursor_moves == [-1, 2]
+    rig.engine.ack([2, 1])  # nothing new: nothing to tell
+    assert rig.cursor_moves == [-1, 2]
     rig.engine.ack([3, 3, 99])
     assert rig.engine.cursor == 4 and rig.engine.unacked_in_flight == 0
 

@@ -87,6 +87,14 @@ def test_session_settings_keep_local_runs_on_loopback() -> None:
     assert remote["spark.driver.host"] == "10.0.0.2" and remote["spark.executor.memory"] == "2g"
 
 
+def test_the_executors_run_the_planners_python_unless_told_otherwise() -> None:
+    assert sparkenv.executor_python(SparkSettings()) == sys.executable
+    assert (
+        sparkenv.executor_python(SparkSettings(python="/opt/danube/bin/python")) == "/opt/danube/bin/python"
+    )
+    assert SparkSettings().history_on_executors is True and SparkSettings().history_partitions == 0
+
+
 @pytest.mark.parametrize(
     "master", ["local", "local[*]", "local[4]", "spark://h:7077", "yarn", "k8s://https://h:6443"]
 )

@@ -12,8 +12,10 @@ range however many messages follow it. Acks that arrive in order extend the last
 (amortised); an ack that lands elsewhere costs a binary search and, when it opens a new gap or
 closes one, a list insert/delete (O(ranges)).
 
-Pure bookkeeping: no I/O, no clock. The cursor is what gets persisted; the ranges are not (after
-a restart, messages above the cursor are delivered again: at-least-once).
+Pure bookkeeping: no I/O, no clock. The cursor is persisted, and with it the lowest
+``MAX_PERSISTED_RANGES`` ranges (:meth:`AckTracker.persistable`; :meth:`AckTracker.restore`
+puts them back): after a restart or move, what those ranges cover is not delivered again; what
+was acknowledged above them is (at-least-once).
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ from bisect import bisect_right
 from collections.abc import Iterable
 
 NO_CURSOR = -1
+#: Acked ranges above the cursor written with it (the lowest ones: where redelivery starts).
+MAX_PERSISTED_RANGES = 64
+
+#: Acked ranges as persisted: ``((lo, hi), ...)``, sorted, each above the cursor.
+Ranges = tuple[tuple[int, int], ...]
 
 
 class AckTracker:
@@ -53,6 +60,30 @@ class AckTracker:
     def ranges(self) -> int:
         """Acked ranges kept above the cursor (one per gap closed on both sides)."""
         return len(self._lo)
+
+    def persistable(self, limit: int = MAX_PERSISTED_RANGES) -> Ranges:
+        """The lowest ``limit`` acked ranges above the cursor, to persist with it."""
+        return tuple(zip(self._lo[:limit], self._hi[:limit], strict=True))
+
+    def restore(self, ranges: Ranges) -> None:
+        """Acknowledge the persisted ``ranges`` again (after :meth:`persistable` was written with
+        this cursor), on a tracker holding no range yet (a fresh engine). Ranges at or below the
+        cursor, or touching it, are folded in."""
+        for lo, hi in sorted(ranges):
+            if hi <= self.cursor or lo > hi:
+                continue
+            if lo <= self.cursor + 1:
+                self.ack_through(hi)
+                continue
+            lows, highs = self._lo, self._hi
+            if lows and lo <= highs[-1] + 1:  # overlaps or touches the last range: merge
+                if hi > highs[-1]:
+                    self._count += hi - highs[-1]
+                    highs[-1] = hi
+                continue
+            lows.append(lo)
+            highs.append(hi)
+            self._count += hi - lo + 1
 
     def ack(self, offset: int) -> bool:
         """Acknowledge ``offset``; True if the cursor moved."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from danube_common.metadata.store import Compare, Op
 
@@ -29,7 +29,8 @@ class CursorWrite(Generic[T]):
     owner: T
     fence: Compare
     ops: list[Op]
-    changed: dict[str, int] = field(default_factory=dict)
+    #: What the owner writes per subscription (for a reliable topic: cursor and acked ranges).
+    changed: dict[str, Any] = field(default_factory=dict)
 
 
 def chunk_sizes(sizes: Sequence[int], max_ops: int = MAX_TXN_OPS) -> list[list[int]]:

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from danube_broker.dispatch.base import Msg, SubType
-from danube_broker.dispatch.reliable.acks import AckTracker
+from danube_broker.dispatch.reliable.acks import AckTracker, Ranges
 from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink, DeadLetterWorker
 from danube_broker.dispatch.reliable.delayed import due_monotonic, honours_delays
 from danube_broker.dispatch.reliable.log_port import Entry, TopicLogPort
@@ -127,7 +127,10 @@ class SubscriptionEngine:
         may_deliver: Callable[[], bool] | None = None,
         max_delayed: int = DEFAULT_MAX_DELAYED,
         wall_clock: Callable[[], float] = time.time,
+        acked: Ranges = (),
     ) -> None:
+        """``cursor`` and ``acked``: what was persisted (every offset <= ``cursor``, and the
+        ``acked`` ranges above it, are acknowledged: never delivered again)."""
         self.sub = sub
         #: False while the broker is not sure it still owns the topic (its registration lease
         #: may have expired: a paused process waking up): nothing is delivered then, since what
@@ -141,7 +144,8 @@ class SubscriptionEngine:
         self._deliverable = deliverable or (lambda: log_.durable_offset)
         self.policy = policy
         self.acks = AckTracker(cursor)
-        self.read_pos = cursor + 1
+        self.acks.restore(acked)
+        self.read_pos = self.acks.cursor + 1
         self._clock = clock
         self._topic_counters = topic_counters
         self._on_cursor = on_cursor
@@ -554,8 +558,8 @@ class SubscriptionEngine:
         if new:
             self.acks_total += len(new)
             self.pending.remove_many(new)
-            if self.acks.ack_many(new):
-                self._on_cursor()
+            self.acks.ack_many(new)
+            self._on_cursor()  # the cursor moved, or the acked ranges above it changed
         self._notify_if_waiting()
 
     def ack_through(self, offset: int) -> None:

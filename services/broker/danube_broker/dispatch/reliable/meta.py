@@ -5,7 +5,9 @@ Keys (all from :class:`danube_common.keys.Keys`):
 - ``subscription(topic, sub)``: ``{"type", "created_at_ms", "initial_position", "start_offset"}``,
   written when the subscription is created (before Subscribe answers);
 - ``subscription_cursor(topic, sub)``: ``{"cursor": N}``, every offset <= N acknowledged
-  (-1: none). Absent: nothing acknowledged since creation, i.e. ``start_offset - 1``;
+  (-1: none), and ``"acked": [[lo, hi], ...]`` when offsets above N are acknowledged too (the
+  lowest ranges: ``acks.MAX_PERSISTED_RANGES``). Absent: nothing acknowledged since creation,
+  i.e. ``start_offset - 1``;
 - ``subscription_policy(topic, sub)``: the failure policy, written by admins, under its own
   prefix (``subscription_policies_prefix``): the broker follows every policy with one watch
   (:class:`~danube_broker.dispatch.reliable.policy_watch.PolicyWatch`), and never sees its own
@@ -24,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from danube_broker.dispatch.reliable.acks import Ranges
 from danube_common.errors import TopicNotOwned
 from danube_common.metadata.store import Compare, Op
 from danube_common.resources import Resources
@@ -57,6 +60,19 @@ class StoredSubscription:
     #: The persisted cursor; ``start_offset - 1`` when none was written yet.
     cursor: int
     policy: dict[str, Any] | None
+    #: Acked ranges above the cursor persisted with it.
+    acked: Ranges = ()
+
+
+#: A subscription's acknowledgements as persisted: (cursor, acked ranges above it).
+CursorState = tuple[int, Ranges]
+
+
+def cursor_value(cursor: int, acked: Ranges) -> dict[str, Any]:
+    """The stored cursor record."""
+    if not acked:
+        return {"cursor": cursor}
+    return {"cursor": cursor, "acked": [[lo, hi] for lo, hi in acked]}
 
 
 class SubscriptionStore:
@@ -90,6 +106,7 @@ class SubscriptionStore:
         policies, revision = await self.read_policies()
         records: dict[str, SubscriptionRecord] = {}
         cursors: dict[str, int] = {}
+        acked: dict[str, Ranges] = {}
         for kv in kvs:
             name, kind = self.parse(kv.key)
             if not name:
@@ -106,10 +123,13 @@ class SubscriptionStore:
                     )
                 elif kind == "cursor":
                     cursors[name] = int(value["cursor"])
+                    acked[name] = tuple((int(lo), int(hi)) for lo, hi in value.get("acked", ()))
             except (ValueError, KeyError, TypeError) as exc:
                 log.error("topic %s: ignoring malformed subscription key %s (%s)", self._topic, kv.key, exc)
         out = [
-            StoredSubscription(rec, cursors.get(name, rec.start_offset - 1), policies.get(name))
+            StoredSubscription(
+                rec, cursors.get(name, rec.start_offset - 1), policies.get(name), acked.get(name, ())
+            )
             for name, rec in records.items()
         ]
         return out, revision
@@ -146,13 +166,13 @@ class SubscriptionStore:
         """The compare every write of the owner carries (the owner key at our epoch)."""
         return self._fence()
 
-    def cursor_ops(self, cursors: Mapping[str, int]) -> list[Op]:
+    def cursor_ops(self, cursors: Mapping[str, CursorState]) -> list[Op]:
         return [
-            Op.put(self._keys.subscription_cursor(self._topic, name), {"cursor": cursor})
-            for name, cursor in cursors.items()
+            Op.put(self._keys.subscription_cursor(self._topic, name), cursor_value(cursor, acked))
+            for name, (cursor, acked) in cursors.items()
         ]
 
-    async def write_cursors(self, cursors: Mapping[str, int]) -> None:
+    async def write_cursors(self, cursors: Mapping[str, CursorState]) -> None:
         """This topic's cursors alone, fenced (the broker-wide flusher batches several topics'
         writes in one transaction and falls back to this when the batch is refused)."""
         ops = self.cursor_ops(cursors)
