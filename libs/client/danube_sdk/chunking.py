@@ -133,6 +133,10 @@ class ChunkAssembler:
         """Messages with some but not all chunks received."""
         return len(self._partial)
 
+    def first_offsets(self) -> list[int]:
+        """Offsets of the first chunks of the incomplete messages whose first chunk arrived."""
+        return [p.chunks[0].msg_id.topic_offset for p in self._partial.values() if 0 in p.chunks]
+
     def add(self, m: pb.StreamMessage, now: float) -> tuple[pb.StreamMessage, ...] | None:
         """Take one chunk; return every chunk of its message in order once the last arrived."""
         info = m.chunk

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from danube_common.compression import Compression, compress_if_smaller
-from danube_common.errors import DanubeError, MessageTooLarge
+from danube_common.errors import DanubeError, InvalidArgument, MessageTooLarge
 from danube_sdk import delivery
 from danube_sdk.chunking import split
 from danube_sdk.connection import Connections
@@ -69,6 +69,8 @@ class Producer(Generic[T]):
         self._space = asyncio.Event()
         self._space.set()
         self._closed: ClientClosed | None = None
+        #: Whether the caller numbers the messages (``send_async(sequence_id=)``); None: no send yet.
+        self._explicit_ids: bool | None = None
         self._router = PartitionRouter(len(partitions), opts.routing_mode)
         names = [name if p == topic else f"{name}-{i}" for i, p in enumerate(partitions)]
         self._parts = [
@@ -126,6 +128,7 @@ class Producer(Generic[T]):
         key: str | None = None,
         deliver_after: float | timedelta | None = None,
         deliver_at: int | datetime | None = None,
+        sequence_id: int | None = None,
     ) -> asyncio.Future[MessageId]:
         """Queue one message; return a future resolved with its id once the broker acks it.
 
@@ -137,7 +140,25 @@ class Producer(Generic[T]):
         Delayed delivery (reliable topics; shared and key-shared subscriptions): not before
         ``deliver_after`` seconds (or timedelta) from now, or not before ``deliver_at`` (epoch
         milliseconds, or an aware datetime). See :mod:`danube_sdk.delivery`.
+
+        ``sequence_id`` (idempotent producers): the caller numbers the messages instead of the
+        producer, e.g. from their position in a replayable input, so that re-sending the same
+        messages with the same ids under the same ``producer_name`` (another process, a retry)
+        stores each once: the broker drops a message whose id is not above the last one it
+        stored for that producer name and partition. Ids must increase per partition (a key
+        routes to one); a producer takes explicit ids for every message or for none; such a
+        message is never split into chunks (over the size limit it fails with MessageTooLarge).
+        Bad ids raise ``InvalidArgument`` here.
         """
+        explicit = sequence_id is not None
+        if self._explicit_ids is None:
+            self._explicit_ids = explicit
+        elif self._explicit_ids != explicit:
+            raise InvalidArgument(
+                f"producer {self.producer_name}: give sequence_id for every message or for none"
+            )
+        if explicit and not self._opts.enable_idempotence:
+            raise InvalidArgument("sequence_id needs an idempotent producer (enable_idempotence=True)")
         due_ms = 0
         if deliver_after is not None or deliver_at is not None:
             due_ms = delivery.deliver_at_ms(
@@ -155,11 +176,19 @@ class Producer(Generic[T]):
             fut.set_exception(self._closed)
             return fut
         part = self._parts[self._router.choose(key)]
+        seq = 0
+        if sequence_id is not None:
+            seq = int(sequence_id)
+            if seq <= part.last_explicit_id:
+                raise InvalidArgument(
+                    f"sequence_id {seq} is not above {part.last_explicit_id}, the last one this producer "
+                    f"sent to {part.topic}: ids must increase per partition"
+                )
         if part.fatal is not None:
             fut.set_exception(part.fatal)
             return fut
         if part.max_message_size and len(payload) > part.max_message_size:
-            if self._opts.enable_chunking:
+            if self._opts.enable_chunking and not seq:
                 return await self._send_chunks(part, payload, codec, properties, key, fut, due_ms)
             fut.set_exception(
                 MessageTooLarge(
@@ -169,7 +198,16 @@ class Producer(Generic[T]):
             )
             return fut
         self._pending += 1
-        part.add(payload, properties, key, fut, time.time_ns() // 1_000_000, codec, deliver_at_ms=due_ms)
+        part.add(
+            payload,
+            properties,
+            key,
+            fut,
+            time.time_ns() // 1_000_000,
+            codec,
+            deliver_at_ms=due_ms,
+            sequence_id=seq,
+        )
         return fut
 
     async def _send_chunks(
@@ -230,11 +268,17 @@ class Producer(Generic[T]):
         key: str | None = None,
         deliver_after: float | timedelta | None = None,
         deliver_at: int | datetime | None = None,
+        sequence_id: int | None = None,
     ) -> MessageId:
         """Send one message and wait until the broker has acknowledged it (options as
         :meth:`send_async`)."""
         fut = await self.send_async(
-            value, properties=properties, key=key, deliver_after=deliver_after, deliver_at=deliver_at
+            value,
+            properties=properties,
+            key=key,
+            deliver_after=deliver_after,
+            deliver_at=deliver_at,
+            sequence_id=sequence_id,
         )
         return await fut
 

@@ -61,6 +61,13 @@ class Reader(Generic[T]):
         return self._consumer.skipped
 
     @property
+    def incomplete(self) -> dict[str, list[int]]:
+        """Per partition, the offsets at which chunked messages start that are still missing
+        chunks (received: the first chunk, not yet all of them). A reader that must stop at an
+        offset can wait for these to complete."""
+        return {t: p.chunks.first_offsets() for t, p in self._consumer._parts.items()}
+
+    @property
     def closed(self) -> bool:
         return self._consumer.closed
 

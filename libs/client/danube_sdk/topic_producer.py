@@ -18,6 +18,12 @@ producer name. A batch that may have been stored (sent, no answer) is resent wit
 ids, so the broker drops the copies it already has and answers with their first offsets. A
 batch the broker refused was not stored: it is retried with fresh ids after everything
 already on the wire, so the ids on the wire always increase.
+
+Explicit ids (``Producer.send_async(..., sequence_id=N)``): the caller numbers the messages
+(strictly increasing per partition producer). They are never renumbered: not above the
+broker's ``last_sequence_id`` on (re)connect, not when a refused batch is re-sent. So a
+process that re-sends the same messages with the same ids under the same producer name has
+every copy the broker already stored dropped as a duplicate.
 """
 
 from __future__ import annotations
@@ -95,6 +101,10 @@ class TopicProducer:
         self._idempotent = opts.enable_idempotence
         #: The sequence id of the next message (idempotent producers).
         self._next_sequence = 1
+        #: The caller numbers the messages (``add(..., sequence_id=)``): never renumber.
+        self._explicit_ids = False
+        #: The last explicit sequence id added (they must increase).
+        self.last_explicit_id = 0
         #: Set when the producer can no longer publish (non-retryable error, or closed).
         self.fatal: DanubeError | None = None
         self._task: asyncio.Task[None] | None = None
@@ -128,7 +138,7 @@ class TopicProducer:
         resp = await rpc(stubs.producer.CreateProducer(req, timeout=timeout))
         self.producer_id = resp.producer_id
         self.max_message_size = resp.max_message_size_bytes
-        if self._idempotent and resp.last_sequence_id >= self._next_sequence:
+        if self._idempotent and not self._explicit_ids and resp.last_sequence_id >= self._next_sequence:
             if self._next_sequence > 1:
                 log.warning(
                     "broker has sequence id %d for producer %s on %s, above ours (%d): does another "
@@ -178,11 +188,13 @@ class TopicProducer:
         compression: int = 0,
         chunk: tuple[str, int, int, int] | None = None,
         deliver_at_ms: int = 0,
+        sequence_id: int = 0,
     ) -> None:
         """Append one message to the open batch (sealing batches as they fill).
         ``compression``: the payload's codec; ``chunk``: (message uuid, index, count, total
         size) when the payload is one chunk of a large message; ``deliver_at_ms``: the due time
-        (delayed delivery; 0 = at once)."""
+        (delayed delivery; 0 = at once); ``sequence_id``: the caller's id for it (explicit ids,
+        checked by the Producer to increase; 0: numbered here)."""
         size = len(payload)
         b = self.open
         if b is None:
@@ -190,7 +202,13 @@ class TopicProducer:
         elif b.bytes + size > self._max_bytes:
             self._seal()
             b = self._open_batch()
-        if self._idempotent:
+        if sequence_id:
+            self._explicit_ids = True
+            self.last_explicit_id = sequence_id
+            m = b.messages.add(
+                payload=payload, publish_time=now_ms, producer_name=self.name, sequence_id=sequence_id
+            )
+        elif self._idempotent:
             m = b.messages.add(
                 payload=payload, publish_time=now_ms, producer_name=self.name, sequence_id=self._next_sequence
             )
@@ -250,8 +268,9 @@ class TopicProducer:
         return [b.done for b in batches]
 
     def _renumber_unsent(self) -> None:
-        """Fresh sequence ids, in order, for every batch not on the wire (ready, then open)."""
-        if not self._idempotent:
+        """Fresh sequence ids, in order, for every batch not on the wire (ready, then open).
+        Explicit ids are the caller's: kept as they are."""
+        if not self._idempotent or self._explicit_ids:
             return
         seq = self._next_sequence
         for b in self.ready:

@@ -11,6 +11,7 @@ from danube_common.errors import (
     ERRORS_BY_CODE,
     DanubeError,
     InvalidArgument,
+    MessageTooLarge,
     ResourceExhausted,
     Timeout,
     Unavailable,
@@ -201,3 +202,50 @@ async def test_a_reconnect_continues_above_a_higher_last_sequence_id(
     assert cluster.payloads(T)[mid.offset] == b"two"
     assert seqs(cluster) == [[1], [101]]
     assert cluster.unknown_duplicates == []
+
+
+# ---------------------------------------------------------------- explicit sequence ids
+
+
+async def test_explicit_ids_replayed_by_a_new_producer_are_stored_once(
+    client: DanubeClient, cluster: FakeCluster
+) -> None:
+    """A first run stored the messages numbered 1..3 of 1..5 (then died); a second producer of the
+    same name re-sends all five with the same ids: the broker keeps one copy of each, and the
+    ids are not renumbered above the broker's last."""
+    first = await client.create_producer(T, producer_name="replay")
+    for i in range(3):
+        await first.send(b"m%d" % i, sequence_id=10 + i)
+    await first.close()
+    second = await client.create_producer(T, producer_name="replay")
+    futs = [await second.send_async(b"m%d" % i, sequence_id=10 + i) for i in range(5)]
+    ids = await asyncio.gather(*futs)
+    assert cluster.payloads(T) == [b"m%d" % i for i in range(5)]
+    assert [m.offset for m in ids] == [0, 1, 2, 3, 4]  # the copies map to the stored offsets
+    assert [s for frame in seqs(cluster) for s in frame][-5:] == [10, 11, 12, 13, 14]
+
+
+async def test_explicit_ids_survive_a_lost_ack_unchanged(client: DanubeClient, cluster: FakeCluster) -> None:
+    producer = await client.create_producer(T, producer_name="lossy-explicit")
+    await producer.send(b"warm-up", sequence_id=100)
+    cluster.break_after_publish = 1
+    futs = [await producer.send_async(b"m%d" % i, sequence_id=200 + 2 * i) for i in range(3)]
+    await asyncio.gather(*futs)
+    assert cluster.payloads(T) == [b"warm-up", b"m0", b"m1", b"m2"]
+    assert seqs(cluster) == [[100], [200, 202, 204], [200, 202, 204]]
+
+
+async def test_explicit_ids_are_checked(client: DanubeClient, cluster: FakeCluster) -> None:
+    producer = await client.create_producer(T, producer_name="checked")
+    await producer.send(b"a", sequence_id=5)
+    with pytest.raises(InvalidArgument, match="not above 5"):
+        await producer.send_async(b"b", sequence_id=5)
+    with pytest.raises(InvalidArgument, match="every message or for none"):
+        await producer.send_async(b"c")
+    plain = await client.create_producer(T, producer_name="plain", enable_idempotence=False)
+    with pytest.raises(InvalidArgument, match="idempotent"):
+        await plain.send_async(b"d", sequence_id=1)
+    big = b"x" * 5000  # over the fake broker's 4096-byte limit: never chunked with an explicit id
+    fut = await producer.send_async(big, sequence_id=6)
+    with pytest.raises(MessageTooLarge):
+        await fut
