@@ -40,38 +40,38 @@ from danube_spark.history_options import HistoryOptions
 from danube_spark.history_plan import ReadTask
 
 
-def _schema() -> StructType:
-    def f(name: str, t: DataType, nullable: bool = True) -> StructField:
-        return StructField(name, t, nullable)
+def _field(name: str, t: DataType, nullable: bool = True) -> StructField:
+    return StructField(name, t, nullable)
 
+
+#: The columns of a message row, shared by ``danube-history`` and the streaming source.
+MESSAGE_FIELDS: list[StructField] = [
+    _field("topic", StringType(), False),
+    _field("partition", IntegerType()),
+    _field("offset", LongType(), False),
+    _field("publish_time", TimestampType(), False),
+    _field("key", StringType()),
+    _field("attributes", MapType(StringType(), StringType(), False), False),
+    _field("payload", BinaryType(), False),
+    _field("producer_name", StringType()),
+    _field("schema_id", LongType()),
+    _field("schema_version", IntegerType()),
+    _field("sequence_id", LongType()),
+]
+
+
+def _schema() -> StructType:
     chunk = StructType(
         [
-            f("message_uuid", StringType()),
-            f("index", IntegerType()),
-            f("count", IntegerType()),
-            f("total_size", LongType()),
+            _field("message_uuid", StringType()),
+            _field("index", IntegerType()),
+            _field("count", IntegerType()),
+            _field("total_size", LongType()),
         ]
     )
-    return StructType(
-        [
-            f("topic", StringType(), False),
-            f("partition", IntegerType()),
-            f("offset", LongType(), False),
-            f("publish_time", TimestampType(), False),
-            f("key", StringType()),
-            f("attributes", MapType(StringType(), StringType(), False), False),
-            f("payload", BinaryType(), False),
-            f("producer_name", StringType()),
-            f("schema_id", LongType()),
-            f("schema_version", IntegerType()),
-            f("sequence_id", LongType()),
-            f("compression", StringType()),
-            f("chunk", chunk),
-        ]
-    )
+    return StructType([*MESSAGE_FIELDS, _field("compression", StringType()), _field("chunk", chunk)])
 
 
-#: The rows (``SCHEMA.simpleString()`` shows it in DDL form).
 SCHEMA = _schema()
 #: Rows per record batch handed to Spark.
 BATCH_ROWS = 8192

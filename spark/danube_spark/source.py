@@ -47,20 +47,13 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
-    BinaryType,
-    DataType,
-    IntegerType,
-    LongType,
-    MapType,
-    StringType,
-    StructField,
     StructType,
-    TimestampType,
 )
 
 from danube_common.topic_name import TopicName
 from danube_sdk.types import Message
 from danube_spark import stream_offsets as so
+from danube_spark.history_rows import MESSAGE_FIELDS
 from danube_spark.stream_options import SourceOptions
 from danube_spark.topic_io import LoopClient, partitions_of, probe, read_range
 
@@ -68,24 +61,7 @@ log = logging.getLogger(__name__)
 
 
 def _schema() -> StructType:
-    def f(name: str, t: DataType, nullable: bool = True) -> StructField:
-        return StructField(name, t, nullable)
-
-    return StructType(
-        [
-            f("topic", StringType(), False),
-            f("partition", IntegerType()),
-            f("offset", LongType(), False),
-            f("publish_time", TimestampType(), False),
-            f("key", StringType()),
-            f("attributes", MapType(StringType(), StringType(), False), False),
-            f("payload", BinaryType(), False),
-            f("producer_name", StringType()),
-            f("schema_id", LongType()),
-            f("schema_version", IntegerType()),
-            f("sequence_id", LongType()),
-        ]
-    )
+    return StructType(MESSAGE_FIELDS)
 
 
 #: The rows of the streaming source (the columns of ``danube-history`` they share have the
