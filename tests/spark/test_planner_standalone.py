@@ -148,10 +148,6 @@ def stream_on(session: Any, danube: LocalCluster, checkpoint: Path) -> tuple[lis
     from danube_spark import register
 
     register(session)
-    # This thread's JVM side must see the cluster's session as the active one: a streaming
-    # write looks its sink up there (another module's stopped local session may be the default).
-    session._jvm.SparkSession.setActiveSession(session._jsparkSession)
-    session._jvm.SparkSession.setDefaultSession(session._jsparkSession)
     src, dst = f"/default/{unique('sa-src')}", f"/default/{unique('sa-dst')}"
     given = [(f"k{i % 3}", b"s%d" % i) for i in range(30)]
     produce(danube, src, given)
