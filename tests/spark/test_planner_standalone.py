@@ -2,10 +2,8 @@
 ``tests/support/spark_cluster.py``): its executors fetch the load history from the object store
 themselves, and the cycle computes what the plain-Python engine computes on the same history: the
 same report (to 1e-9) and the same plan (``test_planner_spark.py`` checks ``local[2]`` against the
-plain-Python engine the same way). On the same cluster session, the connectors run on the
-executors: ``danube-history`` reads a topic's uploaded segments, and a streaming query reads a
-topic of a real local Danube cluster with the ``danube`` source and writes it to another with
-the ``danube`` sink.
+plain-Python engine the same way). On the same cluster session, the
+``danube-history`` reader reads a topic's uploaded segments on the executors.
 
 The history is a local object-store directory (one machine: the executors see the same path).
 Another module's local session is stopped before the cluster's (one SparkContext per process).
@@ -15,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,13 +27,10 @@ from danube_common.objstore.local import LocalObjectStore
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.storage import object_key
 from danube_common.topic_name import TopicName
-from danube_local.cluster import LocalCluster
 from danube_planner.app import SparkEngine
 from danube_planner.config import PlannerConfig, SparkSettings
 from danube_planner.cycle import CycleResult, Engine, Planner, PythonEngine
 from danube_planner.model import Aggregates
-from tests.spark.test_stream import QUERY_TIMEOUT_S, produce, topic_contents
-from tests.support import unique
 from tests.support.segments import segment_object
 from tests.support.spark_cluster import StandaloneCluster
 from tests.unit.planner.helpers import NOW, Synthetic, zipf_cluster
@@ -59,10 +53,6 @@ class Cycles:
     #: (offset, payload) of every row ``danube-history`` read on the cluster, and its partitions.
     history_rows: list[tuple[int, bytes]]
     history_partitions: int
-    #: What the streaming query was given, and what its output topic holds (payloads, sorted).
-    streamed_in: list[bytes]
-    streamed_out: list[bytes]
-    stream_batches: int
 
 
 def config(objects: Path, settings: SparkSettings | None = None) -> PlannerConfig:
@@ -90,23 +80,11 @@ async def one_cycle(
 
 
 @pytest.fixture(scope="module")
-def danube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(brokers=1, workdir=tmp_path_factory.mktemp("danube"), log_level="WARNING")
-    c.start(timeout_s=60)
-    try:
-        yield c
-    finally:
-        c.stop()
+def cycles(spark_standalone: StandaloneCluster, tmp_path_factory: pytest.TempPathFactory) -> Cycles:
+    return asyncio.run(run_cycles(spark_standalone, tmp_path_factory.mktemp("history") / "objects"))
 
 
-@pytest.fixture(scope="module")
-def cycles(
-    spark_standalone: StandaloneCluster, danube: LocalCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Cycles:
-    return asyncio.run(run_cycles(spark_standalone, danube, tmp_path_factory.mktemp("history") / "objects"))
-
-
-async def run_cycles(cluster: StandaloneCluster, danube: LocalCluster, root: Path) -> Cycles:
+async def run_cycles(cluster: StandaloneCluster, root: Path) -> Cycles:
     # 8 brokers x 200 topics, skewed; 3 history reports per broker, batched 2 per object.
     syn = zipf_cluster(brokers=8, topics=200, skew=1.0, history_samples=3, max_topics=40, namespaces=4)
     objects = await LocalObjectStore.open(root)
@@ -132,44 +110,11 @@ async def run_cycles(cluster: StandaloneCluster, danube: LocalCluster, root: Pat
         apps = [a for a in cluster.status().get("activeapps", []) if a.get("name") == APP]
         executors = cluster_engine.session.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
         rows, parts = await asyncio.to_thread(read_history_on, cluster_engine.session, root.parent / "wal")
-        streamed = await asyncio.to_thread(stream_on, cluster_engine.session, danube, root.parent / "ckpt")
     finally:
         await asyncio.to_thread(cluster_engine.close)
     print(f"standalone: session and cycle {time.monotonic() - t0:.1f} s, {standalone.timings_ms}")
     await objects.aclose()
-    return Cycles(
-        python, standalone, len(listed), apps[0] if len(apps) == 1 else {}, executors, rows, parts, *streamed
-    )
-
-
-def stream_on(session: Any, danube: LocalCluster, checkpoint: Path) -> tuple[list[bytes], list[bytes], int]:
-    """A topic -> ``danube`` source -> ``danube`` sink -> topic, run to the end (availableNow) in
-    micro-batches of at most 10 messages on ``session``'s executors."""
-    from danube_spark import register
-
-    register(session)
-    src, dst = f"/default/{unique('sa-src')}", f"/default/{unique('sa-dst')}"
-    given = [(f"k{i % 3}", b"s%d" % i) for i in range(30)]
-    produce(danube, src, given)
-    query = (
-        session.readStream.format("danube")
-        .option("service_url", danube.service_url)
-        .option("topics", src)
-        .option("startingOffsets", "earliest")
-        .option("maxMessagesPerTrigger", 10)
-        .load()
-        .select("payload", "key")
-        .writeStream.format("danube")
-        .option("service_url", danube.service_url)
-        .option("topic", dst)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    assert query.awaitTermination(QUERY_TIMEOUT_S), "the streaming query did not finish"
-    (out,) = topic_contents(danube, dst).values()
-    batches = sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
-    return sorted(p for _, p in given), sorted(p for _, p, _ in out), batches
+    return Cycles(python, standalone, len(listed), apps[0] if len(apps) == 1 else {}, executors, rows, parts)
 
 
 def stop_active_session() -> None:
@@ -245,11 +190,6 @@ def test_the_cluster_ran_the_cycle_on_its_executors(
 def test_the_history_reader_reads_uploaded_segments_on_the_cluster(cycles: Cycles) -> None:
     assert cycles.history_partitions == 3  # one task per object, run by the workers' executors
     assert cycles.history_rows == [(i, b"m%d" % i) for i in range(12)]
-
-
-def test_a_stream_from_topic_to_topic_runs_on_the_cluster(cycles: Cycles) -> None:
-    assert cycles.streamed_out == cycles.streamed_in  # each message once, nothing else
-    assert cycles.stream_batches == 3  # 30 messages, at most 10 per micro-batch
 
 
 def test_standalone_and_python_compute_the_same_report(cycles: Cycles) -> None:
