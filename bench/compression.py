@@ -1,24 +1,26 @@
 """Payload compression: bytes on the wire and in the WAL, msg/s publish and end to end, for
-compressible 1 KB JSON payloads with none, lz4 and zstd, in one run.
+compressible 1 KB JSON payloads with none, lz4 and zstd, each per message and per batch (packs),
+in one run.
 
     .venv/bin/python bench/compression.py [--messages 30000] [--rounds 3]
 
 Part 1, in this process (no broker): the compression ratio of the payloads compressed one by
-one (what the SDK does: the codec travels with each message) next to the ratio the same codec
-would reach on whole batches of 100 and 1000 concatenated payloads (what per-batch compression
-would store), and the CPU cost per message of compressing and decompressing. The row
+one (``pack_batches=False``) next to the ratio the same codec reaches on packs of 100 and 1000
+messages (the SDK's pack format, what ``pack_batches=True`` stores), and the CPU cost per
+message of compressing and decompressing one by one. The row
 ``zstd+dict`` (not implemented in the SDK, measured only to size the gap) is per-message zstd
 with a 16 KB dictionary trained on the first 1000 payloads.
 
 Part 2, one local cluster (etcd + lookup + 1 broker; reliable topics with durability fsync, WAL on
-this machine's disk): for each codec one SDK producer publishes ``--messages`` distinct payloads
+this machine's disk): for each variant (none; lz4 and zstd per message and per batch) one SDK producer publishes ``--messages`` distinct payloads
 as fast as it can (pipelined, batched) to a fresh topic: publish msg/s. Then, on another fresh
 topic, an exclusive consumer in the same process receives (reading every payload, so it
 decompresses) and acks while the producer publishes: end-to-end msg/s = messages / (last
-received - first sent). Bytes on the wire are the payload bytes the consumer received (the
-same bytes the producer sent and the broker stored; the frame overhead per message is the same
-for every codec); WAL bytes are the topic's segment files on disk after the publish run.
-Codecs run in a rotated order each round; the table shows each figure's median over the rounds.
+received - first sent). Bytes on the wire are the payload bytes the consumer received as they
+travelled (a pack counted once; the same bytes the producer sent and the broker stored);
+WAL bytes are the topic's segment files on disk after the publish run (they include the
+per-record framing, which packs also save). Variants run in a rotated order each round; the
+table shows each figure's median over the rounds.
 """
 
 from __future__ import annotations
@@ -37,10 +39,20 @@ import zstandard
 
 from danube_common.compression import Compression, compress, decompress
 from danube_common.grpc_util import strip_scheme
+from danube_common.packing import pack
 from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
+from danube_common.pb import DanubeApi_pb2 as pb
 
 CODECS = (Compression.NONE, Compression.LZ4, Compression.ZSTD)
+#: (name, codec, pack_batches) of part 2.
+VARIANTS = (
+    ("none", Compression.NONE, False),
+    ("lz4/msg", Compression.LZ4, False),
+    ("lz4/batch", Compression.LZ4, True),
+    ("zstd/msg", Compression.ZSTD, False),
+    ("zstd/batch", Compression.ZSTD, True),
+)
 PAYLOAD_BYTES = 1024
 #: The free-text field is made of these words (customer notes), so it compresses like text.
 _NOTE_TEXT = (
@@ -117,9 +129,10 @@ def offline(docs: list[bytes]) -> list[dict[str, float | str]]:
             "compress_us": (t1 - t0) / len(docs) * 1e6,
             "decompress_us": (t2 - t1) / len(docs) * 1e6,
         }
+        msgs = [pb.StreamMessage(payload=d) for d in docs]
         for size in (100, 1000):
-            batches = [b"".join(docs[i : i + size]) for i in range(0, len(docs), size)]
-            row[f"batch_{size}"] = raw / sum(len(compress(codec, b)) for b in batches)
+            packs = [pack(msgs[i : i + size]) for i in range(0, len(msgs), size)]
+            row[f"batch_{size}"] = raw / sum(len(compress(codec, b)) for b in packs)
         rows.append(row)
     # Not implemented, measured only to size the gap: per-message zstd with a dictionary trained
     # on the first 1000 payloads (what a per-topic dictionary could recover without batches).
@@ -156,12 +169,14 @@ def wal_bytes(data_root: Path, topic: str) -> int:
     )
 
 
-async def publish_only(service_url: str, topic: str, codec: Compression, docs: list[bytes]) -> float:
+async def publish_only(
+    service_url: str, topic: str, codec: Compression, packs: bool, docs: list[bytes]
+) -> float:
     from danube_sdk import DanubeClient, DispatchStrategy
 
     async with DanubeClient(service_url) as client:
         producer = await client.create_producer(
-            topic, dispatch_strategy=DispatchStrategy.RELIABLE, compression=codec
+            topic, dispatch_strategy=DispatchStrategy.RELIABLE, compression=codec, pack_batches=packs
         )
         await producer.send(docs[0])
         t0 = time.perf_counter()
@@ -173,14 +188,14 @@ async def publish_only(service_url: str, topic: str, codec: Compression, docs: l
 
 
 async def end_to_end(
-    service_url: str, topic: str, codec: Compression, docs: list[bytes]
+    service_url: str, topic: str, codec: Compression, packs: bool, docs: list[bytes]
 ) -> tuple[float, int]:
     """(msg/s from first send to last receive, payload bytes received as they travelled)."""
     from danube_sdk import DanubeClient, DispatchStrategy, SubType
 
     async with DanubeClient(service_url) as client:
         producer = await client.create_producer(
-            topic, dispatch_strategy=DispatchStrategy.RELIABLE, compression=codec
+            topic, dispatch_strategy=DispatchStrategy.RELIABLE, compression=codec, pack_batches=packs
         )
         await producer.send(b"{}")
         consumer = await client.subscribe(topic, subscription="bench", sub_type=SubType.EXCLUSIVE)
@@ -192,7 +207,8 @@ async def end_to_end(
             while got < len(docs):
                 for m in await consumer.receive_many(1000, timeout_s=60):
                     assert len(m.payload) == PAYLOAD_BYTES  # decompresses
-                    wire += len(m.raw.payload)
+                    if not m.batch_index:  # a pack once, with its first message
+                        wire += len(m.raw.payload)
                     await consumer.ack(m)
                     got += 1
             return time.perf_counter()
@@ -229,52 +245,53 @@ def main() -> None:
 
     from danube_local.cluster import LocalCluster
 
-    results: dict[Compression, dict[str, list[float]]] = {
-        c: {"pub": [], "e2e": [], "wire": [], "wal": []} for c in CODECS
+    results: dict[str, dict[str, list[float]]] = {
+        v[0]: {"pub": [], "e2e": [], "wire": [], "wal": []} for v in VARIANTS
     }
     with (
         tempfile.TemporaryDirectory() as tmp,
         LocalCluster(brokers=1, workdir=Path(tmp), log_level="WARNING") as c,
     ):
         for rnd in range(args.rounds):
-            order = CODECS[rnd % 3 :] + CODECS[: rnd % 3]
-            for codec in order:
-                name = codec.name.lower()
+            k = rnd % len(VARIANTS)
+            for name, codec, packs in VARIANTS[k:] + VARIANTS[:k]:
                 print(f"== part 2, round {rnd + 1}: {name} ...", flush=True)
-                topic = f"/default/bench-compression-{name}-pub-{rnd}"
+                slug = name.replace("/", "-")
+                topic = f"/default/bench-compression-{slug}-pub-{rnd}"
                 create_topic(c.admin_url, topic)
-                results[codec]["pub"].append(asyncio.run(publish_only(c.service_url, topic, codec, docs)))
-                results[codec]["wal"].append(wal_bytes(Path(tmp) / "data", topic))
-                topic = f"/default/bench-compression-{name}-e2e-{rnd}"
+                rate = asyncio.run(publish_only(c.service_url, topic, codec, packs, docs))
+                results[name]["pub"].append(rate)
+                results[name]["wal"].append(wal_bytes(Path(tmp) / "data", topic))
+                topic = f"/default/bench-compression-{slug}-e2e-{rnd}"
                 create_topic(c.admin_url, topic)
-                rate, wire = asyncio.run(end_to_end(c.service_url, topic, codec, docs))
-                results[codec]["e2e"].append(rate)
-                results[codec]["wire"].append(wire)
+                rate, wire = asyncio.run(end_to_end(c.service_url, topic, codec, packs, docs))
+                results[name]["e2e"].append(rate)
+                results[name]["wire"].append(wire)
 
     med = {c: {k: statistics.median(v) for k, v in r.items()} for c, r in results.items()}
-    base = med[Compression.NONE]
+    base = med["none"]
     print()
     print(
         f"part 2: reliable topic (fsync), {len(docs):,} x {PAYLOAD_BYTES} B, median of {args.rounds} rounds"
     )
     print(
-        f"{'codec':<6} {'wire MB':>8} {'wire x':>7} {'WAL MB':>8} {'WAL x':>6} "
+        f"{'variant':<10} {'wire MB':>8} {'wire x':>7} {'WAL MB':>8} {'WAL x':>6} "
         f"{'publish msg/s':>13} {'vs none':>7} {'e2e msg/s':>10} {'vs none':>7}"
     )
-    for codec in CODECS:
-        m = med[codec]
+    for name, _, _ in VARIANTS:
+        m = med[name]
         print(
-            f"{codec.name.lower():<6} {m['wire'] / 1e6:>8.2f} {raw_bytes / m['wire']:>7.2f} "
+            f"{name:<10} {m['wire'] / 1e6:>8.2f} {raw_bytes / m['wire']:>7.2f} "
             f"{m['wal'] / 1e6:>8.2f} {base['wal'] / m['wal']:>6.2f} "
             f"{m['pub']:>13,.0f} {m['pub'] / base['pub']:>7.2f} {m['e2e']:>10,.0f} {m['e2e'] / base['e2e']:>7.2f}"
         )
     print("(wire x: raw payload bytes / bytes sent; WAL x: WAL bytes of none / WAL bytes of the codec)")
     print("each round (msg/s, publish | end to end):")
-    for codec in CODECS:
-        r = results[codec]
+    for name, _, _ in VARIANTS:
+        r = results[name]
         pub = ", ".join(f"{v:,.0f}" for v in r["pub"])
         e2e = ", ".join(f"{v:,.0f}" for v in r["e2e"])
-        print(f"  {codec.name.lower():<6} {pub} | {e2e}")
+        print(f"  {name:<10} {pub} | {e2e}")
 
 
 if __name__ == "__main__":

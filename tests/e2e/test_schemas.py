@@ -141,6 +141,31 @@ async def test_publishing_goes_on_after_a_refused_batch(cluster: LocalCluster, c
     assert (await consumer.receive(timeout_s=15)).payload == b'{"name": "ada"}'
 
 
+async def test_packed_batches_are_validated_message_by_message(
+    cluster: LocalCluster, client: DanubeClient
+) -> None:
+    """A compressing producer packs its batches; the broker opens each pack to validate every
+    message in it, and refuses the whole batch for one bad message."""
+    subject = unique("people")
+    await client.schemas().register(subject, "json_schema", json.dumps(PERSON))
+    topic = await enforced_topic(cluster, client, subject)
+    consumer = await client.subscribe(topic, subscription="s")
+    producer = await client.create_producer(
+        topic, schema_ref=SchemaReference(subject), compression="zstd", batching_max_messages=4
+    )
+    good = [json.dumps({"name": f"person-{i}", "note": "x" * 40}).encode() for i in range(8)]
+    ids = await producer.send_many(good)
+    assert any(i.batch_index is not None for i in ids)  # packs went through validation
+    assert [(await consumer.receive(timeout_s=15)).payload for _ in good] == good
+    bad = [*good[:3], b'{"name": 7}']  # one batch of 4: one pack
+    results = await asyncio.gather(*[await producer.send_async(p) for p in bad], return_exceptions=True)
+    assert isinstance(results[3], InvalidPayload) and "'string'" in str(results[3]), results
+    kept = [p for p, r in zip(bad, results, strict=True) if not isinstance(r, BaseException)]
+    await producer.send(b'{"name": "sentinel"}')
+    after = [(await consumer.receive(timeout_s=15)).payload for _ in range(len(kept) + 1)]
+    assert after == [*kept, b'{"name": "sentinel"}']  # nothing of a refused batch was stored
+
+
 async def test_first_producer_binds_a_bare_topic(client: DanubeClient) -> None:
     schema = JsonSchema(Order, subject=unique("bind"))
     topic = f"/default/{unique('bare')}"

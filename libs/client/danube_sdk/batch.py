@@ -23,7 +23,7 @@ _STATUS_BY_NUMBER = {sc.value[0]: sc for sc in grpc.StatusCode}
 
 
 class Batch:
-    __slots__ = ("bytes", "deadline", "done", "frame", "futures", "messages", "opened_at", "spans")
+    __slots__ = ("bytes", "deadline", "done", "frame", "futures", "groups", "messages", "opened_at", "spans")
 
     def __init__(self, opened_at: float, deadline: float | None, done: asyncio.Future[None]) -> None:
         self.frame = pb.PublishBatch()
@@ -37,6 +37,9 @@ class Batch:
         self.done = done
         #: The ``send`` spans of its sampled messages, by index (None: none sampled).
         self.spans: list[tuple[int, Span]] | None = None
+        #: How many sent messages each wire message carries once packs were made at sealing
+        #: (``danube_sdk.packs``); None: one each.
+        self.groups: list[int] | None = None
 
     @property
     def seq(self) -> int:
@@ -47,7 +50,11 @@ class Batch:
 
     def resolve(self, topic: str, first_offset: int, producer_id: int, offsets: Sequence[int] = ()) -> None:
         """Resolve every message: with ``offsets[i]`` when the ack lists offsets (some messages
-        were duplicates stored earlier), else with ``first_offset + i``."""
+        were duplicates stored earlier), else with ``first_offset + i`` (``i`` counting wire
+        messages: the messages of a pack share its offset and have their index in it)."""
+        if self.groups is not None:
+            self._resolve_packed(topic, first_offset, producer_id, offsets)
+            return
         if offsets:
             for fut, offset in zip(self.futures, offsets, strict=True):
                 if not fut.done():
@@ -56,9 +63,31 @@ class Batch:
             for i, fut in enumerate(self.futures):
                 if not fut.done():
                     fut.set_result(MessageId(topic, first_offset + i, producer_id))
+        self._end_spans(lambda i: offsets[i] if offsets else first_offset + i)
+
+    def _resolve_packed(
+        self, topic: str, first_offset: int, producer_id: int, offsets: Sequence[int]
+    ) -> None:
+        assert self.groups is not None
+        owner: list[int] = []  # sent message -> the offset of the wire message holding it
+        traced = self.spans is not None
+        futures = iter(self.futures)
+        for k, count in enumerate(self.groups):
+            offset = offsets[k] if offsets else first_offset + k
+            if traced:
+                owner.extend([offset] * count)
+            for index in range(count):
+                fut = next(futures)
+                if not fut.done():
+                    fut.set_result(MessageId(topic, offset, producer_id, index if count > 1 else None))
+        self._end_spans(owner.__getitem__)
+
+    def _end_spans(self, offset_of: Callable[[int], int]) -> None:
+        """End the ``send`` spans (``offset_of``: a sent message's index -> its offset), then
+        finish the batch."""
         if self.spans is not None:
             for i, span in self.spans:
-                offset = offsets[i] if offsets else first_offset + i
+                offset = offset_of(i)
                 span.set_attribute("messaging.message.id", str(offset))
                 span.set_attribute("messaging.danube.offset", offset)
                 span.end()

@@ -27,6 +27,7 @@ from typing import Any, TypeVar, cast
 
 from danube_common.compression import Compression, decompress
 from danube_common.pb import DanubeApi_pb2 as pb
+from danube_sdk.packs import PackTracker, unpack_into
 from danube_sdk.types import Message
 
 log = logging.getLogger(__name__)
@@ -206,18 +207,24 @@ def build_messages(
     decode: Callable[[bytes], Any] | None,
     assembler: ChunkAssembler,
     now: float,
+    packs: PackTracker | None = None,
 ) -> list[Message[Any]]:
     """The messages of one delivery frame: plain ones as they are, compressed ones wrapped,
-    chunks collected until their message is complete."""
+    packs opened (``packs``: what was acknowledged of them; None for readers), chunks
+    collected until their message is complete."""
     has = _has_field
     plain: list[Message[Any]] = [
-        Message(m, topic, decode) for m in raws if not m.compression and not has(m, "chunk")
+        Message(m, topic, decode)
+        for m in raws
+        if not m.compression and not m.batch_size and not has(m, "chunk")
     ]
     if len(plain) == len(raws):  # the common case, in one comprehension
         return plain
     out: list[Message[Any]] = []
     for m in raws:
-        if m.HasField("chunk"):
+        if m.batch_size:
+            unpack_into(out, m, topic, decode, packs)
+        elif m.HasField("chunk"):
             chunks = assembler.add(m, now)
             if chunks is not None:
                 out.append(PackedMessage(chunks[0], topic, decode, chunks))

@@ -105,6 +105,7 @@ class DanubeClient:
         routing_mode: RoutingMode = RoutingMode.ROUND_ROBIN,
         enable_idempotence: bool = True,
         compression: Compression | str = Compression.NONE,
+        pack_batches: bool = True,
         enable_chunking: bool = True,
     ) -> Producer[T]: ...
 
@@ -127,6 +128,7 @@ class DanubeClient:
         routing_mode: RoutingMode = RoutingMode.ROUND_ROBIN,
         enable_idempotence: bool = True,
         compression: Compression | str = Compression.NONE,
+        pack_batches: bool = True,
         enable_chunking: bool = True,
     ) -> Producer[bytes]: ...
 
@@ -148,6 +150,7 @@ class DanubeClient:
         routing_mode: RoutingMode = RoutingMode.ROUND_ROBIN,
         enable_idempotence: bool = True,
         compression: Compression | str = Compression.NONE,
+        pack_batches: bool = True,
         enable_chunking: bool = True,
     ) -> Producer[Any]:
         """Attach a producer to ``topic`` (every partition of it, if partitioned).
@@ -165,8 +168,11 @@ class DanubeClient:
         version is resolved through the registry once, here, sent in ``CreateProducer`` (pinned)
         and stamped on every message (``producer.schema``).
 
-        ``compression``: ``none``, ``lz4`` or ``zstd`` (or a :class:`Compression`), applied to
-        each payload; consumers decompress. ``enable_chunking``: a payload larger than the
+        ``compression``: ``none``, ``lz4`` or ``zstd`` (or a :class:`Compression`); consumers
+        decompress. With ``pack_batches`` (the default) the messages of a batch that share a
+        routing key travel as one record compressed as a whole (they share an offset and are
+        told apart by ``Message.batch_index``; see :mod:`danube_sdk.packs`); without it each
+        payload is compressed alone. ``enable_chunking``: a payload larger than the
         broker's limit is sent as chunks and reassembled by consumers (else MessageTooLarge).
         """
         self._check_open()
@@ -185,6 +191,7 @@ class DanubeClient:
             routing_mode=RoutingMode(routing_mode),
             enable_idempotence=bool(enable_idempotence),
             compression=Compression.parse(compression),
+            pack_batches=bool(pack_batches),
             enable_chunking=bool(enable_chunking),
         )
         target = schema if schema is not None else schema_ref

@@ -14,6 +14,7 @@ from danube_sdk.acks import AckBuffer
 from danube_sdk.connection import Connections
 from danube_sdk.errors import ClientClosed, ClientTimeout
 from danube_sdk.options import ClientOptions, ConsumerOptions
+from danube_sdk.packs import PackedEntryMessage
 from danube_sdk.receive_queue import ReceiveQueue
 from danube_sdk.retry import backoff_s, retry_until
 from danube_sdk.start_position import StartPosition
@@ -164,14 +165,16 @@ class Consumer(Generic[T]):
         topic = msg.topic
         if topic not in self._parts:
             raise InvalidArgument(f"message from {topic} does not belong to this consumer ({self.topic})")
+        if self._spans is not None:
+            self._spans.settled(topic, msg.offset, "ack", msg.batch_index)
+        if isinstance(msg, PackedEntryMessage) and not msg.settle_in_pack():
+            return  # the pack's offset is acknowledged with its last message
         chunks = msg.chunk_offsets
         if chunks:
             self._acks.add_many(topic, list(chunks))  # a large message: every chunk
             n = self._acks.count
         else:
             n = self._acks.add(topic, msg.offset)
-        if self._spans is not None:
-            self._spans.settled(topic, msg.offset, "ack")
         if n == 1:
             self._ack_wake.set()
         if n >= self._opts.ack_batch_size:
@@ -194,6 +197,10 @@ class Consumer(Generic[T]):
                 f"is {self._opts.sub_type.name.lower()}: use ack() for each message"
             )
         upto = max(msg.chunk_offsets or (msg.offset,))  # a large message: up to its last chunk
+        if isinstance(msg, PackedEntryMessage) and not msg.settle_in_pack(cumulative=True):
+            upto = msg.offset - 1  # the rest of its pack is not acknowledged yet
+            if upto < 0:
+                return
         await retry_until(
             lambda: part.ack_batch([upto], cumulative=True),
             timeout_s=self._client_opts.operation_timeout_s,
@@ -268,7 +275,7 @@ class Consumer(Generic[T]):
             raise InvalidArgument(f"message from {msg.topic} does not belong to this consumer ({self.topic})")
         await part.nack(msg, delay_ms)
         if self._spans is not None:
-            self._spans.settled(msg.topic, msg.offset, "nack")
+            self._spans.settled(msg.topic, msg.offset, "nack", msg.batch_index)
 
     async def flush_acks(self) -> None:
         """Send every buffered ack now; failures are logged, the messages get redelivered."""

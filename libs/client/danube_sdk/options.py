@@ -55,6 +55,9 @@ class ProducerOptions:
     enable_idempotence: bool = True
     #: Payload codec (a payload that does not get smaller is sent uncompressed).
     compression: Compression = Compression.NONE
+    #: With compression, pack the messages of a batch that share a routing key into one
+    #: record compressed as a whole (:mod:`danube_sdk.packs`); False: compress each alone.
+    pack_batches: bool = True
     #: Split a payload larger than the broker's max_message_size_bytes into chunks (else
     #: MessageTooLarge).
     enable_chunking: bool = True

@@ -165,9 +165,7 @@ class Producer(Generic[T]):
                 deliver_after=deliver_after, deliver_at=deliver_at, now_ms=time.time_ns() // 1_000_000
             )
         payload = self._encode(value) if self._encode is not None else cast(bytes, value)
-        codec = self._opts.compression
-        if codec:
-            codec, payload = compress_if_smaller(codec, payload)
+        codec = Compression.NONE  # compressed when its batch is sealed (danube_sdk.packs) ...
         while self._pending >= self._max_pending and self._closed is None:
             self._space.clear()
             await self._space.wait()
@@ -187,6 +185,9 @@ class Producer(Generic[T]):
         if part.fatal is not None:
             fut.set_exception(part.fatal)
             return fut
+        if part.max_message_size and len(payload) > part.max_message_size and self._opts.compression:
+            # ... unless it may fit only once compressed
+            codec, payload = compress_if_smaller(self._opts.compression, payload)
         if part.max_message_size and len(payload) > part.max_message_size:
             if self._opts.enable_chunking and not seq:
                 return await self._send_chunks(part, payload, codec, properties, key, fut, due_ms)

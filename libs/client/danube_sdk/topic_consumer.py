@@ -23,6 +23,7 @@ from danube_sdk.chunking import ChunkAssembler, PackedMessage, build_messages
 from danube_sdk.connection import Connections, Stubs, rpc
 from danube_sdk.mux import ConsumeLane, MuxUnsupported
 from danube_sdk.options import ClientOptions, ConsumerOptions
+from danube_sdk.packs import PackTracker
 from danube_sdk.receive_queue import ReceiveQueue
 from danube_sdk.retry import backoff_s
 from danube_sdk.start_position import StartPosition
@@ -92,6 +93,9 @@ class TopicConsumer:
             max_pending=opts.max_pending_chunked_messages,
             topic=topic,
         )
+        #: Packs delivered and not fully acknowledged (readers, which never ack, keep none).
+        self.packs = PackTracker()
+        self._packs_or_none = self.packs if reader is None else None
 
     async def subscribe(self, hint_url: str | None = None) -> None:
         url = hint_url or await self._conns.lookup(self.topic)
@@ -203,6 +207,7 @@ class TopicConsumer:
             req.publish_time_ms = publish_time_ms
         dropped = self._queue.purge(self.topic)
         self.chunks.clear()
+        self.packs.clear()
         resp = await rpc(self._stubs.consumer.Seek(req, timeout=self._client_opts.rpc_timeout_s))
         log.debug("seek on %s: continuing from %d (dropped %d buffered)", self.topic, resp.offset, dropped)
         return int(resp.offset)
@@ -329,7 +334,9 @@ class TopicConsumer:
         msgs = self._fresh(frame.messages) if self._reader is not None else frame.messages
         if msgs:
             self._received_in_session = True
-            built = build_messages(msgs, self.topic, self._decode, self.chunks, time.monotonic())
+            built = build_messages(
+                msgs, self.topic, self._decode, self.chunks, time.monotonic(), self._packs_or_none
+            )
             if built:
                 self.waiting_for_room = True
                 await self._queue.put_many(built)
@@ -348,7 +355,9 @@ class TopicConsumer:
             msgs = self._fresh(frame.messages) if self._reader is not None else frame.messages
             if msgs:
                 self._received_in_session = True
-                built = build_messages(msgs, topic, self._decode, self.chunks, time.monotonic())
+                built = build_messages(
+                    msgs, topic, self._decode, self.chunks, time.monotonic(), self._packs_or_none
+                )
                 if built:
                     self.waiting_for_room = True
                     await queue.put_many(built)

@@ -44,6 +44,7 @@ from danube_sdk.connection import Connections, Stubs, rpc
 from danube_sdk.errors import ClientClosed, ClientTimeout
 from danube_sdk.mux import MuxUnsupported, PublishLane
 from danube_sdk.options import ClientOptions, ProducerOptions
+from danube_sdk.packs import compress_batch
 from danube_sdk.retry import backoff_s
 from danube_sdk.streams import call_error, health_watch, map_stream_error, race
 from danube_sdk.tracing import SendSampler, active_tracer
@@ -82,6 +83,9 @@ class TopicProducer:
         self._max_messages = opts.batching_max_messages
         self._max_bytes = opts.batching_max_bytes
         self._max_inflight = opts.max_inflight_batches
+        self._codec = opts.compression
+        #: Packing would merge the caller's sequence ids: never with explicit ids.
+        self._pack_runs = opts.pack_batches
         self.producer_id = 0
         #: Largest payload the broker accepts (0: it did not say).
         self.max_message_size = 0
@@ -204,6 +208,7 @@ class TopicProducer:
             b = self._open_batch()
         if sequence_id:
             self._explicit_ids = True
+            self._pack_runs = False
             self.last_explicit_id = sequence_id
             m = b.messages.add(
                 payload=payload, publish_time=now_ms, producer_name=self.name, sequence_id=sequence_id
@@ -253,6 +258,11 @@ class TopicProducer:
         b = self.open
         if b is not None:
             self.open = None
+            if self._codec:
+                limit = self.max_message_size or self._max_bytes
+                b.groups = compress_batch(
+                    b.messages, self._codec, pack_runs=self._pack_runs, max_pack_bytes=limit
+                )
             self.ready.append(b)
             self._wake.set()
 
@@ -472,21 +482,22 @@ class TopicProducer:
                 if ack.HasField("error"):
                     self._on_refused(batch, ack.error)
                 else:
-                    if ack.count != len(batch):
+                    sent = len(batch.messages)
+                    if ack.count != sent:
                         log.warning(
                             "broker acked %d messages of a %d-message batch on %s",
                             ack.count,
-                            len(batch),
+                            sent,
                             self.topic,
                         )
                     self._acked_in_session = True
                     self._release(len(batch))
                     offsets: Sequence[int] = ack.offsets
-                    if offsets and len(offsets) != len(batch):
+                    if offsets and len(offsets) != sent:
                         log.warning(
                             "broker listed %d offsets for a %d-message batch on %s; using first_offset",
                             len(offsets),
-                            len(batch),
+                            sent,
                             self.topic,
                         )
                         offsets = ()

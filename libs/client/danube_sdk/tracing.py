@@ -137,20 +137,21 @@ def start_send(tracer: Tracer, topic: str, producer: str, attributes: Any, size:
 
 
 class ProcessSpans:
-    """The open ``process`` spans of one consumer, by (topic, offset)."""
+    """The open ``process`` spans of one consumer, by (topic, offset, index in its pack)."""
 
     def __init__(self, tracer: Tracer, subscription: str) -> None:
         self._tracer = tracer
         self._subscription = subscription
-        self._open: collections.OrderedDict[tuple[str, int], Span] = collections.OrderedDict()
+        self._open: collections.OrderedDict[tuple[str, int, int | None], Span] = collections.OrderedDict()
 
     def received(self, msg: Message[Any]) -> None:
         """The application got ``msg``: start its span if it carries a sampled trace."""
         raw = msg.raw
-        parent = sampled_parent(raw.attributes)
+        index = msg.batch_index
+        parent = sampled_parent(raw.attributes if index is None else msg.properties)
         if parent is None:
             return
-        key = (msg.topic, msg.offset)
+        key = (msg.topic, msg.offset, index)
         old = self._open.pop(key, None)
         if old is not None:  # delivered again before it was settled
             old.set_attribute("messaging.danube.settlement", "redelivered")
@@ -167,7 +168,7 @@ class ProcessSpans:
                     "messaging.message.id": str(msg.offset),
                     "messaging.danube.offset": msg.offset,
                     "messaging.danube.redelivery_count": raw.redelivery_count,
-                    "messaging.message.body.size": len(raw.payload),
+                    "messaging.message.body.size": len(raw.payload if index is None else msg.payload),
                 },
             ),
         )
@@ -177,9 +178,9 @@ class ProcessSpans:
             oldest.set_attribute("messaging.danube.settlement", "none")
             oldest.end()
 
-    def settled(self, topic: str, offset: int, how: str) -> None:
+    def settled(self, topic: str, offset: int, how: str, batch_index: int | None = None) -> None:
         """``how`` = "ack" / "nack": end the message's span, if it has one."""
-        span = self._open.pop((topic, offset), None)
+        span = self._open.pop((topic, offset, batch_index), None)
         if span is not None:
             span.set_attribute("messaging.danube.settlement", how)
             span.end()
@@ -187,7 +188,7 @@ class ProcessSpans:
     def settled_up_to(self, topic: str, offset: int) -> None:
         """A cumulative ack of ``topic`` up to ``offset``."""
         for key in [k for k in self._open if k[0] == topic and k[1] <= offset]:
-            self.settled(key[0], key[1], "ack")
+            self.settled(*key[:2], "ack", key[2])
 
     def close(self) -> None:
         while self._open:

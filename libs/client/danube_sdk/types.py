@@ -58,14 +58,18 @@ class RoutingMode(enum.Enum):
 
 
 class MessageId(NamedTuple):
-    """Where a message landed: the (partition) topic and its offset there."""
+    """Where a message landed: the (partition) topic and its offset there, and for a message
+    sent in a pack (compression per batch, :mod:`danube_sdk.packs`) its index in the pack."""
 
     topic: str
     offset: int
     producer_id: int = 0
+    batch_index: int | None = None
 
     def __str__(self) -> str:
-        return f"{self.topic}@{self.offset}"
+        if self.batch_index is None:
+            return f"{self.topic}@{self.offset}"
+        return f"{self.topic}@{self.offset}:{self.batch_index}"
 
 
 class Message(Generic[T]):
@@ -155,6 +159,12 @@ class Message(Generic[T]):
     def deliver_at_ms(self) -> int:
         """The due time its producer asked for (epoch ms; 0: none). See ``send(deliver_after=)``."""
         return self._raw.deliver_at_ms
+
+    @property
+    def batch_index(self) -> int | None:
+        """Its index in the pack it arrived in (a compressing producer packs the messages of
+        a batch into one record, :mod:`danube_sdk.packs`), or None: it arrived alone."""
+        return None
 
     @property
     def chunk_offsets(self) -> tuple[int, ...]:

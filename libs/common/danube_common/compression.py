@@ -1,10 +1,8 @@
 """Payload codecs (pure): producers compress, consumers decompress, the broker only stores.
 
-The codec travels with each message (``StreamMessage.compression``, wire values of
-``PayloadCompression``). Compression is per message payload: the broker assigns an offset to
-every message, and dispatches, acknowledges and redelivers messages one by one, so it must be
-able to tell messages apart without decompressing anything (docs/benchmarks.md, "Compression",
-has the measured cost of not compressing whole batches).
+The codec travels with each record (``StreamMessage.compression``, wire values of
+``PayloadCompression``): one message's payload, or a pack of many messages compressed together
+(:mod:`danube_common.packing`).
 
 Both codecs use their self-describing *frame* formats (the decompressed size is in the frame
 header), so a consumer can refuse a payload that would decompress past its limit before

@@ -56,6 +56,7 @@ from danube_common.errors import (
     TooManySubscriptions,
 )
 from danube_common.namespace_policies import NamespacePolicies
+from danube_common.packing import message_count
 
 if TYPE_CHECKING:
     from danube_broker.config import BrokerConfig
@@ -233,18 +234,20 @@ class TopicLimits:
             return
         self._at_gate += 1
         try:
-            await self._pass_gate(topic, quota, rate, len(msgs), nbytes)
+            await self._pass_gate(topic, quota, rate, msgs, nbytes)
         finally:
             self._at_gate -= 1
 
     async def _pass_gate(
-        self, topic: Topic, quota: int | None, rate: PublishRate | None, count: int, nbytes: int
+        self, topic: Topic, quota: int | None, rate: PublishRate | None, msgs: list[Msg], nbytes: int
     ) -> None:
+        """The backlog quota counts stored records (a pack is one, as in the backlog); the
+        publish rate counts the messages sent (a pack's ``batch_size``)."""
         async with self._gate:
             if quota is not None:
-                await self._backlog_room(topic, quota, count)
+                await self._backlog_room(topic, quota, len(msgs))
             if rate is not None:
-                delay = rate.reserve(count, nbytes)
+                delay = rate.reserve(message_count(msgs), nbytes)
                 if delay > 0:
                     self.rate_waits += 1
                     if self._events is not None:

@@ -20,7 +20,7 @@ version of what they read (``StreamMessage.schema_id``/``schema_version``).
 Payload validation is batched: one compiled validator per version (compiled once and cached),
 run over the batch's payloads in one pass on the publish path. A compressed payload
 (``StreamMessage.compression``) is decompressed for the check only (what is stored stays as
-the producer sent it); a chunk of a large message cannot be validated and is refused (a
+the producer sent it), and every message of a pack (``StreamMessage.batch_size``) is checked; a chunk of a large message cannot be validated and is refused (a
 problem under ``warn``), since no broker ever holds the whole message.
 """
 
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from danube_common.compression import decompress
 from danube_common.errors import DanubeError, FailedPrecondition, IncompatibleSchema, InvalidPayload, NotFound
 from danube_common.grpc_util import MAX_GRPC_MESSAGE_BYTES
+from danube_common.packing import unpack
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.schema import CompileCache, validate_batch
 from danube_common.schema_store import (
@@ -168,14 +169,16 @@ class SchemaGate:
                 return f"{where.format(indexes[0])} names version {version} of schema subject {subject.subject!r}, which does not exist"
             compiled = self._compiled.compile(rec.schema_type, rec.definition)
             payloads: list[bytes] = []
+            owners: list[int] = []  # payload -> the message it is (in a pack: part of)
             for i in indexes:
-                payload, problem = _plain_payload(msgs[i], where.format(i), subject.subject)
+                plain, problem = _plain_payloads(msgs[i], where.format(i), subject.subject)
                 if problem is not None:
                     return problem
-                payloads.append(payload)
+                payloads.extend(plain)
+                owners.extend([i] * len(plain))
             errors = validate_batch(compiled, payloads, first_only=True)
             if errors:
-                i = indexes[errors[0].index]
+                i = owners[errors[0].index]
                 return (
                     f"{where.format(i)} does not match schema subject {subject.subject!r} version "
                     f"{rec.version} ({rec.schema_type}): {errors[0].reason}"
@@ -191,17 +194,23 @@ class SchemaGate:
             )
 
 
-def _plain_payload(m: pb.StreamMessage, where: str, subject: str) -> tuple[bytes, str | None]:
-    """The payload to validate (decompressed if needed), or why it cannot be validated."""
+def _plain_payloads(m: pb.StreamMessage, where: str, subject: str) -> tuple[list[bytes], str | None]:
+    """The payloads to validate (decompressed if needed; each message of a pack), or why they
+    cannot be validated."""
+    if m.batch_size:
+        try:
+            return [e.payload for e in unpack(m, max_bytes=MAX_GRPC_MESSAGE_BYTES)], None
+        except DanubeError as exc:
+            return [], f"{where} cannot be validated against schema subject {subject!r}: {exc.message}"
     if m.HasField("chunk"):
-        return b"", (
+        return [], (
             f"{where} is chunk {m.chunk.index + 1} of {m.chunk.count} of a message larger than the "
             f"broker's max_message_size_bytes; payloads of schema subject {subject!r} are validated and "
             "a chunk cannot be: send messages within the limit, or turn payload validation off"
         )
     if not m.compression:
-        return m.payload, None
+        return [m.payload], None
     try:
-        return decompress(m.compression, m.payload, max_bytes=MAX_GRPC_MESSAGE_BYTES), None
+        return [decompress(m.compression, m.payload, max_bytes=MAX_GRPC_MESSAGE_BYTES)], None
     except DanubeError as exc:
-        return b"", f"{where} cannot be validated against schema subject {subject!r}: {exc.message}"
+        return [], f"{where} cannot be validated against schema subject {subject!r}: {exc.message}"

@@ -9,6 +9,7 @@ import pytest
 
 from danube_common.compression import Compression, compress
 from danube_common.errors import InvalidPayload
+from danube_common.packing import pack
 from danube_common.pb import DanubeApi_pb2 as pb
 from tests.unit.broker.test_schema_gate import Env, env, msg, ref
 
@@ -66,3 +67,28 @@ async def test_chunks_are_refused_on_validated_topics_and_pass_elsewhere(env: En
     loose = await env.topic("/default/chunks-unchecked")
     await env.configure(loose, "people", "enforce", payloads=False)
     env.gate.check_batch(loose, producer, [part])  # schema ids only: chunks are fine
+
+
+async def test_every_message_of_a_pack_is_validated(env: Env) -> None:
+    topic = await env.topic("/default/packs")
+    await env.configure(topic, "people", "enforce")
+    producer = await env.gate.bind_producer(topic, ref("people"))
+
+    def pack_of(*docs: dict[str, object]) -> pb.StreamMessage:
+        m = msg(
+            compress(Compression.ZSTD, pack([pb.StreamMessage(payload=json.dumps(d).encode()) for d in docs]))
+        )
+        m.compression = pb.PAYLOAD_COMPRESSION_ZSTD
+        m.batch_size = len(docs)
+        return m
+
+    good = pack_of({"name": "ann"}, {"name": "bob"}, {"name": "cy"})
+    wire = good.payload
+    env.gate.check_batch(topic, producer, [good])
+    assert good.payload == wire  # stored as sent
+    with pytest.raises(InvalidPayload, match="message 1 of the batch does not match"):
+        env.gate.check_batch(topic, producer, [good, pack_of({"name": "dee"}, {"age": 4})])
+    broken = pack_of({"name": "eve"}, {"name": "fay"})
+    broken.batch_size = 3
+    with pytest.raises(InvalidPayload, match="holds 2 messages, its header says 3"):
+        env.gate.check_batch(topic, producer, [broken])

@@ -157,7 +157,7 @@ async def test_compressed_messages_travel_compressed_and_arrive_plain(
 ) -> None:
     cluster.create_topic(T)
     consumer = await client.subscribe(T, subscription="s", sub_type=SubType.EXCLUSIVE)
-    producer = await client.create_producer(T, compression="zstd")
+    producer = await client.create_producer(T, compression="zstd", pack_batches=False)
     doc = json.dumps({"order": 1, "items": ["pen"] * 50}).encode()
     await producer.send_many([doc, b"x"])
     stored = cluster.topics[T].log

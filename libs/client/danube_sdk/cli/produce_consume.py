@@ -189,8 +189,15 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
         "--compression",
         choices=[c.name.lower() for c in Compression],
         default="none",
-        help="compress each payload with this codec (consumers decompress it; a payload that does "
-        "not get smaller is sent as it is). default: none",
+        help="compress with this codec: the messages of a batch with the same key together "
+        "(consumers unpack and decompress them; what does not get smaller is sent as it is). "
+        "default: none",
+    )
+    prod.add_argument(
+        "--no-pack",
+        action="store_true",
+        help="with --compression, compress each payload alone instead of packing a batch's "
+        "messages into one compressed record (each message then has an offset of its own)",
     )
     prod.add_argument(
         "--no-chunking",
@@ -390,6 +397,7 @@ async def run_produce(
             access_mode=AccessMode.EXCLUSIVE if args.exclusive else AccessMode.SHARED,
             schema_ref=schema_ref,
             compression=args.compression,
+            pack_batches=not args.no_pack,
             enable_chunking=not args.no_chunking,
         )
         progress.started = time.monotonic()
@@ -505,6 +513,8 @@ def format_json(msg: Message[Any], decoded: Any = RAW) -> str:
         doc["deliver_at_ms"] = msg.deliver_at_ms
     if msg.chunk_offsets:
         doc["chunk_offsets"] = list(msg.chunk_offsets)
+    if msg.batch_index is not None:
+        doc["batch_index"] = msg.batch_index
     if decoded is not RAW:
         doc["value"] = decoded
     try:

@@ -137,7 +137,7 @@ class ReceiveRequest(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., consumer_id: _Optional[int] = ...) -> None: ...
 
 class StreamMessage(_message.Message):
-    __slots__ = ("request_id", "msg_id", "payload", "publish_time", "producer_name", "subscription_name", "attributes", "schema_id", "schema_version", "routing_key", "sequence_id", "redelivery_count", "deliver_at_ms", "compression", "chunk")
+    __slots__ = ("request_id", "msg_id", "payload", "publish_time", "producer_name", "subscription_name", "attributes", "schema_id", "schema_version", "routing_key", "sequence_id", "redelivery_count", "deliver_at_ms", "compression", "chunk", "batch_size")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -160,6 +160,7 @@ class StreamMessage(_message.Message):
     DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
     COMPRESSION_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     msg_id: MsgID
     payload: bytes
@@ -175,7 +176,31 @@ class StreamMessage(_message.Message):
     deliver_at_ms: int
     compression: PayloadCompression
     chunk: MessageChunk
-    def __init__(self, request_id: _Optional[int] = ..., msg_id: _Optional[_Union[MsgID, _Mapping]] = ..., payload: _Optional[bytes] = ..., publish_time: _Optional[int] = ..., producer_name: _Optional[str] = ..., subscription_name: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ..., schema_id: _Optional[int] = ..., schema_version: _Optional[int] = ..., routing_key: _Optional[str] = ..., sequence_id: _Optional[int] = ..., redelivery_count: _Optional[int] = ..., deliver_at_ms: _Optional[int] = ..., compression: _Optional[_Union[PayloadCompression, str]] = ..., chunk: _Optional[_Union[MessageChunk, _Mapping]] = ...) -> None: ...
+    batch_size: int
+    def __init__(self, request_id: _Optional[int] = ..., msg_id: _Optional[_Union[MsgID, _Mapping]] = ..., payload: _Optional[bytes] = ..., publish_time: _Optional[int] = ..., producer_name: _Optional[str] = ..., subscription_name: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ..., schema_id: _Optional[int] = ..., schema_version: _Optional[int] = ..., routing_key: _Optional[str] = ..., sequence_id: _Optional[int] = ..., redelivery_count: _Optional[int] = ..., deliver_at_ms: _Optional[int] = ..., compression: _Optional[_Union[PayloadCompression, str]] = ..., chunk: _Optional[_Union[MessageChunk, _Mapping]] = ..., batch_size: _Optional[int] = ...) -> None: ...
+
+class PackedMessages(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[PackedEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[PackedEntry, _Mapping]]] = ...) -> None: ...
+
+class PackedEntry(_message.Message):
+    __slots__ = ("payload", "attributes", "publish_time")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    payload: bytes
+    attributes: _containers.ScalarMap[str, str]
+    publish_time: int
+    def __init__(self, payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ..., publish_time: _Optional[int] = ...) -> None: ...
 
 class MessageChunk(_message.Message):
     __slots__ = ("message_uuid", "index", "count", "total_size")
