@@ -154,6 +154,22 @@ async def test_batches_waiting_for_the_rate_keep_their_order(
     assert limits is not None and limits.rate_waits > 0
 
 
+async def test_the_publish_rate_counts_the_messages_of_a_pack(
+    reg: BrokerRegistry, resources: Resources
+) -> None:
+    await set_policies(reg, resources, publish_rate_msgs_per_s=100.0)  # a burst of 10 messages
+    p = await producer(reg, "p")
+    limits = reg.topics[TOPIC].limits
+    assert limits is not None
+    plain = msgs(1)
+    await reg.publish(p, plain, reg.payload_bytes(plain))
+    assert limits.rate_waits == 0
+    packed = msgs(1)
+    packed[0].batch_size = 30  # one record carrying 30 messages: more than the burst
+    await reg.publish(p, packed, reg.payload_bytes(packed))
+    assert limits.rate_waits == 1
+
+
 async def reliable_backlog(reg: BrokerRegistry, resources: Resources, policy: str) -> tuple[Any, Any]:
     await set_policies(reg, resources, backlog_quota_messages=10, backlog_quota_policy=policy)
     p = await producer(reg, "p", "reliable")
