@@ -43,13 +43,9 @@ QUERY_TIMEOUT_S = 90
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(brokers=1, workdir=tmp_path_factory.mktemp("stream-cluster"), log_level="WARNING")
-    c.start(timeout_s=60)
-    try:
-        yield c
-    finally:
-        c.stop()
+def cluster(danube_cluster: LocalCluster) -> LocalCluster:
+    """The session's local Danube cluster (tests/spark/conftest.py)."""
+    return danube_cluster
 
 
 @pytest.fixture(scope="module", autouse=True)
