@@ -166,7 +166,8 @@ class RowBuilder:
         ms = pa.array(self.cols[3], type=pa.int64())
         self.cols[3] = []
         fields = list(arrow_schema)
-        arrays = [pa.array(col, type=f.type) for col, f in zip(self.cols, fields, strict=False)]
+        base = fields[: len(self.cols)]  # then decode's columns, if any
+        arrays = [pa.array(col, type=f.type) for col, f in zip(self.cols, base, strict=True)]
         arrays[3] = pc.multiply(ms, 1000).cast(arrow_schema.field(3).type)
         if self.decoder is not None:
             arrays += self.decoder.take(*fields[len(self.cols) :])

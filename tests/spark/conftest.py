@@ -98,10 +98,9 @@ def _spark_at_exit() -> Iterator[None]:
 def spark(_spark_at_exit: None) -> Iterator[Any]:
     """The shared local SparkSession (a module that stopped it gets it restarted); it is this
     thread's active and default session during the module, and neither after."""
-    session = _session()
-    yield session
-    if ss.alive(session):
-        ss.release(session)
+    yield _session()
+    if _shared is not None and ss.alive(_shared):  # the module may have had it replaced
+        ss.release(_shared)
 
 
 @pytest.fixture(scope="module")
