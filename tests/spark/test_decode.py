@@ -27,7 +27,7 @@ from danube_local.cluster import LocalCluster
 from danube_sdk import AvroSchema, DanubeClient, DispatchStrategy
 from danube_sdk.schema_registry import SchemaRegistryClient
 from danube_spark.topic_io import run_async
-from tests.spark.test_stream import QUERY_TIMEOUT_S, admin
+from tests.spark.test_stream import QUERY_TIMEOUT_S
 from tests.support import unique
 from tests.support.segments import segment_object
 
@@ -60,12 +60,12 @@ def test_the_stream_source_decodes_avro_payloads_by_their_writers_version(
     spark: Any, danube_cluster: LocalCluster, tmp_path: Path
 ) -> None:
     topic, subject = f"/default/{unique('typed')}", unique("orders")
-    admin(danube_cluster, "topics", "create", topic, "--dispatch-strategy", "reliable")
 
     async def produce() -> None:
         async with DanubeClient(danube_cluster.service_url) as client:
             reliable = DispatchStrategy.RELIABLE
-            # The first producer with a schema binds the topic to its subject (policy none).
+            # The first producer creates the topic (reliable) and, having a schema, binds it to
+            # its subject (policy none).
             p1 = await client.create_producer(
                 topic, schema=AvroSchema(V1, subject=subject), dispatch_strategy=reliable
             )
