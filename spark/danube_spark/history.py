@@ -18,6 +18,8 @@ straight from object storage (no broker; etcd only on the driver, and only if as
 
 The driver lists the topic's objects and plans the tasks (:mod:`.history_plan`); each executor
 fetches and decodes its objects (:mod:`.history_rows`). Options: :mod:`.history_options`.
+With ``decode=true`` the driver also resolves the topic's schema in the registry (once, when the
+DataFrame is made) and the rows get ``value`` and ``decode_error`` (:mod:`.decoding`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from danube_spark.decoding import DecodeSpec, fetch_spec
 from danube_spark.history_options import HistoryOptions, parse_options
 from danube_spark.history_plan import ReadTask, plan_history
 from danube_spark.history_rows import SCHEMA, read_task
@@ -42,8 +45,9 @@ class TaskPartition(InputPartition):
 
 
 class HistoryReader(DataSourceReader):
-    def __init__(self, opts: HistoryOptions) -> None:
+    def __init__(self, opts: HistoryOptions, decode: DecodeSpec | None = None) -> None:
         self.opts = opts
+        self.decode = decode
 
     def partitions(self) -> Sequence[InputPartition]:
         return [TaskPartition(t) for t in plan_history(self.opts).tasks]
@@ -51,7 +55,7 @@ class HistoryReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, TaskPartition):
             return iter(())  # nothing to read: Spark hands one empty partition instead of none
-        return read_task(partition.task, self.opts)
+        return read_task(partition.task, self.opts, self.decode)
 
 
 class HistoryDataSource(DataSource):
@@ -61,8 +65,22 @@ class HistoryDataSource(DataSource):
     def name(cls) -> str:
         return "danube-history"
 
+    def _spec(self, opts: HistoryOptions) -> DecodeSpec | None:
+        """The decode spec, resolved once (Spark pickles this instance after ``schema()``)."""
+        if not opts.decode or opts.schema_registry_url is None:
+            return None
+        spec: DecodeSpec | None = getattr(self, "_decode_spec", None)
+        if spec is None:
+            spec = fetch_spec(
+                opts.schema_registry_url, [str(opts.topic)], opts.schema_subject, opts.schema_version
+            )
+            self._decode_spec = spec
+        return spec
+
     def schema(self) -> StructType:
-        return SCHEMA
+        spec = self._spec(parse_options(dict(self.options)))
+        return SCHEMA if spec is None else StructType([*SCHEMA.fields, *spec.fields()])
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return HistoryReader(parse_options(dict(self.options)))
+        opts = parse_options(dict(self.options))
+        return HistoryReader(opts, self._spec(opts))

@@ -15,6 +15,13 @@ project's own config models, so the names are those of the services' YAML, dotte
     max_partition_bytes         bytes of objects one task reads at most (default 64 MiB)
     decompress                  true (default) | false: lz4/zstd payloads as stored
     incarnation                 listing only: the topic incarnation to read (default: newest)
+    decode                      false (default) | true: add the columns value (the payload
+                                decoded by its schema) and decode_error (see danube_spark.decoding)
+    schema_registry_url         with decode: where the driver asks the schema registry (the
+                                service URL or the admin URL of the lookup service)
+    schema_subject              with decode: the subject (default: the one the topic is bound to)
+    schema_version              with decode: the version the value column is typed by (default:
+                                the latest)
 """
 
 from __future__ import annotations
@@ -42,11 +49,16 @@ _SCALARS = {
     "max_partition_bytes",
     "decompress",
     "incarnation",
+    "decode",
+    "schema_registry_url",
+    "schema_subject",
+    "schema_version",
 }
 _HELP = (
     "options: topic, object_store.* (backend, local_dir, prefix, s3.bucket, s3.endpoint_url, ...), "
     "etcd.* (endpoints, cluster, ...), start_offset, end_offset, start_time, end_time, "
-    "max_objects_per_partition, max_partition_bytes, decompress, incarnation"
+    "max_objects_per_partition, max_partition_bytes, decompress, incarnation, decode, schema_registry_url, "
+    "schema_subject, schema_version"
 )
 
 
@@ -64,6 +76,10 @@ class HistoryOptions:
     max_partition_bytes: int = 64 * MIB
     decompress: bool = True
     incarnation: int | None = None
+    decode: bool = False
+    schema_registry_url: str | None = None
+    schema_subject: str | None = None
+    schema_version: int | None = None
 
     def keeps_time(self, publish_time_ms: int) -> bool:
         if self.start_time_ms is not None and publish_time_ms < self.start_time_ms:
@@ -111,11 +127,24 @@ def parse_options(options: Mapping[str, str]) -> HistoryOptions:
         max_partition_bytes=_int(opts, "max_partition_bytes", 64 * MIB, low=1) or 64 * MIB,
         decompress=_bool(opts, "decompress", True),
         incarnation=_int(opts, "incarnation", None, low=1),
+        decode=_bool(opts, "decode", False),
+        schema_registry_url=(opts.get("schema_registry_url") or "").strip() or None,
+        schema_subject=(opts.get("schema_subject") or "").strip() or None,
+        schema_version=_int(opts, "schema_version", None, low=1),
     )
     if out.end_offset is not None and out.end_offset < out.start_offset:
         raise ConfigError(
             f"danube-history: end_offset {out.end_offset} is below start_offset {out.start_offset} "
             "(the range is [start_offset, end_offset))"
+        )
+    if out.decode and out.schema_registry_url is None:
+        raise ConfigError(
+            "danube-history: decode=true needs schema_registry_url (the service URL or the lookup's admin "
+            "URL: the driver asks it for the schema; executors do not)"
+        )
+    if not out.decode and (out.schema_subject or out.schema_version or out.schema_registry_url):
+        raise ConfigError(
+            "danube-history: schema_registry_url, schema_subject and schema_version need decode=true"
         )
     if out.incarnation is not None and out.etcd is not None:
         raise ConfigError("danube-history: incarnation applies to listing only (without etcd.*)")

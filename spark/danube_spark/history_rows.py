@@ -36,6 +36,7 @@ from danube_common.errors import CorruptData, UnsupportedCompression
 from danube_common.objstore import ObjectStore, open_object_store
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.segment_objects import DAMAGE_ADVICE, Piece, decode_object
+from danube_spark.decoding import DecodeSpec, PayloadDecoder
 from danube_spark.history_options import HistoryOptions
 from danube_spark.history_plan import ReadTask
 
@@ -82,11 +83,13 @@ _CODEC_NAMES = {c.value: c.name.lower() for c in Compression}
 class RowBuilder:
     """Columns of the rows being built (plain lists, one per field of :data:`SCHEMA`)."""
 
-    def __init__(self, task: ReadTask, opts: HistoryOptions) -> None:
+    def __init__(self, task: ReadTask, opts: HistoryOptions, decode: DecodeSpec | None = None) -> None:
         self.topic = task.topic
         self.partition = task.partition
         self.opts = opts
         self.cols: list[list[Any]] = [[] for _ in range(13)]
+        #: decode=true: the value and decode_error columns, after those above.
+        self.decoder = PayloadDecoder(decode) if decode is not None else None
 
     def __len__(self) -> int:
         return len(self.cols[0])
@@ -143,6 +146,17 @@ class RowBuilder:
             if chunked
             else None
         )
+        if self.decoder is not None:
+            sid = m.schema_id if m.HasField("schema_id") else None
+            sver = m.schema_version if m.HasField("schema_version") else None
+            if chunked:
+                self.decoder.add_undecodable("a chunk of a large message is not decoded alone")
+            elif m.compression and not self.opts.decompress:
+                self.decoder.add_undecodable(
+                    "the payload is compressed (read with decompress=true to decode)"
+                )
+            else:
+                self.decoder.add(payload, sid, sver)
 
     def take(self, arrow_schema: Any) -> Any:
         """The rows built so far as one ``pyarrow.RecordBatch`` (and start afresh)."""
@@ -151,27 +165,33 @@ class RowBuilder:
 
         ms = pa.array(self.cols[3], type=pa.int64())
         self.cols[3] = []
-        arrays = [pa.array(col, type=f.type) for col, f in zip(self.cols, arrow_schema, strict=True)]
+        fields = list(arrow_schema)
+        base = fields[: len(self.cols)]  # then decode's columns, if any
+        arrays = [pa.array(col, type=f.type) for col, f in zip(self.cols, base, strict=True)]
         arrays[3] = pc.multiply(ms, 1000).cast(arrow_schema.field(3).type)
+        if self.decoder is not None:
+            arrays += self.decoder.take(*fields[len(self.cols) :])
         self.cols = [[] for _ in range(13)]
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
-def arrow_schema() -> Any:
-    """:data:`SCHEMA` as the Arrow schema Spark expects of a Python data source's batches."""
+def arrow_schema(decode: DecodeSpec | None = None) -> Any:
+    """:data:`SCHEMA` (with ``decode``'s columns at the end) as the Arrow schema Spark expects of
+    a Python data source's batches."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(SCHEMA, timezone="UTC")
+    schema = SCHEMA if decode is None else StructType([*SCHEMA.fields, *decode.fields()])
+    return to_arrow_schema(schema, timezone="UTC")
 
 
-def read_task(task: ReadTask, opts: HistoryOptions) -> Iterator[Any]:
+def read_task(task: ReadTask, opts: HistoryOptions, decode: DecodeSpec | None = None) -> Iterator[Any]:
     """Record batches of the task's rows, in offset order (blocking: runs its own event loop)."""
-    schema = arrow_schema()
+    schema = arrow_schema(decode)
     loop = asyncio.new_event_loop()
     store: ObjectStore | None = None
     try:
         store = loop.run_until_complete(open_object_store(opts.object_store))
-        rows = RowBuilder(task, opts)
+        rows = RowBuilder(task, opts, decode)
         for piece in task.pieces:
             data = loop.run_until_complete(store.get(piece.obj.key))
             rows.add_object(piece, data)

@@ -24,6 +24,10 @@ How a micro-batch is made:
   read from their first kept offset.
 
 Only reliable topics can be read (a non-reliable topic keeps nothing to read by offset).
+
+With ``decode=true`` (and optionally ``schemaSubject``, ``schemaVersion``) the driver resolves the
+schema in the registry when the DataFrame is made, and rows get ``value`` and ``decode_error``
+(:mod:`danube_spark.decoding`).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from pyspark.sql.types import (
 from danube_common.topic_name import TopicName
 from danube_sdk.types import Message
 from danube_spark import stream_offsets as so
+from danube_spark.decoding import DecodeSpec, PayloadDecoder, fetch_spec
 from danube_spark.history_rows import MESSAGE_FIELDS
 from danube_spark.stream_options import SourceOptions
 from danube_spark.topic_io import LoopClient, partitions_of, probe, read_range
@@ -81,14 +86,22 @@ class RangePartition(InputPartition):
         self.end = end
 
 
-def arrow_schema() -> Any:
-    """:data:`SCHEMA` as the Arrow schema Spark expects of a Python data source's batches."""
+def arrow_schema(decode: DecodeSpec | None = None) -> Any:
+    """:data:`SCHEMA` (with ``decode``'s columns at the end) as the Arrow schema Spark expects of
+    a Python data source's batches."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(SCHEMA, timezone="UTC")
+    schema = SCHEMA if decode is None else StructType([*SCHEMA.fields, *decode.fields()])
+    return to_arrow_schema(schema, timezone="UTC")
 
 
-def record_batch(msgs: list[Message[Any]], base: str, number: int | None, schema: Any) -> Any:
+def record_batch(
+    msgs: list[Message[Any]],
+    base: str,
+    number: int | None,
+    schema: Any,
+    decoder: PayloadDecoder | None = None,
+) -> Any:
     """The rows of ``msgs`` as one ``pyarrow.RecordBatch`` (built by columns: far cheaper than
     handing Spark a tuple per row)."""
     import pyarrow as pa
@@ -119,14 +132,19 @@ def record_batch(msgs: list[Message[Any]], base: str, number: int | None, schema
         pa.array(sver, type=f(9).type),
         pa.array(seq, type=f(10).type),
     ]
+    if decoder is not None:
+        for m in msgs:
+            decoder.add(m.payload, m.schema_id, m.schema_version)
+        arrays += decoder.take(f(len(arrays)), f(len(arrays) + 1))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 class DanubeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The driver's half (offsets, planning) and, pickled, the executors' (``read``)."""
 
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, decode: DecodeSpec | None = None) -> None:
         self.opts = opts
+        self.decode = decode
         self._lc: LoopClient | None = None
         #: {partition topic: its topic}, as last listed.
         self._topics: dict[str, str] = {}
@@ -137,10 +155,10 @@ class DanubeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get the options only (the driver's client stays on the driver).
-        return {"opts": self.opts}
+        return {"opts": self.opts, "decode": self.decode}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["opts"])  # type: ignore[misc]
+        self.__init__(state["opts"], state.get("decode"))  # type: ignore[misc]
 
     # ------------------------------------------------------------------ driver
 
@@ -235,7 +253,8 @@ class DanubeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)
         opts = self.opts
-        schema = arrow_schema()
+        schema = arrow_schema(self.decode)
+        decoder = PayloadDecoder(self.decode) if self.decode is not None else None
         return read_range(
             lambda: LoopClient(opts.service_url, token=opts.token),
             partition.topic,
@@ -244,8 +263,14 @@ class DanubeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             fail_on_data_loss=opts.fail_on_data_loss,
             read_timeout_s=opts.read_timeout_s,
             receiver_queue_size=opts.receiver_queue_size,
-            to_rows=lambda msgs: record_batch(msgs, partition.base, partition.number, schema),
+            to_rows=lambda msgs: record_batch(msgs, partition.base, partition.number, schema, decoder),
         )
+
+
+def _get_bool(options: Any, name: str) -> bool:
+    return any(
+        k.lower() == name and str(v).strip().lower() in ("true", "1", "yes") for k, v in options.items()
+    )
 
 
 class DanubeDataSource(DataSource):
@@ -256,11 +281,27 @@ class DanubeDataSource(DataSource):
     def name(cls) -> str:
         return "danube"
 
+    def _spec(self, opts: SourceOptions) -> DecodeSpec | None:
+        """The decode spec, resolved once (Spark pickles this instance after ``schema()``)."""
+        if not opts.decode:
+            return None
+        spec: DecodeSpec | None = getattr(self, "_decode_spec", None)
+        if spec is None:
+            spec = fetch_spec(
+                opts.service_url, opts.topics, opts.schema_subject, opts.schema_version, token=opts.token
+            )
+            self._decode_spec = spec
+        return spec
+
     def schema(self) -> StructType:
-        return SCHEMA
+        if not _get_bool(self.options, "decode"):
+            return SCHEMA  # also the sink's schema: no source options needed
+        spec = self._spec(SourceOptions.parse(self.options))
+        return SCHEMA if spec is None else StructType([*SCHEMA.fields, *spec.fields()])
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return DanubeStreamReader(SourceOptions.parse(self.options))
+        opts = SourceOptions.parse(self.options)
+        return DanubeStreamReader(opts, self._spec(opts))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from danube_spark.sink import DanubeBatchWriter

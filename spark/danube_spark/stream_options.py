@@ -88,6 +88,12 @@ class SourceOptions:
     offsets_probe_interval_s: float = 1.0
     receiver_queue_size: int = 1000
     token: str | None = None
+    #: Add the columns value (the payload decoded by its schema) and decode_error.
+    decode: bool = False
+    #: With decode: the subject (None: the one the listed topics are bound to).
+    schema_subject: str | None = None
+    #: With decode: the version the value column is typed by (None: the latest).
+    schema_version: int | None = None
 
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> SourceOptions:
@@ -106,6 +112,15 @@ class SourceOptions:
         if pattern:
             TopicPattern.parse(pattern)
         probe_ms = _int(opts, "offsetsProbeIntervalMs", 1000)
+        decode = _bool(opts, "decode", False)
+        subject = (_get(opts, "schemaSubject") or "").strip() or None
+        version = _int(opts, "schemaVersion", None, minimum=1)
+        if not decode and (subject or version):
+            raise ConfigError("options schemaSubject and schemaVersion need decode=true")
+        if decode and pattern and not subject:
+            raise ConfigError(
+                "decode=true with a pattern needs schemaSubject (the topics it matches are not known in advance)"
+            )
         return cls(
             service_url=_service_url(opts),
             topics=topics,
@@ -117,6 +132,9 @@ class SourceOptions:
             offsets_probe_interval_s=(probe_ms or 0) / 1000.0,
             receiver_queue_size=_int(opts, "receiverQueueSize", 1000, minimum=1) or 1000,
             token=_get(opts, "token"),
+            decode=decode,
+            schema_subject=subject,
+            schema_version=version,
         )
 
 

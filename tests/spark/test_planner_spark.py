@@ -3,7 +3,8 @@ the shared score table's scores, and a plan that evens out a skewed cluster with
 budget; and one whole planner cycle on the Spark engine.
 
 One Spark engine (the planner's own ``SparkEngine``: local[2], loopback, UI off) is shared by the
-module; its start-up and each step's wall time are printed (run with -s to see them).
+module, on the Spark tests' shared local session; each step's wall time is printed (run with -s
+to see them).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -40,18 +40,18 @@ BUDGET = 60
 SETTINGS = SparkSettings(master="local[2]", shuffle_partitions=2)
 
 
-@pytest.fixture(scope="module")
-def engine() -> Iterator[SparkEngine]:
+@pytest.fixture(scope="module", autouse=True)
+def engine(spark: Any) -> SparkEngine:
+    """The planner's engine on the shared local session (tests/spark/conftest.py): its
+    ``getOrCreate`` hands that session back, so no second one is started. The session outlives
+    the module, so the engine is not closed (that would stop it). Autouse: every test runs on
+    the session as the planner configures it."""
     t0 = time.monotonic()
     made = SparkEngine(PlannerConfig(engine="spark", leader_endpoints=[], spark=SETTINGS))
-    print(f"\nSpark session start: {time.monotonic() - t0:.1f} s")
-    yield made
-    made.close()
-
-
-@pytest.fixture(scope="module")
-def spark(engine: SparkEngine) -> Any:
-    return engine.session
+    print(f"\nSpark engine on the shared session: {time.monotonic() - t0:.1f} s")
+    assert made.session is spark
+    spark.sparkContext.setLogLevel("ERROR")  # the engine sets WARN
+    return made
 
 
 @pytest.fixture(scope="module")

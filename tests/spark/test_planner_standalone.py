@@ -2,17 +2,22 @@
 ``tests/support/spark_cluster.py``): its executors fetch the load history from the object store
 themselves, and the cycle computes what the plain-Python engine computes on the same history: the
 same report (to 1e-9) and the same plan (``test_planner_spark.py`` checks ``local[2]`` against the
-plain-Python engine the same way). On the same cluster session, the
-``danube-history`` reader reads a topic's uploaded segments on the executors.
+plain-Python engine the same way). On the same cluster session, the connectors run on the
+executors: ``danube-history`` reads a topic's uploaded segments, and a streaming query
+(availableNow, micro-batches of at most 10 messages) reads a topic of a real local Danube
+cluster with the ``danube`` source and writes it to another topic with the ``danube`` sink: the
+output topic holds each produced message exactly once.
 
 The history is a local object-store directory (one machine: the executors see the same path).
-Another module's local session is stopped before the cluster's (one SparkContext per process).
+The shared local session is stopped before the cluster's (one SparkContext per process); the
+cluster's session is made active and default on each thread that uses it, and cleared with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,10 +32,14 @@ from danube_common.objstore.local import LocalObjectStore
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.storage import object_key
 from danube_common.topic_name import TopicName
+from danube_local.cluster import LocalCluster
 from danube_planner.app import SparkEngine
 from danube_planner.config import PlannerConfig, SparkSettings
 from danube_planner.cycle import CycleResult, Engine, Planner, PythonEngine
 from danube_planner.model import Aggregates
+from tests.spark.test_stream import QUERY_TIMEOUT_S, admin, produce, topic_contents
+from tests.support import spark_session as ss
+from tests.support import unique
 from tests.support.segments import segment_object
 from tests.support.spark_cluster import StandaloneCluster
 from tests.unit.planner.helpers import NOW, Synthetic, zipf_cluster
@@ -53,6 +62,11 @@ class Cycles:
     #: (offset, payload) of every row ``danube-history`` read on the cluster, and its partitions.
     history_rows: list[tuple[int, bytes]]
     history_partitions: int
+    #: The streaming query: the payloads produced to its input topic, those its output topic
+    #: holds afterwards (in offset order), and the input rows of each micro-batch.
+    streamed_in: list[bytes]
+    streamed_out: list[bytes]
+    stream_batches: list[int]
 
 
 def config(objects: Path, settings: SparkSettings | None = None) -> PlannerConfig:
@@ -80,11 +94,18 @@ async def one_cycle(
 
 
 @pytest.fixture(scope="module")
-def cycles(spark_standalone: StandaloneCluster, tmp_path_factory: pytest.TempPathFactory) -> Cycles:
-    return asyncio.run(run_cycles(spark_standalone, tmp_path_factory.mktemp("history") / "objects"))
+def cycles(
+    no_local_spark: None,
+    spark_standalone: StandaloneCluster,
+    danube_cluster: LocalCluster,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Cycles:
+    return asyncio.run(
+        run_cycles(spark_standalone, danube_cluster, tmp_path_factory.mktemp("history") / "objects")
+    )
 
 
-async def run_cycles(cluster: StandaloneCluster, root: Path) -> Cycles:
+async def run_cycles(cluster: StandaloneCluster, danube: LocalCluster, root: Path) -> Cycles:
     # 8 brokers x 200 topics, skewed; 3 history reports per broker, batched 2 per object.
     syn = zipf_cluster(brokers=8, topics=200, skew=1.0, history_samples=3, max_topics=40, namespaces=4)
     objects = await LocalObjectStore.open(root)
@@ -96,7 +117,6 @@ async def run_cycles(cluster: StandaloneCluster, root: Path) -> Cycles:
 
     python = await one_cycle(config(root), syn, objects, PythonEngine())
 
-    await asyncio.to_thread(stop_active_session)
     cluster_settings = SparkSettings(
         master=cluster.master_url,
         app_name=APP,
@@ -110,20 +130,59 @@ async def run_cycles(cluster: StandaloneCluster, root: Path) -> Cycles:
         apps = [a for a in cluster.status().get("activeapps", []) if a.get("name") == APP]
         executors = cluster_engine.session.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
         rows, parts = await asyncio.to_thread(read_history_on, cluster_engine.session, root.parent / "wal")
+        t1 = time.monotonic()
+        streamed = await asyncio.to_thread(stream_on, cluster_engine.session, danube, root.parent / "ckpt")
+        print(f"standalone: topic -> topic stream {time.monotonic() - t1:.1f} s")
     finally:
-        await asyncio.to_thread(cluster_engine.close)
+        await asyncio.to_thread(close_session, cluster_engine)
+        ss.release()  # this thread's view too
     print(f"standalone: session and cycle {time.monotonic() - t0:.1f} s, {standalone.timings_ms}")
     await objects.aclose()
-    return Cycles(python, standalone, len(listed), apps[0] if len(apps) == 1 else {}, executors, rows, parts)
+    return Cycles(
+        python, standalone, len(listed), apps[0] if len(apps) == 1 else {}, executors, rows, parts, *streamed
+    )
 
 
-def stop_active_session() -> None:
-    """Stop another module's local session, if one runs (one SparkContext per process)."""
-    from pyspark.sql import SparkSession
+def close_session(engine: SparkEngine) -> None:
+    """Stop the cluster's session; neither it nor a stopped one stays active or default."""
+    session = engine.session
+    engine.close()
+    ss.release(session)
 
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        active.stop()
+
+def stream_on(
+    session: Any, danube: LocalCluster, checkpoint: Path
+) -> tuple[list[bytes], list[bytes], list[int]]:
+    """A topic of 2 partitions -> ``danube`` source -> ``danube`` sink -> a topic, run to the end
+    (availableNow) in micro-batches of at most 10 messages on ``session``'s executors."""
+    from danube_spark import register
+
+    ss.activate(session)  # a streaming write looks its sink up in this thread's active session
+    register(session)
+    src, dst = f"/default/{unique('sa-src')}", f"/default/{unique('sa-dst')}"
+    admin(danube, "topics", "create", src, "--partitions", "2", "--dispatch-strategy", "reliable")
+    given = [(f"k{i % 3}", b"s%d" % i) for i in range(30)]
+    produce(danube, src, given)
+    query = (
+        session.readStream.format("danube")
+        .option("service_url", danube.service_url)
+        .option("topics", src)
+        .option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", 10)
+        .load()
+        .select("payload", "key")
+        .writeStream.format("danube")
+        .option("service_url", danube.service_url)
+        .option("topic", dst)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(QUERY_TIMEOUT_S), "the streaming query did not finish"
+    assert query.exception() is None, query.exception()
+    (out,) = topic_contents(danube, dst).values()
+    batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0]
+    return [p for _, p in given], [p for _, p, _ in out], batches
 
 
 #: The topic the history reader reads on the cluster: 3 uploaded segments of 4 messages each.
@@ -190,6 +249,13 @@ def test_the_cluster_ran_the_cycle_on_its_executors(
 def test_the_history_reader_reads_uploaded_segments_on_the_cluster(cycles: Cycles) -> None:
     assert cycles.history_partitions == 3  # one task per object, run by the workers' executors
     assert cycles.history_rows == [(i, b"m%d" % i) for i in range(12)]
+
+
+def test_a_stream_from_topic_to_topic_runs_on_the_cluster_exactly_once(cycles: Cycles) -> None:
+    assert len(cycles.streamed_in) == 30
+    assert Counter(cycles.streamed_out) == Counter(cycles.streamed_in)  # nothing lost
+    assert len(set(cycles.streamed_out)) == len(cycles.streamed_out)  # nothing twice
+    assert cycles.stream_batches == [10, 10, 10]  # 30 messages, at most 10 per micro-batch
 
 
 def test_standalone_and_python_compute_the_same_report(cycles: Cycles) -> None:
