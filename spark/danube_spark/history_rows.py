@@ -7,6 +7,9 @@ CorruptData naming it (Spark retries a task a few times, then fails the query wi
 Only offsets of the task's pieces and publish times in the asked range become rows.
 
 Payloads compressed by the producer (lz4/zstd) are decompressed unless ``decompress`` is off.
+A pack (many messages compressed together, ``danube_common.packing``) becomes one row per
+message, each with the pack's offset and its own ``batch_index`` (with ``decompress`` off: one
+row, the pack as stored, ``batch_size`` saying how many messages it holds).
 A chunk of a large message (``chunk`` column set) is one row as stored: chunks are joined by
 their ``chunk.message_uuid`` and ``chunk.index`` in a query, if needed (its payload is a slice of
 the whole, possibly compressed, payload, so it is never decompressed alone).
@@ -34,6 +37,7 @@ from pyspark.sql.types import (
 from danube_common.compression import Compression, decompress
 from danube_common.errors import CorruptData, UnsupportedCompression
 from danube_common.objstore import ObjectStore, open_object_store
+from danube_common.packing import unpack
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.segment_objects import DAMAGE_ADVICE, Piece, decode_object
 from danube_spark.decoding import DecodeSpec, PayloadDecoder
@@ -58,6 +62,7 @@ MESSAGE_FIELDS: list[StructField] = [
     _field("schema_id", LongType()),
     _field("schema_version", IntegerType()),
     _field("sequence_id", LongType()),
+    _field("batch_index", IntegerType()),
 ]
 
 
@@ -70,10 +75,18 @@ def _schema() -> StructType:
             _field("total_size", LongType()),
         ]
     )
-    return StructType([*MESSAGE_FIELDS, _field("compression", StringType()), _field("chunk", chunk)])
+    return StructType(
+        [
+            *MESSAGE_FIELDS,
+            _field("compression", StringType()),
+            _field("chunk", chunk),
+            _field("batch_size", IntegerType()),
+        ]
+    )
 
 
 SCHEMA = _schema()
+_COLUMNS = len(SCHEMA.fields)
 #: Rows per record batch handed to Spark.
 BATCH_ROWS = 8192
 
@@ -87,7 +100,7 @@ class RowBuilder:
         self.topic = task.topic
         self.partition = task.partition
         self.opts = opts
-        self.cols: list[list[Any]] = [[] for _ in range(13)]
+        self.cols: list[list[Any]] = [[] for _ in range(_COLUMNS)]
         #: decode=true: the value and decode_error columns, after those above.
         self.decoder = PayloadDecoder(decode) if decode is not None else None
 
@@ -102,7 +115,7 @@ class RowBuilder:
         for f in decode_object(data, piece.obj):
             if lo <= f.offset < hi and keeps_time(f.publish_time_ms):
                 try:
-                    self.add(f.offset, f.publish_time_ms, f.record)
+                    n += self.add(f.offset, f.publish_time_ms, f.record)
                 except (CorruptData, UnsupportedCompression) as exc:  # the payload, not the frame
                     raise type(exc)(
                         f"object {piece.obj.key} of topic {piece.obj.topic}, offset {f.offset}: {exc.message} "
@@ -113,30 +126,48 @@ class RowBuilder:
                         f"object {piece.obj.key} of topic {piece.obj.topic}, offset {f.offset}: the record "
                         f"is not a message ({exc}) although its crc32c matches; {DAMAGE_ADVICE}"
                     ) from exc
-                n += 1
         return n
 
-    def add(self, offset: int, publish_time_ms: int, record: bytes) -> None:
+    def add(self, offset: int, publish_time_ms: int, record: bytes) -> int:
+        """Rows of one stored record: one, or each message of a pack (decompress on); returns
+        how many."""
         m = pb.StreamMessage.FromString(record)
+        if m.batch_size and self.opts.decompress:
+            entries = unpack(m)
+            for i, e in enumerate(entries):
+                self._row(m, offset, e.publish_time or publish_time_ms, e.payload, e.attributes, i)
+            return len(entries)
         payload = m.payload
-        chunked = m.HasField("chunk")
-        if m.compression and self.opts.decompress and not chunked:
+        if m.compression and self.opts.decompress and not m.HasField("chunk"):
             payload = decompress(m.compression, payload)
+        self._row(m, offset, publish_time_ms, payload, m.attributes, None)
+        return 1
+
+    def _row(
+        self,
+        m: pb.StreamMessage,
+        offset: int,
+        publish_time_ms: int,
+        payload: bytes,
+        attrs: Any,
+        batch_index: int | None,
+    ) -> None:
+        chunked = m.HasField("chunk")
         c = self.cols
         c[0].append(self.topic)
         c[1].append(self.partition)
         c[2].append(offset)
         c[3].append(publish_time_ms)  # epoch ms: made a timestamp column in take()
         c[4].append(m.routing_key if m.HasField("routing_key") else None)
-        attrs = m.attributes
         c[5].append([(k, attrs[k]) for k in attrs])  # the fastest way through a protobuf map
         c[6].append(payload)
         c[7].append(m.producer_name or None)
         c[8].append(m.schema_id if m.HasField("schema_id") else None)
         c[9].append(m.schema_version if m.HasField("schema_version") else None)
         c[10].append(m.sequence_id or None)
-        c[11].append(_CODEC_NAMES.get(m.compression, str(m.compression)))
-        c[12].append(
+        c[11].append(batch_index)
+        c[12].append(_CODEC_NAMES.get(m.compression, str(m.compression)))
+        c[13].append(
             {
                 "message_uuid": m.chunk.message_uuid,
                 "index": m.chunk.index,
@@ -146,6 +177,7 @@ class RowBuilder:
             if chunked
             else None
         )
+        c[14].append(m.batch_size or None)
         if self.decoder is not None:
             sid = m.schema_id if m.HasField("schema_id") else None
             sver = m.schema_version if m.HasField("schema_version") else None
@@ -171,7 +203,7 @@ class RowBuilder:
         arrays[3] = pc.multiply(ms, 1000).cast(arrow_schema.field(3).type)
         if self.decoder is not None:
             arrays += self.decoder.take(*fields[len(self.cols) :])
-        self.cols = [[] for _ in range(13)]
+        self.cols = [[] for _ in range(_COLUMNS)]
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 

@@ -131,6 +131,7 @@ def record_batch(
         pa.array(sid, type=f(8).type),
         pa.array(sver, type=f(9).type),
         pa.array(seq, type=f(10).type),
+        pa.array([m.batch_index for m in msgs], type=f(11).type),
     ]
     if decoder is not None:
         for m in msgs:

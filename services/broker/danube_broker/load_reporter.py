@@ -23,6 +23,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import NoReturn, Protocol
 
 from danube_broker.stats import LoadFigures
@@ -30,7 +31,7 @@ from danube_common.errors import DanubeError
 from danube_common.keys import Keys
 from danube_common.load import LoadReport, TopicLoad, rate
 from danube_common.load_history import LoadHistoryWriter
-from danube_common.metadata.store import MetadataStore
+from danube_common.metadata.store import MetadataStore, encode_value
 from danube_common.records import now_ms
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,11 @@ class LoadReporter:
         self._prev_cpu = cpu()
         self.last: LoadReport | None = None
         self._history = history
+        #: The rows of the previous sample, in registry order (see :meth:`sample`).
+        self._loads: list[TopicLoad] = []
+        #: The listed rows last encoded, and their JSON (see :meth:`_encode`).
+        self._rows_of: tuple[TopicLoad, ...] | None = None
+        self._rows_json = b"[]"
 
     def sample(self) -> LoadReport:
         """Measure since the previous sample and return the report (pure of I/O but /proc)."""
@@ -127,6 +133,10 @@ class LoadReporter:
         nxt: dict[str, _Seen] = {}
         loads: list[TopicLoad] = []
         read = 0
+        before = self._loads
+        # True while every topic so far has the very row of the previous report, in the same
+        # place: then the totals and the rows listed are the previous report's too.
+        same = len(before) == len(self._reg.topics)
         for name, topic in self._reg.topics.items():
             last, traffic = prev.get(name), topic.traffic()
             if (
@@ -137,8 +147,11 @@ class LoadReporter:
                 and last[4] is topic
             ):
                 nxt[name] = last  # idle then, nothing carried since: the same report row
+                if same and before[len(loads)] is not last[2]:
+                    same = False
                 loads.append(last[2])
                 continue
+            same = False
             read += 1
             figures, reliable = topic.load_figures(), topic.is_reliable
             if last is not None and last[2] is not None and last[0] == figures and last[1] == reliable:
@@ -148,28 +161,55 @@ class LoadReporter:
             nxt[name] = (figures, reliable, load if load.weight == 0.0 else None, traffic, topic)
             loads.append(load)
         self._prev = nxt
+        self._loads = loads
         self.last_read_in_full = read
-        report = LoadReport.build(
-            self._reg.broker_id,
-            now_ms(),
-            loads,
-            interval_s=dt,
-            cpu_usage=max(0.0, now_cpu - self._prev_cpu) / dt,
-            cpu_cores=os.cpu_count() or 1,
-            mem_rss_bytes=rss_bytes(),
-            mem_total_bytes=total_memory_bytes(),
-            max_topics=self._max_topics,
-        )
+        cpu_usage = max(0.0, now_cpu - self._prev_cpu) / dt
+        if same and self.last is not None:  # an idle broker: only the process figures moved
+            report = replace(
+                self.last,
+                at_ms=now_ms(),
+                interval_s=round(dt, 3),
+                cpu_usage=round(cpu_usage, 4),
+                mem_rss_bytes=rss_bytes(),
+                mem_total_bytes=total_memory_bytes(),
+            )
+        else:
+            report = LoadReport.build(
+                self._reg.broker_id,
+                now_ms(),
+                loads,
+                interval_s=dt,
+                cpu_usage=cpu_usage,
+                cpu_cores=os.cpu_count() or 1,
+                mem_rss_bytes=rss_bytes(),
+                mem_total_bytes=total_memory_bytes(),
+                max_topics=self._max_topics,
+            )
         self._prev_wall, self._prev_cpu = now_wall, now_cpu
         self.last = report
         return report
 
     async def publish(self) -> LoadReport:
         report = self.sample()
-        await self._store.put(self._keys.load(self._reg.broker_id), report.to_json(), lease=self._lease_id())
+        await self._store.put(
+            self._keys.load(self._reg.broker_id), self._encode(report), lease=self._lease_id()
+        )
         if self._history is not None:
             self._history.add(report)
         return report
+
+    def _encode(self, report: LoadReport) -> bytes:
+        """The report as the store's JSON; the rows of the listed topics are encoded again only
+        when they changed (an idle broker's report differs only in its process figures)."""
+        if report.topics is not self._rows_of:
+            self._rows_of = report.topics
+            self._rows_json = encode_value([t.row() for t in report.topics])
+        doc = report.to_json()
+        doc["topics"] = []
+        head = encode_value(doc)
+        empty = b'"topics":[]'
+        at = head.index(empty)  # keys are sorted: "topics" appears once, as a key
+        return head[:at] + b'"topics":' + self._rows_json + head[at + len(empty) :]
 
     async def run(self) -> NoReturn:
         while True:

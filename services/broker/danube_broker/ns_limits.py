@@ -374,6 +374,8 @@ class NamespaceLimits:
         self._topics = topics
         self._cfg = cfg
         self._events = events
+        #: The loaded topics with a message TTL (the expiry loop walks only these).
+        self._with_ttl: dict[str, Topic] = {}
 
     def policies_of(self, topic: Topic) -> NamespacePolicies:
         ns = self._view.get(topic.topic_name.namespace)
@@ -395,6 +397,11 @@ class NamespaceLimits:
                 policies, broker_max_message_bytes=self._cfg.max_message_size_bytes, events=self._events
             )
             limits.gate_subscriptions(topic)
+        limits = topic.limits
+        if limits is not None and limits.policies.message_ttl_s is not None:
+            self._with_ttl[topic.name] = topic
+        elif self._with_ttl.get(topic.name) is topic:
+            del self._with_ttl[topic.name]
         self._retention(topic)
 
     def _retention(self, topic: Topic) -> None:
@@ -433,13 +440,18 @@ class NamespaceLimits:
             limits.gate_subscriptions(topic)
 
     async def run_expiry(self, interval_s: float = EXPIRY_INTERVAL_S) -> None:
-        """Forever: apply the message TTL of every loaded topic that has one."""
+        """Forever: apply the message TTL of every loaded topic that has one (an idle broker
+        whose namespaces set no TTL walks nothing)."""
         while True:
             await asyncio.sleep(interval_s)
             now_ms = int(time.time() * 1000)
-            for topic in list(self._topics.values()):
+            for name, topic in list(self._with_ttl.items()):
+                if topic.closed or self._topics.get(name) is not topic:
+                    if self._with_ttl.get(name) is topic:
+                        del self._with_ttl[name]  # unloaded (a reload refreshes its successor)
+                    continue
                 limits = topic.limits
-                if limits is None or limits.policies.message_ttl_s is None or topic.closed:
+                if limits is None or limits.policies.message_ttl_s is None:
                     continue
                 try:
                     await limits.expire(topic, now_ms)

@@ -1030,12 +1030,17 @@ class ReliableTopic:
         self._cursor_moved()
         self._flush_lock.release()
 
+    def retention_due(self) -> bool:
+        """Only sealed segments are ever cut: a log with none (an idle topic's usual case) has
+        nothing for :meth:`apply_retention`."""
+        return self.local.segment_count > 1
+
     async def apply_retention(self) -> None:
         """Cut the local log below what every subscription durably acknowledged (retention
         permitting; with object storage, never above the uploader's checkpoint)."""
         log_ = self.local
         if log_.segment_count <= 1:
-            return  # only sealed segments are ever cut, and there is none (an idle topic's usual case)
+            return  # nothing sealed: nothing to cut
         stats = log_.stats()
         pol = self.policies
         acked = [c + 1 for c in self._persisted.values()]

@@ -155,3 +155,35 @@ def test_idle_topics_are_read_in_full_only_when_they_carry_something_or_at_a_ful
     rows = {t.topic: t for t in reporter.sample().topics}  # full refresh
     assert reporter.last_read_in_full == 4
     assert rows["/default/idle-1"].backlog == 5
+
+
+async def test_an_idle_broker_reuses_its_previous_report_and_encodes_what_a_fresh_build_would() -> None:
+    """Every row unchanged: the report is the previous one with new process figures (the very
+    same rows, not sorted again) and what is stored equals the report's JSON. Traffic on one
+    topic, a topic gone, or a full refresh build the report again."""
+    reg, wall = FakeRegistry(n=5), Clock()
+    store, keys = MemoryStore(), Keys("c")
+    reporter = LoadReporter(
+        reg, store, keys, lease_id=lambda: 0, interval_s=5, max_topics=3, wall=wall, full_refresh_every=100,
+    )  # type: ignore[arg-type]  # fmt: skip
+
+    async def publish() -> LoadReport:
+        wall.t += 5.0
+        report = await reporter.publish()
+        stored: Any = await store.get_json(keys.load("b1"))
+        assert stored == report.to_json() and LoadReport.from_json(stored) == report
+        return report
+
+    first = await publish()
+    second = await publish()
+    assert second.topics is first.topics and second.at_ms >= first.at_ms
+    assert (second.topic_count, second.topics_truncated) == (5, True)
+    reg.msgs = 50  # traffic: built again, with rates
+    busy = await publish()
+    assert busy.topics is not second.topics and busy.msg_rate_in == pytest.approx(10.0)
+    calm = await publish()  # the topic stopped: its row is new (rates 0)
+    assert calm.msg_rate_in == 0.0 and calm.topics is not busy.topics
+    assert (await publish()).topics is calm.topics  # idle again
+    del reg.topics["/default/idle-4"]
+    gone = await publish()
+    assert gone.topic_count == 4

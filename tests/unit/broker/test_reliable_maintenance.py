@@ -138,6 +138,9 @@ class FakeTopic:
     def abort_cursor_flush(self, write: CursorWrite[Any]) -> None:
         self.lock.release()
 
+    def retention_due(self) -> bool:
+        return True
+
     async def apply_retention(self) -> None:
         self.retention += 1
 

@@ -7,6 +7,7 @@ import pytest
 
 from danube_common.compression import Compression, compress
 from danube_common.errors import ConfigError, CorruptData, InvalidTopicName
+from danube_common.packing import pack
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.segment_objects import HistoryObject, Piece
 from danube_common.topic_name import TopicName
@@ -129,8 +130,9 @@ def test_rows_from_an_object() -> None:
     rows = RowBuilder(ReadTask(str(T), None, (piece,)), parse_options(opts(end_time="400")))
     assert rows.add_object(piece, data) == 2, "offset 0 is outside the piece, offset 3 past end_time"
     c = rows.cols
-    assert c[2] == [1, 2] and c[6] == [b"big" * 100, b"part"] and c[11] == ["lz4", "none"]
-    assert c[12] == [None, {"message_uuid": "u", "index": 0, "count": 2, "total_size": 8}]
+    assert c[2] == [1, 2] and c[6] == [b"big" * 100, b"part"] and c[12] == ["lz4", "none"]
+    assert c[13] == [None, {"message_uuid": "u", "index": 0, "count": 2, "total_size": 8}]
+    assert c[11] == [None, None] and c[14] == [None, None]  # no packs
 
     first = RowBuilder(ReadTask(str(T), 3, (piece,)), parse_options(opts()))
     first.add(0, 100, recs[0])
@@ -151,3 +153,29 @@ def test_rows_from_an_object() -> None:
     damaged[-2] ^= 1
     with pytest.raises(CorruptData, match="k0"):
         rows.add_object(piece, bytes(damaged))
+
+
+def test_a_pack_is_a_row_per_message_or_one_row_as_stored() -> None:
+    entries = [pb.StreamMessage(payload=f"order {i}".encode() * 20, publish_time=500 + i) for i in range(3)]
+    entries[1].attributes["n"] = "1"
+    pack_rec = pb.StreamMessage(
+        payload=compress(Compression.ZSTD, pack(entries)),
+        compression=int(Compression.ZSTD),
+        batch_size=3,
+        producer_name="p",
+        routing_key="k",
+        sequence_id=9,
+    ).SerializeToString()
+    recs = [pack_rec, pb.StreamMessage(payload=b"alone").SerializeToString()]
+    data = encode_header(0, 1) + encode_frames(0, recs, [500, 600])
+    piece = Piece(HistoryObject(str(T), "k0", 0, 2, len(data)), 0, 2)
+    rows = RowBuilder(ReadTask(str(T), None, (piece,)), parse_options(opts()))
+    assert rows.add_object(piece, data) == 4
+    c = rows.cols
+    assert c[2] == [0, 0, 0, 1] and c[11] == [0, 1, 2, None] and c[14] == [3, 3, 3, None]
+    assert c[6] == [e.payload for e in entries] + [b"alone"]
+    assert c[3] == [500, 501, 502, 600] and c[5][1] == [("n", "1")] and c[4][:3] == ["k"] * 3
+    stored = RowBuilder(ReadTask(str(T), None, (piece,)), parse_options(opts(decompress="false")))
+    assert stored.add_object(piece, data) == 2
+    assert stored.cols[11] == [None, None] and stored.cols[14] == [3, None]
+    assert stored.cols[6][0] == pb.StreamMessage.FromString(pack_rec).payload

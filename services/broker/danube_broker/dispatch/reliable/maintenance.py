@@ -55,6 +55,10 @@ class Maintained(Protocol):
     def abort_cursor_flush(self, write: CursorWrite[Maintained]) -> None:
         """Release the lock of a flush that will not finish (cancelled): still dirty."""
 
+    def retention_due(self) -> bool:
+        """Whether :meth:`apply_retention` could cut anything (cheap: an idle topic with only its
+        active segment answers False without a coroutine being made)."""
+
     async def apply_retention(self) -> None: ...
 
 
@@ -161,14 +165,14 @@ class Maintenance:
 
     async def sweep(self, topics: list[Maintained] | None = None) -> None:
         """Retention on ``topics`` (default: every topic registered)."""
-        todo = topics if topics is not None else list(self._topics.values())
-        for i, topic in enumerate(todo):
-            if self._topics.get(topic.name) is not topic:
-                continue  # closed meanwhile
+        todo = [(t.name, t) for t in topics] if topics is not None else list(self._topics.items())
+        for i, (name, topic) in enumerate(todo):
+            if self._topics.get(name) is not topic or not topic.retention_due():
+                continue  # closed meanwhile, or nothing to cut
             try:
                 await topic.apply_retention()
             except DanubeError as exc:
-                log.warning("topic %s: retention check failed (%s); retrying later", topic.name, exc)
+                log.warning("topic %s: retention check failed (%s); retrying later", name, exc)
             if i % _SWEEP_SLICE == _SWEEP_SLICE - 1:
                 await asyncio.sleep(0)
 
