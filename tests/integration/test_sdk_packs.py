@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from danube_common.etcd_server import EtcdProcess
 from danube_sdk import ClientTimeout, Compression, Consumer, DanubeClient, DispatchStrategy, SubType
-from tests.integration.test_broker_grpc import Broker, start_broker
-from tests.integration.test_sdk_large_messages import wal_bytes
+from tests.integration.test_broker_grpc import Broker
+from tests.integration.test_sdk_large_messages import broker, wal_bytes
 from tests.support import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+__all__ = ["broker"]  # the fixture (one broker on real etcd), shared with test_sdk_large_messages
 
 RELIABLE = DispatchStrategy.RELIABLE
 
@@ -29,17 +30,6 @@ def order(i: int) -> bytes:
     return json.dumps(
         {"id": i, "customer": f"customer-{i % 50:04d}", "status": "paid", "items": items}
     ).encode()
-
-
-@pytest.fixture
-async def broker(etcd_server: EtcdProcess, cluster_name: str) -> AsyncIterator[Broker]:
-    b = await start_broker(etcd_server, cluster_name)
-    try:
-        yield b
-    finally:
-        await b.channel.close()
-        if not b.task.done():
-            await b.shutdown()
 
 
 @pytest.fixture
