@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import os
 import time
 from array import array
@@ -106,8 +107,12 @@ async def _produce(
     max_outstanding: int,
     limit: int | None,
     stop: asyncio.Event,
+    phase: float = 0.0,
 ) -> None:
-    """Send until ``stop`` (or ``limit`` messages). ``rate`` msg/s for this producer; 0 = max."""
+    """Send until ``stop`` (or ``limit`` messages). ``rate`` msg/s for this producer; 0 = max.
+    ``phase`` (0 <= phase < 1): this producer's schedule starts that fraction of its interval
+    late, so the producers of a process send evenly spread in time (as OMB's rate limiter shared
+    by a worker's producers does) instead of all at the same instants."""
     pad = os.urandom(size - 8)
     window = asyncio.Semaphore(max_outstanding)
     pub_us = meter.pub_us
@@ -137,9 +142,9 @@ async def _produce(
                 await asyncio.sleep(0)  # let acks and consumers run even if send never blocks
         return
     interval_ns = 1e9 / rate
-    start_ns = time.time_ns()
+    start_ns = time.time_ns() + int(phase * interval_ns)
     while not stop.is_set() and (limit is None or sent < limit):
-        due = int((time.time_ns() - start_ns) / interval_ns) + 1  # messages whose time has come
+        due = math.floor((time.time_ns() - start_ns) / interval_ns) + 1  # messages whose time has come
         while sent < due and not stop.is_set():
             await send_one(start_ns + int(sent * interval_ns))
             sent += 1
@@ -284,9 +289,10 @@ class ClientSet:
                     max_outstanding=max_outstanding,
                     limit=limit,
                     stop=self._stop,
+                    phase=i / len(self.producers),
                 )
             )
-            for p in self.producers
+            for i, p in enumerate(self.producers)
         )
 
     async def set_recording(self, on: bool) -> None:
