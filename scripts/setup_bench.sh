@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Set-up for the peer benchmarks (bench/drivers/nats.py, bench/drivers/rabbitmq.py) on Debian/Ubuntu.
+# Set-up for the peer benchmarks (bench/drivers/nats.py, rabbitmq.py, redis_streams.py) on Debian/Ubuntu.
 #
-#   - nats-server and rabbitmq-server (Debian packages) when missing. The benchmark drivers start
-#     their own private servers on loopback and free ports; the system services the packages
-#     install are never used, so they are kept from starting (policy-rc.d during the install),
-#     disabled where systemd runs, and any RabbitMQ/epmd the package started anyway is stopped;
-#   - .venv: pip install -e '.[bench]' (matplotlib, nats-py, aiormq, psutil, py-spy), or those five
-#     directly while pyproject.toml has no `bench` extra.
+#   - nats-server, rabbitmq-server and redis-server (Debian packages) when missing. The benchmark
+#     drivers start their own private servers on loopback and free ports; the system services the
+#     packages install are never used, so they are kept from starting (policy-rc.d during the
+#     install), disabled where systemd runs, and any RabbitMQ/epmd/Redis the package started anyway
+#     is stopped;
+#   - .venv: pip install -e '.[bench]' (matplotlib, nats-py, aiormq, redis, hiredis, psutil,
+#     py-spy), or those seven directly while pyproject.toml has no `bench` extra.
 #
 # Run scripts/setup.sh first (it creates .venv). Idempotent: every step is skipped when done.
 set -euo pipefail
@@ -19,7 +20,7 @@ die() {
 }
 
 VENV=.venv
-BENCH_PKGS=(matplotlib nats-py aiormq psutil py-spy)
+BENCH_PKGS=(matplotlib nats-py aiormq redis hiredis psutil py-spy)
 
 SUDO=()
 if [ "$(id -u)" -ne 0 ]; then
@@ -32,6 +33,7 @@ missing=()
 command -v nats-server >/dev/null 2>&1 || missing+=(nats-server)
 # rabbitmq-server lives in /usr/sbin, which is not on every user's PATH.
 [ -x /usr/sbin/rabbitmq-server ] || command -v rabbitmq-server >/dev/null 2>&1 || missing+=(rabbitmq-server)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 
 if [ "${#missing[@]}" -gt 0 ]; then
   command -v apt-get >/dev/null 2>&1 ||
@@ -59,10 +61,12 @@ fi
 command -v nats-server >/dev/null 2>&1 || die "nats-server was installed but is not on PATH"
 say "nats-server: $(nats-server --version 2>&1 | head -n 1)"
 say "rabbitmq-server: $(dpkg-query -W -f='${Version}' rabbitmq-server 2>/dev/null || echo 'installed')"
+command -v redis-server >/dev/null 2>&1 || die "redis-server was installed but is not on PATH"
+say "redis-server: $(redis-server --version 2>&1 | head -n 1)"
 
-# ---- 2. no system RabbitMQ / NATS left running in the background
+# ---- 2. no system RabbitMQ / NATS / Redis left running in the background
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
-  for unit in rabbitmq-server nats-server; do
+  for unit in rabbitmq-server nats-server redis-server; do
     if systemctl is-enabled --quiet "$unit" 2>/dev/null || systemctl is-active --quiet "$unit" 2>/dev/null; then
       say "systemctl disable --now $unit (the benchmarks start their own)"
       "${SUDO[@]}" systemctl disable --now "$unit" >/dev/null 2>&1 || true
@@ -71,7 +75,7 @@ if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
 fi
 # Without systemd the package's init script may still have started a node as user rabbitmq. Only
 # processes of the system users are touched: benchmark servers run as the invoking user.
-for user in rabbitmq nats; do
+for user in rabbitmq nats redis; do
   if id "$user" >/dev/null 2>&1 && pgrep -u "$user" >/dev/null 2>&1; then
     say "stopping the system $user processes the package started: $(pgrep -u "$user" -d ' ')"
     "${SUDO[@]}" pkill -TERM -u "$user" || true
@@ -85,7 +89,7 @@ done
 
 # ---- 3. the Python clients
 [ -x "$VENV/bin/python" ] || die "$VENV not found: run scripts/setup.sh first"
-if "$VENV/bin/python" -c 'import matplotlib, nats, aiormq, psutil' >/dev/null 2>&1; then
+if "$VENV/bin/python" -c 'import matplotlib, nats, aiormq, redis, hiredis, psutil' >/dev/null 2>&1; then
   say "$VENV: bench packages installed (up to date)"
 else
   if grep -Eq '^bench *= *\[' pyproject.toml; then
@@ -95,6 +99,6 @@ else
     say "$VENV: pip install ${BENCH_PKGS[*]} (pyproject.toml has no bench extra yet)"
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${BENCH_PKGS[@]}"
   fi
-  "$VENV/bin/python" -c 'import matplotlib, nats, aiormq, psutil' || die "bench packages installed but do not import"
+  "$VENV/bin/python" -c 'import matplotlib, nats, aiormq, redis, hiredis, psutil' || die "bench packages installed but do not import"
 fi
 say "bench set-up complete"

@@ -28,6 +28,8 @@ ORDER = [
     "nats-js-subjects",
     "nats-core",
     "rabbitmq",
+    "redis-streams",
+    "redis-streams-everysec",
 ]
 
 
