@@ -32,8 +32,7 @@ What a producer's ack (the XADD reply) means:
   - ``redis-streams``, reliable: ``appendonly yes``, ``appendfsync always``. Redis writes the AOF
     buffer and fsyncs it in the event loop's before-sleep step, before it sends the replies of
     that loop iteration: **fsync before the reply**, grouped over every command of the iteration
-    (the same contract as our WAL's group commit). A reader of the same iteration is answered
-    after that fsync too;
+    (the same contract as our WAL's group commit);
   - ``redis-streams-everysec``, reliable: ``appendfsync everysec``: written to the OS (page cache)
     before the reply, fsynced by a background thread about once a second: a crash of the machine
     loses up to ~1-2 s of acknowledged entries (compare with ``danube-none`` / JetStream);
