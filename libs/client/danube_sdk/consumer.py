@@ -206,6 +206,7 @@ class Consumer(Generic[T]):
             timeout_s=self._client_opts.operation_timeout_s,
             what=f"cumulative ack on {part.topic}",
         )
+        part.packs.forget_up_to(upto)  # partly acked packs below: acknowledged whole now
         if self._spans is not None:
             self._spans.settled_up_to(msg.topic, msg.offset)
 

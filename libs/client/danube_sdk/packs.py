@@ -177,6 +177,11 @@ class PackTracker:
     def clear(self) -> None:
         self._packs.clear()
 
+    def forget_up_to(self, offset: int) -> None:
+        """A cumulative ack covered every pack up to ``offset``: their states are moot."""
+        for o in [o for o in self._packs if o <= offset]:
+            del self._packs[o]
+
 
 class PackedEntryMessage(Message[T]):
     """One message of a pack. Its ``offset`` is the pack's (shared by the pack's messages);

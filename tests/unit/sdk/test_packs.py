@@ -208,10 +208,15 @@ async def test_cumulative_ack_inside_a_pack_acks_up_to_the_previous_record(
     await producer.send_many([doc(i) for i in range(6)])
     assert [m.batch_size for m in cluster.topics[T].log] == [3, 3]
     got = [await consumer.receive(timeout_s=5) for _ in range(6)]
+    await consumer.ack(got[0])  # the first pack partly acked: its state is kept ...
+    packs = consumer._parts[T].packs
+    assert len(packs) == 2
     await consumer.ack_cumulative(got[4])  # the second pack is not complete: up to offset 0
     assert [(list(b.topic_offsets), b.cumulative) for b in cluster.ack_batches] == [([0], True)]
+    assert len(packs) == 1  # ... until a cumulative ack covers it
     await consumer.ack_cumulative(got[5])
     assert [list(b.topic_offsets) for b in cluster.ack_batches] == [[0], [1]]
+    assert len(packs) == 0
 
 
 async def test_messages_with_their_own_ids_are_never_packed(
