@@ -143,7 +143,8 @@ class LoadReport:
                 return t
         return None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, rows: bool = True) -> dict[str, Any]:
+        """``rows=False``: ``topics`` left empty (a caller that encodes the rows itself)."""
         return {
             "broker_id": self.broker_id,
             "at_ms": self.at_ms,
@@ -161,7 +162,7 @@ class LoadReport:
             "producers": self.producers,
             "consumers": self.consumers,
             "topic_fields": list(TOPIC_FIELDS),
-            "topics": [t.row() for t in self.topics],
+            "topics": [t.row() for t in self.topics] if rows else [],
             "topics_truncated": self.topics_truncated,
         }
 

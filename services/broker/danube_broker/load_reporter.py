@@ -204,9 +204,7 @@ class LoadReporter:
         if report.topics is not self._rows_of:
             self._rows_of = report.topics
             self._rows_json = encode_value([t.row() for t in report.topics])
-        doc = report.to_json()
-        doc["topics"] = []
-        head = encode_value(doc)
+        head = encode_value(report.to_json(rows=False))
         empty = b'"topics":[]'
         at = head.index(empty)  # keys are sorted: "topics" appears once, as a key
         return head[:at] + b'"topics":' + self._rows_json + head[at + len(empty) :]
