@@ -11,13 +11,16 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
 from danube_broker.app import BrokerFailure
 from danube_common.etcd_server import EtcdProcess
+from danube_common.metadata.etcd import EtcdKeepalive, EtcdStore
 from danube_common.metadata.lease import KeptLease
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
@@ -141,3 +144,49 @@ async def test_a_held_broker_loop_keeps_its_lease_and_acks_right_after(
             await stop(b)
         if b.task.done() and not b.task.cancelled():
             b.task.exception()  # the control's broker may have stopped on its lost lease
+
+
+def voluntary_switches(native_id: int) -> int:
+    """How often thread ``native_id`` of this process went to sleep and was woken (Linux)."""
+    for line in Path(f"/proc/self/task/{native_id}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches in /proc: not Linux?")
+
+
+@pytest.mark.parametrize("client", ["blocking", "aio"])
+async def test_the_renewal_thread_sleeps_through_the_owners_grpc_traffic(
+    etcd_server: EtcdProcess, etcd_store: EtcdStore, client: str
+) -> None:
+    """The broker's renewal thread wakes for its renewals only. With a grpc.aio channel of its own
+    (the control), its loop is woken by the owner loop's gRPC events as well: grpc.aio puts a
+    reader on its one completion-queue socket in every loop that uses it."""
+    factory: Callable[[], Any]
+    if client == "blocking":
+        factory = lambda: EtcdKeepalive([etcd_server.endpoint], timeout_s=2.0)  # noqa: E731
+    else:
+        factory = lambda: EtcdStore([etcd_server.endpoint], request_timeout_s=2.0)  # noqa: E731
+    lease = KeptLease(etcd_store, 3, name="test", keepalive_client=factory)
+    await lease.start()
+    try:
+        assert lease.thread is not None and lease.thread.native_id is not None
+        tid = lease.thread.native_id
+        await lease.wait_renewed(5)  # the thread's client is connected
+        renewals_before = lease.renewal_failures
+        calls = 400
+        t0, before = time.monotonic(), voluntary_switches(tid)
+        for i in range(calls):
+            await etcd_store.get(f"/__traffic__/{i}")  # gRPC traffic on the owner's loop
+        woke, took = voluntary_switches(tid) - before, time.monotonic() - t0
+        # A renewal every interval, a handful of wake-ups each.
+        allowed = 10 * (int(took / lease.timing.interval_s) + 2)
+        print(
+            f"\n{client}: the renewal thread woke {woke} times during {calls} calls of the owner ({took:.2f}s)"
+        )
+        assert lease.renewal_failures == renewals_before and not lease.lost.is_set()
+        if client == "blocking":
+            assert woke <= allowed, f"the renewal thread woke {woke} times (at most {allowed} expected)"
+        else:
+            assert woke > calls / 4, "the control no longer shows grpc.aio waking the thread's loop"
+    finally:
+        await lease.aclose(revoke=True)

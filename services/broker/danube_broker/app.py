@@ -59,8 +59,8 @@ from danube_common.grpc_util import install_stop_signals
 from danube_common.keys import Keys
 from danube_common.leadership import read_leaders
 from danube_common.load_history import LoadHistoryWriter
-from danube_common.metadata.etcd import EtcdStore
-from danube_common.metadata.lease import KeepaliveClientFactory, KeptLease
+from danube_common.metadata.etcd import EtcdKeepalive, EtcdStore
+from danube_common.metadata.lease import KeepaliveClientFactory, KeptLease, RenewalTiming
 from danube_common.namespace_view import NamespaceView
 from danube_common.observability.http import HttpEndpoint
 from danube_common.observability.metrics import new_registry
@@ -230,9 +230,12 @@ async def run(
 
 
 def _renewal_client(cfg: BrokerConfig) -> KeepaliveClientFactory:
-    """The registration lease's renewal thread's own etcd connection: the same endpoints, TLS
-    and deadline as the broker's store, on a channel of that thread's event loop (made there)."""
-    return lambda: EtcdStore.from_config(cfg.etcd)
+    """The registration lease's renewal thread's own etcd connection: the same endpoints and
+    TLS as the broker's store, on a blocking channel (made on that thread); a renewal waits at
+    most the broker's etcd deadline or the lease's attempt timeout, whichever is shorter."""
+    attempt_s = RenewalTiming.of(cfg.registration_ttl_s, cfg.ack_margin_s).attempt_timeout_s
+    timeout_s = min(cfg.etcd.request_timeout_s, attempt_s)
+    return lambda: EtcdKeepalive.from_config(cfg.etcd, timeout_s=timeout_s)
 
 
 async def _serve(

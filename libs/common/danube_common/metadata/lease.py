@@ -4,7 +4,9 @@ The renewals run either as a task on the owner's event loop (the default), or on
 their own with their own event loop and their own etcd connection (``keepalive_client=``): then
 an owner's loop that is late (saturated by work, or blocked by a long callback) does not delay
 them, and the lease's ``deadline`` stays fresh however busy the owner is. The broker renews its
-registration that way: every acknowledgement depends on it (see ``deadline``).
+registration that way: every acknowledgement depends on it (see ``deadline``), with a blocking
+client (``EtcdKeepalive``): a grpc.aio channel on the thread's loop would make that loop share
+every gRPC event of the owner's loop (see there).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ _THREAD_STOP_S = 5.0
 
 
 class KeepaliveClient(Protocol):
-    """What the renewal thread needs of its own connection to etcd (an ``EtcdStore`` is one)."""
+    """What the renewal thread needs of its own connection to etcd (``EtcdKeepalive``; an
+    ``EtcdStore`` is one too). ``keepalive`` may block: the thread's loop runs nothing else."""
 
     async def keepalive(self, lease_id: int) -> int: ...
 
