@@ -178,10 +178,10 @@ def _credentials(cfg: EtcdConfig) -> grpc.ChannelCredentials | None:
 
 def _translate(exc: grpc.RpcError, target: str, timeout_s: float, *, tls: bool) -> Exception:
     """A failed etcd call (a grpc.aio or a blocking gRPC error) as one of our errors."""
-    code: grpc.StatusCode = exc.code()  # type: ignore[attr-defined]
+    code: grpc.StatusCode = exc.code()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return Timeout(f"etcd at {target} did not answer within {timeout_s}s")
-    details: str = exc.details() or ""  # type: ignore[attr-defined]
+    details: str = exc.details() or ""
     if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE):
         return InvalidArgument(f"etcd refused the request: {details}")
     return MetadataUnavailable(f"etcd at {target} failed: {code.name}: {details}{tls_hint(details, tls=tls)}")
