@@ -4,7 +4,10 @@ Rates are counter deltas over the interval (per topic: messages and payload byte
 CPU is this process's CPU time over the interval (in cores), memory its resident set. A topic
 that was idle at the previous report (every rate 0) and carried nothing since (``Topic.traffic``
 did not move, same topic object) is reported with the very same :class:`TopicLoad`: an idle topic
-costs the report one integer comparison, so thousands of idle topics cost next to nothing. Other
+costs the report one integer comparison. Each idle topic is also *watched*
+(``Topic.watch_traffic``: its next message in or out adds its name to a set), so while every topic
+is idle, none was watched moving and none came or went (``topics_version``), a report does not
+look at the topics at all: an idle broker's report costs the same with 10,000 topics as with none. Other
 topics are read through ``Topic.load_figures`` (counters, backlog, producers, consumers: no stats
 snapshot). What changes without traffic (an idle topic's backlog shrinking by a late ack, a
 consumer attaching, the topic's kind) is read at the next full refresh: every topic is read in
@@ -65,6 +68,9 @@ class LoadedTopic(Protocol):
 
     def traffic(self) -> int: ...
 
+    def watch_traffic(self, woken: set[str]) -> None:
+        """Add the topic's name to ``woken`` when it next carries a message (once)."""
+
 
 class TopicSource(Protocol):
     """What the report reads of the registry (``danube_broker.registry.BrokerRegistry``)."""
@@ -74,6 +80,11 @@ class TopicSource(Protocol):
 
     @property
     def topics(self) -> Mapping[str, LoadedTopic]: ...
+
+    @property
+    def topics_version(self) -> int:
+        """Moves whenever a topic is added, removed or replaced."""
+        ...
 
 
 #: What the reporter keeps of a topic between reports (see ``LoadReporter._prev``).
@@ -122,6 +133,11 @@ class LoadReporter:
         #: The listed rows last encoded, and their JSON (see :meth:`_encode`).
         self._rows_of: tuple[TopicLoad, ...] | None = None
         self._rows_json = b"[]"
+        #: Names of topics found idle that carried something since (``watch_traffic``).
+        self._woken: set[str] = set()
+        #: Whether every topic was idle at the latest sample, and the registry's topics_version then.
+        self._all_idle = False
+        self._version = -1
 
     def sample(self) -> LoadReport:
         """Measure since the previous sample and return the report (pure of I/O but /proc)."""
@@ -130,6 +146,15 @@ class LoadReporter:
         prev = self._prev
         full = self._samples % self._full_refresh_every == 0
         self._samples += 1
+        version = self._reg.topics_version
+        if self._all_idle and not full and not self._woken and version == self._version:
+            # Every topic was idle and none has carried anything since (each is watched), no
+            # topic came or went: the previous report's rows, without looking at the topics.
+            self.last_read_in_full = 0
+            return self._idle_report(now_wall, now_cpu, dt)
+        self._woken.clear()
+        self._version = version
+        idle = 0
         nxt: dict[str, _Seen] = {}
         loads: list[TopicLoad] = []
         read = 0
@@ -150,6 +175,8 @@ class LoadReporter:
                 if same and before[len(loads)] is not last[2]:
                     same = False
                 loads.append(last[2])
+                topic.watch_traffic(self._woken)
+                idle += 1
                 continue
             same = False
             read += 1
@@ -160,31 +187,41 @@ class LoadReporter:
                 load = topic_load(name, figures, last[0] if last is not None else figures, reliable, dt)
             nxt[name] = (figures, reliable, load if load.weight == 0.0 else None, traffic, topic)
             loads.append(load)
+            if load.weight == 0.0:
+                topic.watch_traffic(self._woken)
+                idle += 1
         self._prev = nxt
         self._loads = loads
+        self._all_idle = idle == len(loads)
         self.last_read_in_full = read
-        cpu_usage = max(0.0, now_cpu - self._prev_cpu) / dt
         if same and self.last is not None:  # an idle broker: only the process figures moved
-            report = replace(
-                self.last,
-                at_ms=now_ms(),
-                interval_s=round(dt, 3),
-                cpu_usage=round(cpu_usage, 4),
-                mem_rss_bytes=rss_bytes(),
-                mem_total_bytes=total_memory_bytes(),
-            )
-        else:
-            report = LoadReport.build(
-                self._reg.broker_id,
-                now_ms(),
-                loads,
-                interval_s=dt,
-                cpu_usage=cpu_usage,
-                cpu_cores=os.cpu_count() or 1,
-                mem_rss_bytes=rss_bytes(),
-                mem_total_bytes=total_memory_bytes(),
-                max_topics=self._max_topics,
-            )
+            return self._idle_report(now_wall, now_cpu, dt)
+        report = LoadReport.build(
+            self._reg.broker_id,
+            now_ms(),
+            loads,
+            interval_s=dt,
+            cpu_usage=max(0.0, now_cpu - self._prev_cpu) / dt,
+            cpu_cores=os.cpu_count() or 1,
+            mem_rss_bytes=rss_bytes(),
+            mem_total_bytes=total_memory_bytes(),
+            max_topics=self._max_topics,
+        )
+        self._prev_wall, self._prev_cpu = now_wall, now_cpu
+        self.last = report
+        return report
+
+    def _idle_report(self, now_wall: float, now_cpu: float, dt: float) -> LoadReport:
+        """The previous report's rows and totals with this interval's process figures."""
+        assert self.last is not None
+        report = replace(
+            self.last,
+            at_ms=now_ms(),
+            interval_s=round(dt, 3),
+            cpu_usage=round(max(0.0, now_cpu - self._prev_cpu) / dt, 4),
+            mem_rss_bytes=rss_bytes(),
+            mem_total_bytes=total_memory_bytes(),
+        )
         self._prev_wall, self._prev_cpu = now_wall, now_cpu
         self.last = report
         return report

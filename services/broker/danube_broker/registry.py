@@ -117,6 +117,8 @@ class BrokerRegistry:
         self._clock = clock
         self._next_id = id_seed if id_seed is not None else time.time_ns() // 1000
         self.topics: dict[str, Topic] = {}
+        #: Moves whenever a topic is loaded or unloaded (the load report's idle path checks it).
+        self.topics_version = 0
         #: When :meth:`sweep` last walked the topics' subscriptions.
         self._subs_swept_at = float("-inf")
         self.producers: dict[int, Producer] = {}
@@ -242,6 +244,7 @@ class BrokerRegistry:
             clock=self._clock,
         )
         self.topics[name] = t
+        self.topics_version += 1
         if self.ns_limits is not None:
             self.ns_limits.refresh(t)
         self.no_topics.clear()
@@ -255,6 +258,7 @@ class BrokerRegistry:
         topic = self.topics.pop(name, None)
         if topic is None:
             return
+        self.topics_version += 1
         if not self.topics:
             self.no_topics.set()
         producers, consumers = topic.close(error)

@@ -21,6 +21,16 @@ class Counters:
     #: Messages not delivered to a subscription: no consumer to take them, or a full queue
     #: (slow consumer; see ``slow_consumer_policy``).
     msgs_dropped: int = 0
+    #: Set by the load report on a topic it found idle: (a set, the topic's name). The next
+    #: message in or out adds the name to the set, once (:meth:`moved`), so the report of an
+    #: idle broker need not look at its topics one by one.
+    watch: tuple[set[str], str] | None = None
+
+    def moved(self) -> None:
+        """Messages went in or out: tell the watcher, if any (callers test ``watch`` first)."""
+        watch, self.watch = self.watch, None
+        if watch is not None:
+            watch[0].add(watch[1])
 
 
 #: A topic's figures for the load report (``Topic.load_figures``): messages in, bytes in,

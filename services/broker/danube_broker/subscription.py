@@ -193,6 +193,8 @@ class Subscription:
             self.rate_out.add(enqueued, time.monotonic())
             topic.msgs_out += enqueued
             topic.bytes_out += nbytes
+            if topic.watch is not None:
+                topic.moved()
         return overflow
 
     def drop(self, msgs: list[Msg]) -> None:

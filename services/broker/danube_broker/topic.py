@@ -288,6 +288,8 @@ class Topic:
         counters = self.counters
         counters.msgs_in += msgs
         counters.bytes_in += nbytes
+        if counters.watch is not None:
+            counters.moved()
         now = self._clock()
         self.rate_in.add(msgs, now)
         self.bytes_rate_in.add(nbytes, now)
@@ -353,6 +355,10 @@ class Topic:
         load report reads a topic's full figures only when this moved, or at a full refresh)."""
         c = self.counters
         return c.msgs_in + c.msgs_out
+
+    def watch_traffic(self, woken: set[str]) -> None:
+        """Add this topic's name to ``woken`` when it next carries a message (once)."""
+        self.counters.watch = (woken, self.name)
 
     def load_figures(self) -> LoadFigures:
         """What the load report takes from this topic, without a :meth:`stats` snapshot (the

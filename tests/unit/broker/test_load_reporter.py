@@ -20,27 +20,66 @@ pytestmark = pytest.mark.unit
 
 
 class FakeTopic:
+    """As ``Topic`` for the report: counters that tell a watcher once when they move."""
+
     def __init__(self, *, reliable: bool = True, backlog: int = 7, producers: int = 2) -> None:
-        self.msgs = 0
+        self.name = ""  # set by Topics
+        self._msgs = 0
+        self._watch: tuple[set[str], str] | None = None
         self.is_reliable = reliable
         self.backlog, self.producers = backlog, producers
+        self.traffic_reads = 0
+
+    @property
+    def msgs(self) -> int:
+        return self._msgs
+
+    @msgs.setter
+    def msgs(self, n: int) -> None:
+        if n != self._msgs and self._watch is not None:
+            (woken, name), self._watch = self._watch, None
+            woken.add(name)
+        self._msgs = n
 
     def load_figures(self) -> LoadFigures:
         m = self.msgs
         return (m, m * 100, m, m * 100, self.backlog, self.producers, 1)
 
     def traffic(self) -> int:
+        self.traffic_reads += 1
         return 2 * self.msgs
+
+    def watch_traffic(self, woken: set[str]) -> None:
+        self._watch = (woken, self.name)
+
+
+class Topics(dict[str, FakeTopic]):
+    """As the registry's topics: names its topics, and ``version`` moves with every change."""
+
+    version = 0
+
+    def __setitem__(self, name: str, topic: FakeTopic) -> None:
+        topic.name = name
+        self.version += 1
+        super().__setitem__(name, topic)
+
+    def __delitem__(self, name: str) -> None:
+        self.version += 1
+        super().__delitem__(name)
 
 
 class FakeRegistry:
     broker_id = "b1"
 
     def __init__(self, n: int = 1) -> None:
-        self.topics = {
-            "/default/t": FakeTopic(),
-            **{f"/default/idle-{i}": FakeTopic(backlog=0, producers=0) for i in range(1, n)},
-        }
+        self.topics = Topics()
+        self.topics["/default/t"] = FakeTopic()
+        for i in range(1, n):
+            self.topics[f"/default/idle-{i}"] = FakeTopic(backlog=0, producers=0)
+
+    @property
+    def topics_version(self) -> int:
+        return self.topics.version
 
     @property
     def msgs(self) -> int:
@@ -187,3 +226,46 @@ async def test_an_idle_broker_reuses_its_previous_report_and_encodes_what_a_fres
     del reg.topics["/default/idle-4"]
     gone = await publish()
     assert gone.topic_count == 4
+
+
+def test_an_all_idle_broker_reports_without_looking_at_its_topics() -> None:
+    """Once every topic reads idle, reports do not look at the topics (not even their traffic
+    counter) until one carries a message, a topic comes or goes, or a full refresh is due; what
+    they report is what a reporter that never saw the topics would (no stale row)."""
+    reg, wall = FakeRegistry(n=50), Clock()
+    reporter = reporter_of(reg, wall, full_refresh_every=6)
+
+    def sample() -> LoadReport:
+        wall.t += 5.0
+        for t in reg.topics.values():
+            t.traffic_reads = 0
+        return reporter.sample()
+
+    def looked_at() -> int:
+        return sum(t.traffic_reads for t in reg.topics.values())
+
+    sample()  # full: reads everything, "/default/t" has a backlog but no rate: idle
+    assert looked_at() == 50 and reporter.last_read_in_full == 50
+    quiet = sample()
+    assert looked_at() == 0 and reporter.last_read_in_full == 0
+    reg.topics["/default/idle-7"].msgs = 3  # carried messages: seen at the next report
+    busy = sample()
+    assert looked_at() == 50 and reporter.last_read_in_full == 1
+    assert busy.msg_rate_in == pytest.approx(0.6) and busy.topics is not quiet.topics
+    calm = sample()  # a topic had rates: every topic compared, idle-7 read again (rates 0)
+    assert looked_at() == 50 and reporter.last_read_in_full == 1 and calm.msg_rate_in == 0.0
+    assert sample().topics is calm.topics and looked_at() == 0  # all idle again
+    reg.topics["/default/new"] = FakeTopic(backlog=0, producers=0)  # a topic came: seen
+    grown = sample()
+    assert looked_at() == 51 and reporter.last_read_in_full == 1 and grown.topic_count == 51
+    sample()  # the full refresh (every 6th report)
+    assert looked_at() == 51 and reporter.last_read_in_full == 51
+    assert sample().topic_count == 51 and looked_at() == 0
+    del reg.topics["/default/idle-3"]  # a topic went: seen
+    assert sample().topic_count == 50 and looked_at() == 50
+    wall.t += 5.0
+    fresh = reporter_of(reg, wall)
+    wall.t -= 5.0
+    cached_doc, fresh_doc = report_of(reporter), report_of(fresh)
+    cached_doc["interval_s"] = fresh_doc["interval_s"]
+    assert cached_doc == fresh_doc

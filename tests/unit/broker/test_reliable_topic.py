@@ -513,3 +513,28 @@ async def test_load_figures_are_what_the_stats_snapshot_says(resources: Resource
     assert figures == figures_of(rig.topic.stats())
     assert figures[0] == 3 and figures[4] == 2 and figures[5:] == (1, 1)  # in, backlog, producers, consumers
     await rig.close()
+
+
+async def test_a_watched_topic_tells_the_load_report_when_messages_go_in_and_out(
+    resources: Resources,
+) -> None:
+    """``Topic.watch_traffic`` (the load report's idle path): the next message in adds the topic's
+    name, once; so does the next message handed to a subscription (here a redelivery: nothing
+    came in)."""
+    rig = Rig(resources)
+    try:
+        p = await rig.producer()
+        c = await rig.subscribe()
+        woken: set[str] = set()
+        rig.topic.watch_traffic(woken)
+        await rig.publish(p, [b"one"])
+        (m,) = await received(c, 1)
+        assert woken == {TOPIC} and rig.topic.counters.watch is None  # told once
+        woken.clear()
+        rig.topic.watch_traffic(woken)
+        msgs_in = rig.topic.counters.msgs_in
+        rig.reg.nack(TOPIC, "s", m.msg_id.topic_offset, delay_ms=0, reason="test")
+        await received(c, 1)
+        assert woken == {TOPIC} and rig.topic.counters.msgs_in == msgs_in
+    finally:
+        await rig.close()

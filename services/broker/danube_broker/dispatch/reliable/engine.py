@@ -528,6 +528,8 @@ class SubscriptionEngine:
         counters = self._topic_counters
         counters.msgs_out += count
         counters.bytes_out += nbytes
+        if counters.watch is not None:
+            counters.moved()
 
     # ------------------------------------------------------------------ consumers
     def on_consumers_changed(self) -> None:
