@@ -67,9 +67,10 @@ class BrokerConfig(ServiceConfig):
     load_report_interval_s: float = Field(default=5.0, gt=0)
     #: Most topics listed in one load report (the busiest first; totals always cover every topic).
     load_report_max_topics: int = Field(default=2000, ge=0)
-    #: Idle topics that carried nothing since the previous report reuse their row; every topic is
-    #: read in full at least this often (a late ack's backlog, a consumer attached without traffic).
-    load_report_full_refresh_s: float = Field(default=60.0, gt=0)
+    #: Idle topics reuse their row until they carry a message, get an ack or a nack, or a producer
+    #: or consumer comes or goes; every topic is read in full at least this often (what changes
+    #: otherwise: a backlog cut by retention or moved by a seek).
+    load_report_full_refresh_s: float = Field(default=300.0, gt=0)
     #: With object storage: load reports are appended to the load history (for the Spark planner)
     #: in one object per this many seconds (0: no load history).
     load_history_flush_interval_s: float = Field(default=60.0, ge=0)

@@ -5,13 +5,14 @@ CPU is this process's CPU time over the interval (in cores), memory its resident
 that was idle at the previous report (every rate 0) and carried nothing since (``Topic.traffic``
 did not move, same topic object) is reported with the very same :class:`TopicLoad`: an idle topic
 costs the report one integer comparison. Each idle topic is also *watched*
-(``Topic.watch_traffic``: its next message in or out adds its name to a set), so while every topic
-is idle, none was watched moving and none came or went (``topics_version``), a report does not
+(``Topic.watch_traffic``: its next message in or out, ack, nack, or producer or consumer coming or
+going adds its name to a set, and the next report reads it in full), so while every topic is
+idle, none was watched changing and none came or went (``topics_version``), a report does not
 look at the topics at all: an idle broker's report costs the same with 10,000 topics as with none. Other
 topics are read through ``Topic.load_figures`` (counters, backlog, producers, consumers: no stats
-snapshot). What changes without traffic (an idle topic's backlog shrinking by a late ack, a
-consumer attaching, the topic's kind) is read at the next full refresh: every topic is read in
-full every ``full_refresh_every`` reports (default 12: a minute at the 5 s interval). The report
+snapshot). What changes unwatched (an idle topic's backlog cut by retention or moved by a
+seek, the topic's kind) is read at the next full refresh: every topic is read in full every
+``full_refresh_every`` reports (the broker: ``load_report_full_refresh_s``, 5 minutes). The report
 goes to ``/{cluster}/load/{broker_id}`` attached to the registration lease, so it disappears with
 the broker. A failed write is logged and retried at the next interval: the report is advisory
 (placement falls back to topic counts), never a reason to stop serving. With object storage
@@ -69,7 +70,8 @@ class LoadedTopic(Protocol):
     def traffic(self) -> int: ...
 
     def watch_traffic(self, woken: set[str]) -> None:
-        """Add the topic's name to ``woken`` when it next carries a message (once)."""
+        """Add the topic's name to ``woken`` (once) when it next carries a message or anything
+        else the report shows changes (acks, producers, consumers)."""
 
 
 class TopicSource(Protocol):
@@ -152,7 +154,7 @@ class LoadReporter:
             # topic came or went: the previous report's rows, without looking at the topics.
             self.last_read_in_full = 0
             return self._idle_report(now_wall, now_cpu, dt)
-        self._woken.clear()
+        woken, self._woken = self._woken, set()  # every idle topic is watched again below
         self._version = version
         idle = 0
         nxt: dict[str, _Seen] = {}
@@ -170,6 +172,7 @@ class LoadReporter:
                 and last[2] is not None
                 and last[3] == traffic
                 and last[4] is topic
+                and name not in woken
             ):
                 nxt[name] = last  # idle then, nothing carried since: the same report row
                 if same and before[len(loads)] is not last[2]:

@@ -32,6 +32,12 @@ class Counters:
         if watch is not None:
             watch[0].add(watch[1])
 
+    def changed(self) -> None:
+        """Something the load report shows changed without traffic (an ack, a producer or a
+        consumer came or went): tell the watcher, if any."""
+        if self.watch is not None:
+            self.moved()
+
 
 #: A topic's figures for the load report (``Topic.load_figures``): messages in, bytes in,
 #: messages out, bytes out, backlog, producers, consumers.

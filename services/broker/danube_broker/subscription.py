@@ -143,6 +143,7 @@ class Subscription:
 
     def consumers_changed(self) -> None:
         """Re-feed the router with the routable consumers, in attach order."""
+        self._topic_counters.changed()  # the load report counts consumers
         self.router.set_consumers([c for c in self.consumers.values() if c.routable])
         if self._on_space is not None:  # a newly connected consumer may unblock a publish
             self._on_space()

@@ -167,12 +167,14 @@ class Topic:
             return existing, False
         producer = Producer(producer_id=new_id, name=name, topic=self, exclusive=exclusive, now=now)
         self.producers[name] = producer
+        self.counters.changed()
         return producer, True
 
     def detach_producer(self, producer: Producer, error: DanubeError | None = None) -> None:
         producer.detach(error)
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
+            self.counters.changed()
 
     # ---- consumers
     def subscribe(
@@ -298,6 +300,7 @@ class Topic:
     def ack(self, sub: Subscription, offsets: list[int], *, cumulative: bool = False) -> None:
         """Individual acks, or (``cumulative``: exclusive and failover subscriptions only)
         everything up to the one offset given. Non-reliable topics only count them."""
+        self.counters.changed()  # the backlog moves
         if cumulative:
             if sub.sub_type not in (SubType.EXCLUSIVE, SubType.FAILOVER):
                 raise FailedPrecondition(
@@ -316,6 +319,7 @@ class Topic:
             sub.engine.ack(offsets)
 
     def nack(self, sub: Subscription, offset: int, *, delay_ms: int | None, reason: str) -> None:
+        self.counters.changed()
         if sub.engine is None:
             sub.nacks += 1
         else:
@@ -357,7 +361,8 @@ class Topic:
         return c.msgs_in + c.msgs_out
 
     def watch_traffic(self, woken: set[str]) -> None:
-        """Add this topic's name to ``woken`` when it next carries a message (once)."""
+        """Add this topic's name to ``woken`` (once) when it next carries a message, or an ack or a
+        nack comes, or a producer or consumer comes or goes (the load report's idle path)."""
         self.counters.watch = (woken, self.name)
 
     def load_figures(self) -> LoadFigures:

@@ -41,6 +41,13 @@ class FakeTopic:
             woken.add(name)
         self._msgs = n
 
+    def acked(self, backlog: int) -> None:
+        """An ack: the backlog moves without traffic (``Topic.ack`` tells the watcher)."""
+        self.backlog = backlog
+        if self._watch is not None:
+            (woken, name), self._watch = self._watch, None
+            woken.add(name)
+
     def load_figures(self) -> LoadFigures:
         m = self.msgs
         return (m, m * 100, m, m * 100, self.backlog, self.producers, 1)
@@ -178,7 +185,7 @@ def test_idle_topics_are_read_in_full_only_when_they_carry_something_or_at_a_ful
     wall.t = 5.0
     reporter.sample()  # full
     assert reporter.last_read_in_full == 4
-    reg.topics["/default/idle-1"].backlog = 5  # a late ack / publish-less change: not seen yet
+    reg.topics["/default/idle-1"].backlog = 5  # unwatched (retention, a seek): not seen yet
     reg.topics["/default/idle-2"] = FakeTopic(reliable=False, backlog=0, producers=0)  # replaced
     reg.topics["/default/idle-3"].msgs = 10  # carried messages
     wall.t = 10.0
@@ -261,6 +268,11 @@ def test_an_all_idle_broker_reports_without_looking_at_its_topics() -> None:
     sample()  # the full refresh (every 6th report)
     assert looked_at() == 51 and reporter.last_read_in_full == 51
     assert sample().topic_count == 51 and looked_at() == 0
+    reg.topics["/default/idle-9"].acked(backlog=0)  # no traffic, but watched: read at once
+    reg.topics["/default/t"].acked(backlog=4)
+    acked = sample()
+    assert reporter.last_read_in_full == 2 and acked.backlog == 4
+    assert sample().topics is acked.topics and looked_at() == 0
     del reg.topics["/default/idle-3"]  # a topic went: seen
     assert sample().topic_count == 50 and looked_at() == 50
     wall.t += 5.0

@@ -534,7 +534,18 @@ async def test_a_watched_topic_tells_the_load_report_when_messages_go_in_and_out
         rig.topic.watch_traffic(woken)
         msgs_in = rig.topic.counters.msgs_in
         rig.reg.nack(TOPIC, "s", m.msg_id.topic_offset, delay_ms=0, reason="test")
+        assert woken == {TOPIC}  # the nack itself
+        woken.clear()
+        rig.topic.watch_traffic(woken)
         await received(c, 1)
-        assert woken == {TOPIC} and rig.topic.counters.msgs_in == msgs_in
+        assert woken == {TOPIC} and rig.topic.counters.msgs_in == msgs_in  # the redelivery
+        woken.clear()
+        rig.topic.watch_traffic(woken)
+        rig.reg.ack(TOPIC, "s", [m.msg_id.topic_offset])
+        assert woken == {TOPIC}  # an ack moves the backlog
+        woken.clear()
+        rig.topic.watch_traffic(woken)
+        await rig.producer("another")
+        assert woken == {TOPIC}  # a producer came
     finally:
         await rig.close()
