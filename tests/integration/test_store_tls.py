@@ -27,7 +27,7 @@ from danube_common.config import EtcdConfig
 from danube_common.errors import MetadataUnavailable
 from danube_common.etcd_server import EtcdProcess, EtcdServerTls
 from danube_common.keys import Keys
-from danube_common.metadata.etcd import EtcdStore
+from danube_common.metadata.etcd import EtcdKeepalive, EtcdStore
 from danube_common.metadata.store import Compare, Op, WatchEvent
 from danube_common.objstore import ObjectStoreUnavailable, S3Config
 from danube_common.objstore.s3 import S3ObjectStore
@@ -177,6 +177,28 @@ async def test_etcd_refusals_are_quick_and_say_what_to_check(
     assert time.monotonic() - started < REFUSAL_BOUND_S
     assert hint in err.value.message, err.value.message
     assert hint in waited.value.message
+
+
+async def test_the_renewal_threads_blocking_client_over_tls(
+    tls_etcd: EtcdProcess, pki: SecureFiles, store: EtcdStore
+) -> None:
+    """``EtcdKeepalive`` (the broker's registration renewals) uses the same TLS: it renews a lease,
+    reads a revoked one as gone, and without the client certificate it is refused with the hint."""
+    lease = await store.grant_lease(10)
+    ka = EtcdKeepalive.from_config(etcd_cfg(tls_etcd, pki))
+    try:
+        assert 0 < await ka.keepalive(lease) <= 10
+        await store.revoke_lease(lease)
+        assert await ka.keepalive(lease) == 0
+    finally:
+        await ka.aclose()
+    bare = EtcdKeepalive.from_config(etcd_cfg(tls_etcd, None, ca_file=str(pki.ca_cert)))
+    try:
+        with pytest.raises(MetadataUnavailable) as err:
+            await bare.keepalive(lease)
+    finally:
+        await bare.aclose()
+    assert "client certificate" in err.value.message, err.value.message
 
 
 async def test_a_service_runs_on_tls_etcd(tls_etcd: EtcdProcess, pki: SecureFiles, store: EtcdStore) -> None:
