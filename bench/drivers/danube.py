@@ -232,6 +232,17 @@ class DanubePerTopicCommitDriver(DanubeDriver):
         cluster.extra_env["DANUBE_BROKER_WAL__SHARED_COMMIT"] = "false"
 
 
+class DanubeFilesSyncDriver(DanubeDriver):
+    """``danube`` with ``wal.commit_sync: files``: a shared round flushed by one fdatasync per
+    topic file (over ``commit_fsync_threads`` threads) instead of one syncfs; for same-run
+    comparisons with ``danube``."""
+
+    name = "danube-files"
+
+    def _configure(self, cluster: Any) -> None:
+        cluster.extra_env["DANUBE_BROKER_WAL__COMMIT_SYNC"] = "files"
+
+
 class DanubeNoMuxDriver(DanubeDriver):
     """``danube`` with the SDK's per-topic streams (``multiplex=False``): a PublishBatches stream
     and a HealthCheck poll per producer, a ReceiveBatches stream, a poll and unary AckBatch calls

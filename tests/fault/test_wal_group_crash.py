@@ -2,9 +2,11 @@
 
 1. Power loss, simulated: many topics append through one group (with rolls; in one variant
    the appenders pause now and then, so the group closes idle logs' segment files and their
-   next write opens them again); at a random moment everything not fdatasync'ed is dropped — each segment file is cut back to its size at
-   its last fsync plus a random part of what came after (a torn, partly written-back tail),
-   files never fsync'ed are emptied — then every log is recovered.
+   next write opens them again); at a random moment everything not fdatasync'ed is dropped —
+   each segment file is cut back to its size at its last fsync plus a random part of what came
+   after (a torn, partly written-back tail), files never fsync'ed are emptied — then every log
+   is recovered. With ``commit_sync`` filesystem a round's syncfs makes every segment file's
+   size at that moment durable (and the power can go out during it).
 2. kill -9: a child process runs the same load and prints each acknowledgement; it is killed
    mid-flight and the parent recovers the directories.
 """
@@ -26,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from danube_broker.wal import CommitGroup, DiskOps, Durability, TopicLog
+from danube_broker.wal.syncfs import CommitSync, resolve, syncfs
 from tests.unit.wal.helpers import cfg, read_all
 
 pytestmark = pytest.mark.slow
@@ -38,7 +41,8 @@ class PowerLossOps:
     power goes out at the ``crash_at``-th fsync (in the worker thread, amid a round): the synced
     sizes are frozen into ``snapshot`` and every call fails from then on."""
 
-    def __init__(self, crash_at: int) -> None:
+    def __init__(self, crash_at: int, base: Path) -> None:
+        self.base = base
         self.synced: dict[str, int] = {}
         self.snapshot: dict[str, int] = {}
         self.dead = False
@@ -54,7 +58,7 @@ class PowerLossOps:
         self._check()
         return os.pwrite(fd, data, pos)
 
-    def fsync(self, fd: int) -> None:
+    def _count(self) -> None:
         with self._lock:
             self._check()
             self.fsyncs += 1
@@ -62,6 +66,18 @@ class PowerLossOps:
                 self.snapshot = dict(self.synced)
                 self.dead = True
                 self._check()
+
+    def syncfs(self, fd: int) -> None:
+        """The group's syncfs: every segment file's size before the call is durable after it."""
+        self._count()
+        sizes = {str(p): p.stat().st_size for p in self.base.glob("*/*.wal")}
+        syncfs(fd)
+        with self._lock:
+            self._check()  # the power went out while it ran: it never returned
+            self.synced.update(sizes)
+
+    def fsync(self, fd: int) -> None:
+        self._count()
         os.fdatasync(fd)
         st = os.fstat(fd)
         with self._lock:
@@ -114,19 +130,33 @@ def check_recovered(base: Path, acked: list[tuple[int, int, list[bytes]]]) -> in
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
-    ("seed", "idle_close_s"), [(1, 0.0), (2, 0.0), (3, 0.0), (4, 0.01), (5, 0.01)], ids=str
+    ("seed", "idle_close_s", "commit_sync"),
+    [
+        (1, 0.0, CommitSync.FILES),
+        (2, 0.0, CommitSync.FILES),
+        (3, 0.0, CommitSync.FILES),
+        (4, 0.01, CommitSync.FILES),
+        (5, 0.01, CommitSync.FILES),
+        (6, 0.0, CommitSync.FILESYSTEM),
+        (7, 0.0, CommitSync.FILESYSTEM),
+        (8, 0.01, CommitSync.FILESYSTEM),
+    ],
+    ids=str,
 )
 def test_power_loss_under_a_shared_group_keeps_every_acked_record(
-    tmp_path: Path, seed: int, idle_close_s: float
+    tmp_path: Path, seed: int, idle_close_s: float, commit_sync: CommitSync
 ) -> None:
     rng = random.Random(seed)
-    ops = PowerLossOps(crash_at=rng.randint(300, 1500))
+    crash_at = rng.randint(300, 1500) if commit_sync is CommitSync.FILES else rng.randint(60, 300)
+    ops = PowerLossOps(crash_at, tmp_path)
     acked: list[tuple[int, int, list[bytes]]] = []
     closed = 0
 
     async def run() -> None:
         nonlocal closed
-        group = CommitGroup(fsync_threads=4, idle_close_s=idle_close_s)
+        group = CommitGroup(
+            fsync_threads=4, idle_close_s=idle_close_s, commit_sync=commit_sync, syncfs=ops.syncfs
+        )
         c = cfg(segment_max_bytes=4096)
         logs = [
             await TopicLog.open(
@@ -162,8 +192,8 @@ def test_power_loss_under_a_shared_group_keeps_every_acked_record(
     total = check_recovered(tmp_path, acked)
     assert total >= sum(len(r) for _, _, r in acked)
     print(
-        f"seed {seed}: {len(acked)} acks, {cut} files cut ({dropped} bytes), {total} records recovered,"
-        f" {closed} idle files closed"
+        f"seed {seed} ({commit_sync}): {len(acked)} acks, {cut} files cut ({dropped} bytes),"
+        f" {total} records recovered, {closed} idle files closed, {ops.fsyncs} flushes"
     )
 
 
@@ -172,8 +202,9 @@ import asyncio, random, sys
 from pathlib import Path
 from danube_broker.wal import CommitGroup, Durability, TopicLog, WalConfig
 
-async def main(base, topics, idle_close_s):
-    group = CommitGroup(idle_close_s=idle_close_s)
+async def main(base, topics, idle_close_s, commit_sync):
+    group = CommitGroup(idle_close_s=idle_close_s, commit_sync=commit_sync)
+    assert group.commit_sync == commit_sync
     c = WalConfig(segment_max_bytes=8192)
     logs = [await TopicLog.open(base / f"t{i}", cfg=c, durability=Durability.FSYNC, group=group)
             for i in range(topics)]
@@ -193,15 +224,23 @@ async def main(base, topics, idle_close_s):
 
     await asyncio.gather(*(appender(i, a) for i in range(topics) for a in range(2)))
 
-asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])))
+asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]))
 """
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("idle_close_s", [0.0, 0.01], ids=str)
-def test_kill9_under_a_shared_group_keeps_every_acked_record(tmp_path: Path, idle_close_s: float) -> None:
+@pytest.mark.parametrize(
+    ("idle_close_s", "commit_sync"),
+    [(0.0, CommitSync.FILES), (0.01, CommitSync.FILES), (0.0, CommitSync.FILESYSTEM)],
+    ids=str,
+)
+def test_kill9_under_a_shared_group_keeps_every_acked_record(
+    tmp_path: Path, idle_close_s: float, commit_sync: CommitSync
+) -> None:
+    if resolve(commit_sync) is not commit_sync:
+        pytest.skip(f"commit_sync {commit_sync} is not supported on this kernel")
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(tmp_path), str(TOPICS), str(idle_close_s)],
+        [sys.executable, "-c", CHILD, str(tmp_path), str(TOPICS), str(idle_close_s), commit_sync],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -187,12 +187,19 @@ async def run(
                 commit_group = CommitGroup(
                     max_round_bytes=cfg.wal.max_round_bytes,
                     fsync_threads=cfg.wal.commit_fsync_threads,
+                    commit_sync=cfg.wal.commit_sync,
                     idle_close_s=cfg.wal.idle_fd_close_s,
                     max_open_files=cfg.wal.max_open_segment_files or segment_files_budget(fd_soft_limit),
                     observer=events,
                     on_failure=registry.tasks.report_failure,
                 )
                 registry.reliable.commit_group = commit_group
+                log.info(
+                    "WAL commit rounds are flushed per %s",
+                    "file system (one syncfs)"
+                    if commit_group.commit_sync == "filesystem"
+                    else "file (fdatasync)",
+                )
             metrics.register(RuntimeCollector(asyncio.get_running_loop(), store))
             metrics.register(LeaseCollector(lambda: registry.reliable.lease))
             http = await start_http(

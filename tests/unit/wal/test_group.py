@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from danube_broker.wal import CommitGroup, DiskFull, Durability, LogClosed, StorageFailed, TopicLog, WalConfig
 from danube_broker.wal.model import COMMIT_OBSERVER, CommitRound
 from danube_broker.wal.segments import ActiveSegment
+from danube_broker.wal.syncfs import CommitSync, resolve, syncfs
 from tests.support import wait_until
 from tests.unit.wal.helpers import EIO, ENOSPC, Ops, cfg, read_all, records
 
@@ -434,3 +435,123 @@ async def test_at_most_max_open_files_segment_files_stay_open(tmp_path: Path) ->
     for lg in logs:
         await lg.aclose()
     await group.aclose()
+
+
+# ---------------------------------------------------------------- commit_sync: filesystem
+
+
+class FakeSyncfs:
+    """syncfs for the group: counts calls (and the fds used), flushes for real, or fails."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+        self.error: int | None = None
+
+    def __call__(self, fd: int) -> None:
+        self.calls.append(fd)
+        if self.error is not None:
+            raise OSError(self.error, os.strerror(self.error))
+        syncfs(fd)
+
+
+def fs_group(fake: FakeSyncfs) -> CommitGroup:
+    group = CommitGroup(commit_sync=CommitSync.FILESYSTEM, syncfs=fake)
+    assert group.commit_sync is CommitSync.FILESYSTEM
+    return group
+
+
+async def one_round(group: CommitGroup, logs: list[TopicLog], recs: list[bytes]) -> list[object]:
+    """Append to every log at once: they are all in line before the scheduler runs, so one
+    round serves them. Returns each append's result or exception."""
+    before = group.rounds
+    out = await asyncio.gather(*(lg.append(recs, [1] * len(recs)) for lg in logs), return_exceptions=True)
+    assert group.rounds == before + 1, "the appends did not share one round"
+    return out
+
+
+async def test_filesystem_mode_flushes_a_round_of_many_logs_with_one_syncfs(tmp_path: Path) -> None:
+    fake = FakeSyncfs()
+    group = fs_group(fake)
+    logs, ops = await open_logs(tmp_path, 10, group)
+    fsyncs = [o.fsyncs for o in ops]  # opening fsyncs the first segment's header
+    assert await one_round(group, logs, [b"a", b"b"]) == [0] * 10
+    assert len(fake.calls) == 1
+    assert [o.fsyncs for o in ops] == fsyncs  # no per-file fdatasync
+    assert [lg.durable_offset for lg in logs] == [2] * 10
+    assert all(lg.stats().fsync_p50_ms >= 0 and lg.stats().commits == 1 for lg in logs)
+    # A round with one syncing log uses that file's fdatasync (cheaper than a syncfs).
+    assert await logs[3].append([b"c"], [2]) == 2
+    assert len(fake.calls) == 1 and ops[3].fsyncs == fsyncs[3] + 1
+    for lg in logs:
+        await lg.aclose()
+    await group.aclose()
+    for i in range(10):
+        lg = await TopicLog.open(tmp_path / f"t{i}", cfg=cfg(), durability=Durability.FSYNC)
+        assert [e.record for e in await read_all(lg)] == [b"a", b"b", *([b"c"] if i == 3 else [])]
+        await lg.aclose()
+
+
+async def test_a_failed_syncfs_fails_every_syncing_log_of_the_round_and_they_recover(tmp_path: Path) -> None:
+    fake = FakeSyncfs()
+    group = fs_group(fake)
+    logs, _ = await open_logs(tmp_path, 4, group)
+    quiet, _ = await open_logs(tmp_path / "none", 2, group, durability=Durability.NONE)
+    assert await one_round(group, logs, [b"ok"]) == [0] * 4
+    fake.error = EIO
+    out = await one_round(group, [*logs, *quiet], [b"lost", b"lost"])
+    assert all(isinstance(r, StorageFailed) for r in out[:4]), out
+    assert out[4:] == [0, 0]  # durability none: nothing to flush, not failed
+    assert [(lg.durable_offset, lg.next_offset) for lg in logs] == [(1, 1)] * 4
+    # The fault clears: the failed offsets are reused; the failed frames were cut.
+    fake.error = None
+    assert await one_round(group, logs, [b"z"]) == [1] * 4
+    for lg in [*logs, *quiet]:
+        await lg.aclose()
+    await group.aclose()
+    for i in range(4):
+        lg = await TopicLog.open(tmp_path / f"t{i}", cfg=cfg(), durability=Durability.FSYNC)
+        assert [e.record for e in await read_all(lg)] == [b"ok", b"z"]
+        await lg.aclose()
+
+
+async def test_filesystem_mode_with_the_real_syncfs_keeps_one_fd_per_file_system(tmp_path: Path) -> None:
+    if resolve(CommitSync.AUTO) is not CommitSync.FILESYSTEM:
+        pytest.skip("this kernel does not report write-back errors to syncfs (Linux < 5.8)")
+    fds_before = len(os.listdir("/proc/self/fd"))
+    group = CommitGroup(commit_sync=CommitSync.AUTO)
+    assert group.commit_sync is CommitSync.FILESYSTEM
+    logs, _ = await open_logs(tmp_path, 6, group)
+    for n in range(3):
+        assert await one_round(group, logs, [b"r%d" % n]) == [n] * 6
+    # 6 logs: a lock fd + an active segment fd each, and the group's one fd on tmp_path's fs.
+    assert len(os.listdir("/proc/self/fd")) == fds_before + 6 * 2 + 1
+    for lg in logs:
+        await lg.aclose()
+    await group.aclose()
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+    lg = await TopicLog.open(tmp_path / "t5", cfg=cfg(), durability=Durability.FSYNC)
+    assert [e.record for e in await read_all(lg)] == [b"r0", b"r1", b"r2"]
+    await lg.aclose()
+
+
+@pytest.mark.parametrize(
+    ("asked", "system", "release", "used"),
+    [
+        (CommitSync.AUTO, "Linux", "6.18.44-fc-v669", CommitSync.FILESYSTEM),
+        (CommitSync.AUTO, "Linux", "5.8.0", CommitSync.FILESYSTEM),
+        (CommitSync.AUTO, "Linux", "5.4.0-150-generic", CommitSync.FILES),
+        (CommitSync.FILESYSTEM, "Linux", "4.19.0", CommitSync.FILES),
+        (CommitSync.AUTO, "Darwin", "23.1.0", CommitSync.FILES),
+        (CommitSync.FILES, "Linux", "6.1.0", CommitSync.FILES),
+    ],
+)
+def test_commit_sync_resolves_to_what_the_platform_can_be_trusted_with(
+    asked: CommitSync, system: str, release: str, used: CommitSync, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="danube_broker.wal.syncfs"):
+        assert resolve(asked, system=system, release=release) is used
+    warned = [r.getMessage() for r in caplog.records]
+    if asked is CommitSync.FILESYSTEM and used is CommitSync.FILES:
+        assert warned and "needs >= 5.8" in warned[0] and "one fdatasync per file instead" in warned[0]
+    else:
+        assert not warned

@@ -6,6 +6,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from danube_broker.wal.syncfs import CommitSync
+
 MIB = 1024 * 1024
 
 
@@ -66,8 +68,13 @@ class WalConfig(BaseModel):
     #: capped by ``max_batch_bytes_per_commit``); the rest waits for the next round.
     max_round_bytes: int = Field(default=32 * MIB, gt=0)
     #: Threads a shared round's fdatasyncs are spread over (ext4 merges concurrent ones into
-    #: one journal commit: bench/wal_multi_fsync.py).
+    #: one journal commit: bench/wal_multi_fsync.py). Used with ``commit_sync`` files.
     commit_fsync_threads: int = Field(default=16, gt=0, le=256)
+    #: How a shared round is made durable: "filesystem" = one syncfs per file system for all
+    #: its topics (Linux >= 5.8, where syncfs reports write-back errors; it also flushes any
+    #: other program's dirty data on that file system: give the WAL a volume of its own);
+    #: "files" = one fdatasync per topic file; "auto" = filesystem where supported, else files.
+    commit_sync: CommitSync = CommitSync.AUTO
     #: A topic whose log was not written for this long has its active segment's file closed
     #: (opened again by the next write), so an idle topic holds one fd (its directory lock)
     #: instead of two. 0: never closed.

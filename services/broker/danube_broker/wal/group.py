@@ -22,6 +22,19 @@ and after a round at most every ``idle_close_s / 8``; with no open file left the
 ``max_open_files`` (> 0) also bounds how many active segment files stay open at once: beyond it
 the least recently used log's file is closed at once, whatever its age (topics opened in a burst,
 faster than ``idle_close_s``, would otherwise hold two fds each until then).
+
+Flushing a round (``commit_sync``): ``files`` runs one fdatasync per log, spread over
+``fsync_threads`` threads; ``filesystem`` runs ONE ``syncfs`` per file system the round wrote
+to (:mod:`~danube_broker.wal.syncfs`: only where the kernel reports write-back errors to it),
+except for a file system with one syncing log in the round: one fdatasync is cheaper there
+(bench/wal_multi_fsync.py: 0.18 vs 0.27 ms; from 2 files on syncfs is faster, 8.6x the
+fdatasyncs' rate at 64 files).
+The fd it is called on is opened before the round's first write to that file system and kept
+for the group's life, so a write-back error of any page the round wrote is reported to this
+round; it fails every syncing log of that file system in the round (each one's segment is cut
+back to its durable end before its next write, as after a failed fdatasync). An error a
+one-log round's fdatasync reported is reported again to the next syncfs (the file system keeps
+it too): that round fails as well, which costs its producers a re-send and loses nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -37,6 +51,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from danube_broker.wal.segments import ActiveSegment, SealedSegment
+from danube_broker.wal.syncfs import CommitSync, resolve, syncfs
+from danube_broker.wal.syncfs import syncfs as _real_syncfs
 
 if TYPE_CHECKING:
     from danube_broker.wal.log import TopicLog, _Batch
@@ -113,6 +129,15 @@ class CommitJob:
         except Exception as exc:
             self.bug = exc
 
+    def flush_failed(self, exc: BaseException) -> None:
+        """The round's flush of this job's file system failed: the frames are not durable."""
+        if isinstance(exc, OSError):
+            self.error = exc
+        else:
+            self.bug = exc
+        if self.seg is not None:
+            self.seg.dirty = True  # the kernel may have dropped the pages: cut and rewrite
+
 
 def _sync_all(jobs: list[CommitJob]) -> None:
     for job in jobs:
@@ -125,7 +150,9 @@ class CommitGroup:
     threads a round's fdatasyncs are spread over (its own small pool); ``idle_close_s`` (0:
     never) how long a log goes unserved before its active segment's fd is closed;
     ``max_open_files`` (0: no bound) how many active segment files may be open at once (needs
-    ``idle_close_s`` > 0)."""
+    ``idle_close_s`` > 0); ``commit_sync`` how a round is flushed (resolved by
+    :func:`~danube_broker.wal.syncfs.resolve`); ``syncfs`` replaces the system call in tests
+    (its mode is then used as given, without the platform check)."""
 
     def __init__(
         self,
@@ -138,6 +165,8 @@ class CommitGroup:
         name: str = "wal-commit-group",
         idle_close_s: float = 0.0,
         max_open_files: int = 0,
+        commit_sync: CommitSync = CommitSync.FILES,
+        syncfs: Callable[[int], None] = syncfs,
     ) -> None:
         from danube_broker.wal.log import default_executor
 
@@ -149,6 +178,11 @@ class CommitGroup:
         self._max_round_bytes = max_round_bytes
         self._fsync_threads = fsync_threads
         self._fsync_pool: ThreadPoolExecutor | None = None
+        #: The mode in use (``files`` or ``filesystem``; an injected ``syncfs`` is taken as is).
+        self.commit_sync = resolve(commit_sync) if syncfs is _real_syncfs else CommitSync(commit_sync)
+        self._syncfs = syncfs
+        #: filesystem mode: st_dev -> an fd on that file system, open for the group's life.
+        self._fs_fds: dict[int, int] = {}
         self._observer = observer
         self._on_failure = on_failure
         self._name = name
@@ -322,7 +356,11 @@ class CommitGroup:
                 log.exception("%s: the round observer failed", self._name)
 
     def _blocking_round(self, jobs: list[CommitJob]) -> None:
-        """Worker thread: every write first, then the fdatasyncs (spread over threads)."""
+        """Worker thread: every write first, then the flush (fdatasyncs spread over threads,
+        or one syncfs per file system)."""
+        if self.commit_sync is CommitSync.FILESYSTEM:
+            self._filesystem_round(jobs)
+            return
         for job in jobs:
             job.run_write()
         syncing = [j for j in jobs if j.written and j.sync]
@@ -340,6 +378,43 @@ class CommitGroup:
         for f in others:
             f.result()  # _sync_all never raises: outcomes are on the jobs
 
+    def _filesystem_round(self, jobs: list[CommitJob]) -> None:
+        """Worker thread: note each syncing job's file system (opening the group's fd on one
+        seen for the first time BEFORE writing, so no write-back error of this round can
+        predate it), write everything, then one syncfs per file system."""
+        by_fs: dict[int, list[CommitJob]] = {}
+        for job in jobs:
+            if not (job.sync and job.batches):
+                continue
+            try:
+                dev = job.store.device_blocking()
+                if dev not in self._fs_fds:
+                    self._fs_fds[dev] = os.open(
+                        job.store.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+                    )
+            except OSError as exc:
+                job.error = exc  # its frames are not written: the log fails this commit
+                continue
+            by_fs.setdefault(dev, []).append(job)
+        for job in jobs:
+            if job.error is None:
+                job.run_write()
+        for dev, members in by_fs.items():
+            written = [j for j in members if j.written]
+            if len(written) <= 1:
+                _sync_all(written)  # one file: its own fdatasync is cheaper than a syncfs
+                continue
+            t0 = time.perf_counter()
+            try:
+                self._syncfs(self._fs_fds[dev])
+            except BaseException as exc:
+                for job in written:
+                    job.flush_failed(exc)
+                continue
+            seconds = time.perf_counter() - t0
+            for job in written:
+                job.fsync_s = seconds
+
     async def aclose(self) -> None:
         """Serve what is in line, then stop (idempotent). Close the logs first."""
         self._closing = True
@@ -348,3 +423,6 @@ class CommitGroup:
         if self._fsync_pool is not None:
             self._fsync_pool.shutdown(wait=True)
             self._fsync_pool = None
+        for fd in self._fs_fds.values():
+            os.close(fd)
+        self._fs_fds.clear()

@@ -96,6 +96,8 @@ class SegmentStore:
         self._ops = ops
         self._sync = sync
         self._executor = executor
+        #: st_dev of the directory (its file system), learned by the first :meth:`device_blocking`.
+        self._device: int | None = None
 
     async def in_thread(self, job: partial[T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, job)
@@ -131,6 +133,12 @@ class SegmentStore:
     def sync_blocking(self, seg: ActiveSegment) -> float:
         """fdatasync ``seg`` (worker thread); returns its seconds. Marks it dirty on failure."""
         return seg.sync(self._ops)
+
+    def device_blocking(self) -> int:
+        """The file system (st_dev) the segments are on (worker thread; one stat, then cached)."""
+        if self._device is None:
+            self._device = os.stat(self.directory).st_dev
+        return self._device
 
     def inline_write_ok(self, nbytes: int) -> bool:
         """May a commit of ``nbytes`` be written on the event loop? (durability none, opted in)"""
