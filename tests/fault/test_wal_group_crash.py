@@ -155,7 +155,11 @@ def test_power_loss_under_a_shared_group_keeps_every_acked_record(
     async def run() -> None:
         nonlocal closed
         group = CommitGroup(
-            fsync_threads=4, idle_close_s=idle_close_s, commit_sync=commit_sync, syncfs=ops.syncfs
+            fsync_threads=4,
+            idle_close_s=idle_close_s,
+            commit_sync=commit_sync,
+            syncfs=ops.syncfs,
+            trusted=lambda dev: True,
         )
         c = cfg(segment_max_bytes=4096)
         logs = [

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from danube_broker.wal import CommitGroup, DiskFull, Durability, LogClosed, StorageFailed, TopicLog, WalConfig
 from danube_broker.wal.model import COMMIT_OBSERVER, CommitRound
 from danube_broker.wal.segments import ActiveSegment
-from danube_broker.wal.syncfs import CommitSync, resolve, syncfs
+from danube_broker.wal.syncfs import CommitSync, filesystem_type, resolve, syncfs, trusted_filesystem
 from tests.support import wait_until
 from tests.unit.wal.helpers import EIO, ENOSPC, Ops, cfg, read_all, records
 
@@ -454,8 +454,8 @@ class FakeSyncfs:
         syncfs(fd)
 
 
-def fs_group(fake: FakeSyncfs) -> CommitGroup:
-    group = CommitGroup(commit_sync=CommitSync.FILESYSTEM, syncfs=fake)
+def fs_group(fake: FakeSyncfs, *, trusted: bool = True) -> CommitGroup:
+    group = CommitGroup(commit_sync=CommitSync.FILESYSTEM, syncfs=fake, trusted=lambda dev: trusted)
     assert group.commit_sync is CommitSync.FILESYSTEM
     return group
 
@@ -491,6 +491,19 @@ async def test_filesystem_mode_flushes_a_round_of_many_logs_with_one_syncfs(tmp_
         await lg.aclose()
 
 
+async def test_a_file_system_syncfs_is_not_trusted_on_is_flushed_per_file(tmp_path: Path) -> None:
+    fake = FakeSyncfs()
+    group = fs_group(fake, trusted=False)
+    logs, ops = await open_logs(tmp_path, 5, group)
+    fsyncs = [o.fsyncs for o in ops]
+    assert await one_round(group, logs, [b"a"]) == [0] * 5
+    assert fake.calls == []
+    assert [o.fsyncs for o in ops] == [n + 1 for n in fsyncs]
+    for lg in logs:
+        await lg.aclose()
+    await group.aclose()
+
+
 async def test_a_failed_syncfs_fails_every_syncing_log_of_the_round_and_they_recover(tmp_path: Path) -> None:
     fake = FakeSyncfs()
     group = fs_group(fake)
@@ -517,6 +530,8 @@ async def test_a_failed_syncfs_fails_every_syncing_log_of_the_round_and_they_rec
 async def test_filesystem_mode_with_the_real_syncfs_keeps_one_fd_per_file_system(tmp_path: Path) -> None:
     if resolve(CommitSync.AUTO) is not CommitSync.FILESYSTEM:
         pytest.skip("this kernel does not report write-back errors to syncfs (Linux < 5.8)")
+    if not trusted_filesystem(os.stat(tmp_path).st_dev):
+        pytest.skip(f"{tmp_path} is not on a file system syncfs is trusted on")
     fds_before = len(os.listdir("/proc/self/fd"))
     group = CommitGroup(commit_sync=CommitSync.AUTO)
     assert group.commit_sync is CommitSync.FILESYSTEM
@@ -555,3 +570,25 @@ def test_commit_sync_resolves_to_what_the_platform_can_be_trusted_with(
         assert warned and "needs >= 5.8" in warned[0] and "one fdatasync per file instead" in warned[0]
     else:
         assert not warned
+
+
+MOUNTINFO = """\
+22 27 0:21 / /proc rw,relatime - proc proc rw
+27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard
+31 27 0:40 / /var/lib/docker/x rw,relatime shared:5 - overlay overlay rw,lowerdir=/a,upperdir=/b
+40 27 0:52 / /mnt/nfs rw,relatime master:3 - nfs4 srv:/export rw,vers=4.2
+"""
+
+
+@pytest.mark.parametrize(
+    ("dev", "kind", "trusted"),
+    [
+        (os.makedev(254, 0), "ext4", True),
+        (os.makedev(0, 40), "overlay", False),
+        (os.makedev(0, 52), "nfs4", False),
+        (os.makedev(8, 1), None, False),
+    ],
+)
+def test_syncfs_is_trusted_only_on_local_disk_file_systems(dev: int, kind: str | None, trusted: bool) -> None:
+    assert filesystem_type(dev, MOUNTINFO) == kind
+    assert trusted_filesystem(dev, MOUNTINFO) is trusted

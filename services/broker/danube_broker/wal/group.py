@@ -25,8 +25,9 @@ faster than ``idle_close_s``, would otherwise hold two fds each until then).
 
 Flushing a round (``commit_sync``): ``files`` runs one fdatasync per log, spread over
 ``fsync_threads`` threads; ``filesystem`` runs ONE ``syncfs`` per file system the round wrote
-to (:mod:`~danube_broker.wal.syncfs`: only where the kernel reports write-back errors to it),
-except for a file system with one syncing log in the round: one fdatasync is cheaper there
+to (:mod:`~danube_broker.wal.syncfs`: only where the kernel reports write-back errors to it,
+and on local disk file systems: logs on any other are flushed per file), except for a file
+system with one syncing log in the round: one fdatasync is cheaper there
 (bench/wal_multi_fsync.py: 0.18 vs 0.27 ms; from 2 files on syncfs is faster, 8.6x the
 fdatasyncs' rate at 64 files).
 The fd it is called on is opened before the round's first write to that file system and kept
@@ -51,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from danube_broker.wal.segments import ActiveSegment, SealedSegment
-from danube_broker.wal.syncfs import CommitSync, resolve, syncfs
+from danube_broker.wal.syncfs import CommitSync, resolve, syncfs, trusted_filesystem
 from danube_broker.wal.syncfs import syncfs as _real_syncfs
 
 if TYPE_CHECKING:
@@ -152,7 +153,8 @@ class CommitGroup:
     ``max_open_files`` (0: no bound) how many active segment files may be open at once (needs
     ``idle_close_s`` > 0); ``commit_sync`` how a round is flushed (resolved by
     :func:`~danube_broker.wal.syncfs.resolve`); ``syncfs`` replaces the system call in tests
-    (its mode is then used as given, without the platform check)."""
+    (its mode is then used as given, without the platform check), ``trusted`` the check of a
+    file system's type."""
 
     def __init__(
         self,
@@ -167,6 +169,7 @@ class CommitGroup:
         max_open_files: int = 0,
         commit_sync: CommitSync = CommitSync.FILES,
         syncfs: Callable[[int], None] = syncfs,
+        trusted: Callable[[int], bool] = trusted_filesystem,
     ) -> None:
         from danube_broker.wal.log import default_executor
 
@@ -181,7 +184,9 @@ class CommitGroup:
         #: The mode in use (``files`` or ``filesystem``; an injected ``syncfs`` is taken as is).
         self.commit_sync = resolve(commit_sync) if syncfs is _real_syncfs else CommitSync(commit_sync)
         self._syncfs = syncfs
-        #: filesystem mode: st_dev -> an fd on that file system, open for the group's life.
+        self._trusted = trusted
+        #: filesystem mode: st_dev -> an fd on that file system, open for the group's life
+        #: (-1: a file system syncfs is not trusted on; its logs are flushed per file).
         self._fs_fds: dict[int, int] = {}
         self._observer = observer
         self._on_failure = on_failure
@@ -381,7 +386,8 @@ class CommitGroup:
     def _filesystem_round(self, jobs: list[CommitJob]) -> None:
         """Worker thread: note each syncing job's file system (opening the group's fd on one
         seen for the first time BEFORE writing, so no write-back error of this round can
-        predate it), write everything, then one syncfs per file system."""
+        predate it), write everything, then one syncfs per file system (per-file fdatasyncs on
+        one syncfs is not trusted on)."""
         by_fs: dict[int, list[CommitJob]] = {}
         for job in jobs:
             if not (job.sync and job.batches):
@@ -389,8 +395,10 @@ class CommitGroup:
             try:
                 dev = job.store.device_blocking()
                 if dev not in self._fs_fds:
-                    self._fs_fds[dev] = os.open(
-                        job.store.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+                    self._fs_fds[dev] = (
+                        os.open(job.store.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                        if self._trusted(dev)
+                        else -1
                     )
             except OSError as exc:
                 job.error = exc  # its frames are not written: the log fails this commit
@@ -401,8 +409,8 @@ class CommitGroup:
                 job.run_write()
         for dev, members in by_fs.items():
             written = [j for j in members if j.written]
-            if len(written) <= 1:
-                _sync_all(written)  # one file: its own fdatasync is cheaper than a syncfs
+            if len(written) <= 1 or self._fs_fds[dev] < 0:
+                _sync_all(written)  # one file (an fdatasync is cheaper), or syncfs not trusted there
                 continue
             t0 = time.perf_counter()
             try:
@@ -424,5 +432,6 @@ class CommitGroup:
             self._fsync_pool.shutdown(wait=True)
             self._fsync_pool = None
         for fd in self._fs_fds.values():
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         self._fs_fds.clear()

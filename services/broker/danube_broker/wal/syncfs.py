@@ -11,6 +11,10 @@ per-file calls for the WAL:
   one fd per file system open for its whole life, so every error after the group started is
   reported to exactly one round, which fails all its appends on that file system (the producers
   re-send them; nothing that was acknowledged depended on the failed flush).
+- **The file system must keep that error sequence** and flush its own journal and the disk's
+  cache on syncfs: the local disk file systems (ext4, xfs, btrfs; tmpfs holds nothing durable
+  either way). A network or stacked file system (NFS, FUSE, overlayfs) may not: a directory on
+  one is flushed per file (:func:`trusted_filesystem`, from ``/proc/self/mountinfo``).
 - **Its cost is the whole file system's dirty data**, other programs' too. On a volume of its
   own (as the broker's WAL should be) that is the WAL's own writes.
 
@@ -31,6 +35,9 @@ log = logging.getLogger(__name__)
 
 #: The first Linux release whose syncfs reports write-back errors (errseq on the super block).
 MIN_KERNEL = (5, 8)
+#: File systems whose syncfs flushes the data, the journal and the disk cache, and reports
+#: write-back errors through the super block (Linux >= 5.8).
+TRUSTED_FILESYSTEMS = frozenset({"ext4", "xfs", "btrfs", "tmpfs"})
 
 
 class CommitSync(StrEnum):
@@ -67,6 +74,38 @@ def syncfs(fd: int) -> None:
     if _SYNCFS(fd) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"syncfs: {os.strerror(err)}")
+
+
+def filesystem_type(dev: int, mountinfo: str | None = None) -> str | None:
+    """The type of the mounted file system with device number ``dev`` (an ``st_dev``), from
+    ``/proc/self/mountinfo`` (or the text given); None when no mount has that device."""
+    if mountinfo is None:
+        try:
+            with open("/proc/self/mountinfo", encoding="utf-8") as f:
+                mountinfo = f.read()
+        except OSError:
+            return None
+    want = f"{os.major(dev)}:{os.minor(dev)}"
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == want and "-" in fields:
+            rest = fields[fields.index("-") + 1 :]
+            return rest[0] if rest else None
+    return None
+
+
+def trusted_filesystem(dev: int, mountinfo: str | None = None) -> bool:
+    """May a commit round on the file system ``dev`` be flushed with one syncfs?"""
+    kind = filesystem_type(dev, mountinfo)
+    if kind in TRUSTED_FILESYSTEMS:
+        return True
+    log.info(
+        "WAL on a %s file system (device %d:%d): its commit rounds are flushed per file, not by syncfs",
+        kind or "unknown",
+        os.major(dev),
+        os.minor(dev),
+    )
+    return False
 
 
 def kernel_reports_errors(release: str) -> bool:
