@@ -353,6 +353,7 @@ class ReliableTopic:
             self._add_subscription(rec.name, sub_type, cursor=s.cursor, policy=policy, acked=s.acked)
         await self._follow_policies(revision)
         self._ctx.maintenance.register(self)
+        self.local.on_sealed(partial(self._ctx.maintenance.sealed, self))
         if self.cloud is not None:
             self._spawn(self.cloud.run(), "the cloud ack flusher")
 
@@ -364,6 +365,7 @@ class ReliableTopic:
         """Stop dispatching at once (synchronous part of closing)."""
         self._closed = True
         self._ctx.maintenance.unregister(self)
+        self.local.on_sealed(None)
         self._ctx.policy_watch.unfollow(self.topic.topic_name, self)
         for sub in self.topic.subscriptions.values():
             task = sub.engine.task if sub.engine is not None else None

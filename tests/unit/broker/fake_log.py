@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +61,7 @@ class FakeLog:
         self.appends = 0
         self.truncations: list[int] = []
         self.closed = False
+        self._on_sealed: Callable[[], None] | None = None
 
     # ---- offsets
     @property
@@ -118,7 +119,10 @@ class FakeLog:
         return fut
 
     def commit(self) -> None:
-        """Make everything appended durable (one group commit)."""
+        """Make everything appended durable (one group commit). Crossing a segment boundary
+        (``segment_entries``) seals the segment before it, as a roll does."""
+        seg = self.segment_entries
+        sealed = self._durable > self._base and (self.next_offset - 1) // seg > (self._durable - 1) // seg
         self._durable = self.next_offset
         self._seq_durable = dict(self._seq_accepted)
         waiters, self._commit_waiters = self._commit_waiters, []
@@ -127,6 +131,11 @@ class FakeLog:
                 fut.set_result(first)
         self._durable_changed.set()
         self._durable_changed = asyncio.Event()
+        if sealed and self._on_sealed is not None:
+            self._on_sealed()
+
+    def on_sealed(self, callback: Callable[[], None] | None) -> None:
+        self._on_sealed = callback
 
     @property
     def failed_commits(self) -> int:

@@ -101,6 +101,10 @@ class FakeTopic:
         self.alone = 0
         self.fenced = False
         self.retention = 0
+        #: What retention could cut (retention_due), and how much one apply_retention cuts.
+        self.sealed_segments = 1
+        self.cut_per_retention = 0
+        self.due_checks = 0
 
     def key(self, sub: str) -> str:
         return f"/unit/cursors/{self.name}/{sub}"
@@ -139,10 +143,12 @@ class FakeTopic:
         self.lock.release()
 
     def retention_due(self) -> bool:
-        return True
+        self.due_checks += 1
+        return self.sealed_segments > 0
 
     async def apply_retention(self) -> None:
         self.retention += 1
+        self.sealed_segments = max(0, self.sealed_segments - self.cut_per_retention)
 
 
 async def own(store: MemoryStore, topic: FakeTopic) -> None:
@@ -329,3 +335,36 @@ async def test_a_compacted_watch_reads_every_policy_again_and_goes_on() -> None:
     await wait_until(lambda: la.changes == [("s", {"max_redeliveries": 5})], what="the watch goes on")
     await w.aclose()
     await store.aclose()
+
+
+async def test_the_periodic_sweep_walks_only_topics_with_something_sealed(store: CountingStore) -> None:
+    m = maintenance(store)
+    idle = [FakeTopic(store, f"idle{i}", 0) for i in range(2000)]
+    for t in idle:
+        t.sealed_segments = 0  # only the active segment: nothing retention could cut
+        m.register(t)
+    busy = [FakeTopic(store, f"busy{i}", 0) for i in range(3)]
+    for t in busy:
+        t.sealed_segments = 2
+        t.cut_per_retention = 1
+        m.register(t)
+    assert (m.topics, m.retainable) == (2003, 3)
+    await m.sweep()
+    assert [t.retention for t in busy] == [1, 1, 1]
+    assert all(t.retention == 0 and t.due_checks == 1 for t in idle)  # asked once, at register
+    # An idle topic seals a segment: it is in the next sweeps until retention leaves it none.
+    idle[7].sealed_segments = 1
+    idle[7].cut_per_retention = 1
+    m.sealed(idle[7])
+    assert m.retainable == 4
+    await m.sweep()
+    assert idle[7].retention == 1 and [t.retention for t in busy] == [2, 2, 2]
+    assert m.retainable == 0  # everything sealed was cut
+    await m.sweep()
+    assert idle[7].retention == 1 and [t.retention for t in busy] == [2, 2, 2]
+    assert sum(t.due_checks for t in idle) == 2000 + 2  # idle[7]: checked before and after its cut
+    # Closed topics leave the sweep; a sealed() for a topic no longer registered is ignored.
+    m.unregister(busy[0])
+    m.sealed(busy[0])
+    assert m.retainable == 0 and m.topics == 2002
+    await m.aclose()

@@ -406,6 +406,28 @@ async def test_retention_cuts_below_what_every_subscription_acked(resources: Res
     await rig.close()
 
 
+async def test_only_topics_with_a_sealed_segment_are_in_the_periodic_retention_sweep(
+    resources: Resources,
+) -> None:
+    rig = Rig(resources, FakeLogs(segment_entries=4))
+    maintenance = rig.reg.reliable.maintenance
+    p = await rig.producer()
+    sub = await rig.subscribe("s", kind=SubType.SHARED, initial_position="earliest")
+    await rig.publish(p, [b"a", b"b", b"c"])
+    assert maintenance.topics == 1 and maintenance.retainable == 0  # one segment, nothing sealed
+    await rig.publish(p, [b"%d" % i for i in range(6)])  # offsets 3..8: two segments sealed
+    assert maintenance.retainable == 1
+    await received(sub, 9)
+    rig.reg.ack(TOPIC, "s", list(range(9)))
+    # The cursor flush runs retention on the topic: everything below the active segment goes,
+    # and with nothing sealed left the topic leaves the periodic sweep.
+    await wait_until(
+        lambda: rig.log.first_offset == 8 and maintenance.retainable == 0, what="cut, out of the sweep"
+    )
+    await rig.close()
+    assert maintenance.retainable == 0 and maintenance.topics == 0
+
+
 async def test_topic_policies_choose_durability_and_retention(resources: Resources) -> None:
     rig = Rig(resources, FakeLogs(segment_entries=4))
     await resources.create_topic(T, dispatch_strategy="reliable")

@@ -61,6 +61,22 @@ async def test_offsets_and_reads_across_rolls(tmp_path: Path) -> None:
     await log.aclose()
 
 
+async def test_on_sealed_is_called_once_per_sealed_segment_after_the_roll_is_accounted(
+    tmp_path: Path,
+) -> None:
+    log = await open_log(tmp_path)
+    seen: list[int] = []
+    log.on_sealed(lambda: seen.append(log.segment_count))
+    await append_all(log, records(40), batch=3)
+    # Each call saw the new segment already counted: 2, 3, ... up to the final count.
+    assert seen == list(range(2, log.segment_count + 1)) and len(seen) >= 2
+    calls = len(seen)
+    log.on_sealed(None)
+    await append_all(log, records(40), batch=3)
+    assert len(seen) == calls and log.segment_count > seen[-1]  # rolled again, not called
+    await log.aclose()
+
+
 async def test_read_below_the_cache_goes_to_disk(tmp_path: Path) -> None:
     log = await open_log(tmp_path, cfg(segment_max_bytes=600, index_every_frames=3, tail_cache_bytes=500))
     expected = await append_all(log, records(60), batch=4)

@@ -98,6 +98,7 @@ class TopicLog:
         "_loop",
         "_next_offset",
         "_observer",
+        "_on_sealed",
         "_own_group",
         "_pending_bytes",
         "_queue",
@@ -129,6 +130,7 @@ class TopicLog:
         #: call on CPython 3.11; a log lives on one loop).
         self._loop: asyncio.AbstractEventLoop | None = None
         self._observer = observer
+        self._on_sealed: Callable[[], None] | None = None
         self._cfg = cfg
         self._durability = durability
         self._sync = durability.syncs
@@ -255,6 +257,11 @@ class TopicLog:
     def segment_count(self) -> int:
         """Segments on disk: the sealed ones and the active one (cheap; no stats snapshot)."""
         return self._store.segment_count
+
+    def on_sealed(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` (event loop, after the roll is accounted) each time a segment is
+        sealed. It must not raise: an exception counts as a bug of this log."""
+        self._on_sealed = callback
 
     @property
     def failed_commits(self) -> int:
@@ -418,6 +425,8 @@ class TopicLog:
             self._store.adopt(*job.rolled)
             if self._observer is not None:
                 self._observer.rotated()
+            if self._on_sealed is not None:
+                self._on_sealed()
         if job.bug is not None:
             raise job.bug
         if job.is_roll:

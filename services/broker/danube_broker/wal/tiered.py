@@ -21,7 +21,7 @@ again from object storage (retention only deletes what the uploader's checkpoint
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from danube_broker.wal.errors import HistoryGap
@@ -147,6 +147,9 @@ class TieredLog:
     @property
     def segment_count(self) -> int:
         return self.local.segment_count
+
+    def on_sealed(self, callback: Callable[[], None] | None) -> None:
+        self.local.on_sealed(callback)
 
     async def aclose(self) -> None:
         await self.local.aclose()

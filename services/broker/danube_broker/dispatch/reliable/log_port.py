@@ -12,7 +12,7 @@ delivered to consumers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from danube_broker.wal import WalStats
@@ -95,6 +95,11 @@ class TopicLogPort(Protocol):
     @property
     def segment_count(self) -> int:
         """Segments on disk (sealed and active), without a stats snapshot."""
+        ...
+
+    def on_sealed(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` (on the event loop, nothing awaited) each time a segment is sealed:
+        retention may cut it from then on. None: no callback."""
         ...
 
     async def aclose(self) -> None: ...

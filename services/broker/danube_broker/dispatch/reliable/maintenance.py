@@ -5,8 +5,11 @@ wakes, waits ``flush_interval_s`` to gather every change of the interval (as eac
 loop did before), and writes the cursors of every dirty topic in shared etcd transactions
 (:mod:`~danube_broker.dispatch.reliable.cursor_batch`: each topic's writes fenced by its own
 epoch, at most ``max_txn_ops`` operations per transaction). Then retention runs on the topics
-written. Every ``retention_interval_s`` retention runs on every topic (time-based retention
-moves with the clock alone).
+written. Every ``retention_interval_s`` retention runs on every topic that has something it
+could cut (time-based retention moves with the clock alone): the topics with a sealed segment,
+known without walking the others (a topic is added when it registers with one and when its
+log seals one, and dropped once retention leaves it none), so thousands of idle topics with
+only their active segment cost the periodic sweep nothing.
 
 A shared transaction lands whole or not at all. If it is refused (some topic's fence failed:
 that topic moved on), each of its topics writes alone, through its own fenced path: the others
@@ -80,6 +83,8 @@ class Maintenance:
         self._max_txn_ops = max_txn_ops
         self._clock = clock
         self._topics: dict[str, Maintained] = {}
+        #: Registered topics retention could cut something of (a sealed segment): the sweep's.
+        self._retainable: dict[str, Maintained] = {}
         #: Topics whose cursors moved since their last flush (insertion order: oldest first).
         self._dirty: dict[str, None] = {}
         self._wake = asyncio.Event()
@@ -93,8 +98,15 @@ class Maintenance:
     def topics(self) -> int:
         return len(self._topics)
 
+    @property
+    def retainable(self) -> int:
+        """Topics the periodic retention sweep walks (those with a sealed segment)."""
+        return len(self._retainable)
+
     def register(self, topic: Maintained) -> None:
         self._topics[topic.name] = topic
+        if topic.retention_due():
+            self._retainable[topic.name] = topic
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="reliable-maintenance")
             self._task.add_done_callback(self._done)
@@ -103,6 +115,12 @@ class Maintenance:
         if self._topics.get(topic.name) is topic:
             del self._topics[topic.name]
             self._dirty.pop(topic.name, None)
+            self._retainable.pop(topic.name, None)
+
+    def sealed(self, topic: Maintained) -> None:
+        """``topic``'s log sealed a segment: the periodic sweep looks at it from now on."""
+        if self._topics.get(topic.name) is topic:
+            self._retainable[topic.name] = topic
 
     def mark_dirty(self, topic: Maintained) -> None:
         if self._topics.get(topic.name) is topic:
@@ -164,15 +182,19 @@ class Maintenance:
         return written
 
     async def sweep(self, topics: list[Maintained] | None = None) -> None:
-        """Retention on ``topics`` (default: every topic registered)."""
-        todo = [(t.name, t) for t in topics] if topics is not None else list(self._topics.items())
+        """Retention on ``topics`` (default: every registered topic with a sealed segment)."""
+        todo = [(t.name, t) for t in topics] if topics is not None else list(self._retainable.items())
         for i, (name, topic) in enumerate(todo):
-            if self._topics.get(name) is not topic or not topic.retention_due():
-                continue  # closed meanwhile, or nothing to cut
-            try:
-                await topic.apply_retention()
-            except DanubeError as exc:
-                log.warning("topic %s: retention check failed (%s); retrying later", name, exc)
+            if self._topics.get(name) is not topic:
+                continue  # closed meanwhile
+            if topic.retention_due():
+                self._retainable[name] = topic
+                try:
+                    await topic.apply_retention()
+                except DanubeError as exc:
+                    log.warning("topic %s: retention check failed (%s); retrying later", name, exc)
+            if not topic.retention_due() and self._retainable.get(name) is topic:
+                del self._retainable[name]  # nothing sealed left: out of the periodic sweep
             if i % _SWEEP_SLICE == _SWEEP_SLICE - 1:
                 await asyncio.sleep(0)
 
