@@ -368,7 +368,10 @@ class CommitGroup:
             return
         for job in jobs:
             job.run_write()
-        syncing = [j for j in jobs if j.written and j.sync]
+        self._sync_spread([j for j in jobs if j.written and j.sync])
+
+    def _sync_spread(self, syncing: list[CommitJob]) -> None:
+        """fdatasync every job's file, spread over ``fsync_threads`` threads (worker thread)."""
         k = min(self._fsync_threads, len(syncing))
         if k <= 1:
             _sync_all(syncing)
@@ -410,7 +413,7 @@ class CommitGroup:
         for dev, members in by_fs.items():
             written = [j for j in members if j.written]
             if len(written) <= 1 or self._fs_fds[dev] < 0:
-                _sync_all(written)  # one file (an fdatasync is cheaper), or syncfs not trusted there
+                self._sync_spread(written)  # one file (an fdatasync is cheaper), or syncfs not trusted
                 continue
             t0 = time.perf_counter()
             try:
