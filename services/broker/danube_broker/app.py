@@ -51,6 +51,7 @@ from danube_broker.stats_api import BrokerStatsApi
 from danube_broker.takeover import close_orphaned_stints
 from danube_broker.tiering import Tiering
 from danube_broker.wal import CommitGroup
+from danube_broker.wal.syncfs import CommitSync
 from danube_common import gc_tuning
 from danube_common.cluster_view import ClusterView
 from danube_common.discovery import DiscoveryServicer
@@ -197,7 +198,7 @@ async def run(
                 log.info(
                     "WAL commit rounds are flushed per %s",
                     "file system (one syncfs)"
-                    if commit_group.commit_sync == "filesystem"
+                    if commit_group.commit_sync is CommitSync.FILESYSTEM
                     else "file (fdatasync)",
                 )
             metrics.register(RuntimeCollector(asyncio.get_running_loop(), store))

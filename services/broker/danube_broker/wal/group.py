@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from danube_broker.wal.segments import ActiveSegment, SealedSegment
-from danube_broker.wal.syncfs import CommitSync, resolve, syncfs, trusted_filesystem
+from danube_broker.wal.syncfs import CommitSync, resolve, trusted_filesystem
 from danube_broker.wal.syncfs import syncfs as _real_syncfs
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ class CommitJob:
         except Exception as exc:
             self.bug = exc
 
-    def flush_failed(self, exc: BaseException) -> None:
+    def flush_failed(self, exc: Exception) -> None:
         """The round's flush of this job's file system failed: the frames are not durable."""
         if isinstance(exc, OSError):
             self.error = exc
@@ -168,7 +168,7 @@ class CommitGroup:
         idle_close_s: float = 0.0,
         max_open_files: int = 0,
         commit_sync: CommitSync = CommitSync.FILES,
-        syncfs: Callable[[int], None] = syncfs,
+        syncfs: Callable[[int], None] = _real_syncfs,
         trusted: Callable[[int], bool] = trusted_filesystem,
     ) -> None:
         from danube_broker.wal.log import default_executor
@@ -418,7 +418,7 @@ class CommitGroup:
             t0 = time.perf_counter()
             try:
                 self._syncfs(self._fs_fds[dev])
-            except BaseException as exc:
+            except Exception as exc:
                 for job in written:
                     job.flush_failed(exc)
                 continue
