@@ -243,6 +243,17 @@ class DanubeFilesSyncDriver(DanubeDriver):
         cluster.extra_env["DANUBE_BROKER_WAL__COMMIT_SYNC"] = "files"
 
 
+class DanubeThreadWritesDriver(DanubeDriver):
+    """``danube`` with ``wal.round_loop_write_bytes: 0``: every frame write of a shared WAL
+    round in the worker thread (each waiting for the GIL after its system call), as before the
+    round's page-cache writes moved to the event loop; for same-run comparisons."""
+
+    name = "danube-threadwrites"
+
+    def _configure(self, cluster: Any) -> None:
+        cluster.extra_env["DANUBE_BROKER_WAL__ROUND_LOOP_WRITE_BYTES"] = "0"
+
+
 class DanubeNoMuxDriver(DanubeDriver):
     """``danube`` with the SDK's per-topic streams (``multiplex=False``): a PublishBatches stream
     and a HealthCheck poll per producer, a ReceiveBatches stream, a poll and unary AckBatch calls

@@ -34,6 +34,7 @@ from tests.unit.wal.helpers import cfg, read_all
 pytestmark = pytest.mark.slow
 
 TOPICS = 30
+MIB = 1024 * 1024
 
 
 class PowerLossOps:
@@ -130,22 +131,24 @@ def check_recovered(base: Path, acked: list[tuple[int, int, list[bytes]]]) -> in
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
-    ("seed", "idle_close_s", "commit_sync"),
+    ("seed", "idle_close_s", "commit_sync", "loop_write_bytes"),
     [
-        (1, 0.0, CommitSync.FILES),
-        (2, 0.0, CommitSync.FILES),
-        (3, 0.0, CommitSync.FILES),
-        (4, 0.01, CommitSync.FILES),
-        (5, 0.01, CommitSync.FILES),
-        (6, 0.0, CommitSync.FILESYSTEM),
-        (7, 0.0, CommitSync.FILESYSTEM),
-        (8, 0.01, CommitSync.FILESYSTEM),
+        (1, 0.0, CommitSync.FILES, 0),
+        (2, 0.0, CommitSync.FILES, MIB),
+        (3, 0.0, CommitSync.FILES, MIB),
+        (4, 0.01, CommitSync.FILES, 0),
+        (5, 0.01, CommitSync.FILES, MIB),
+        (6, 0.0, CommitSync.FILESYSTEM, 0),
+        (7, 0.0, CommitSync.FILESYSTEM, MIB),
+        (8, 0.01, CommitSync.FILESYSTEM, MIB),
     ],
     ids=str,
 )
 def test_power_loss_under_a_shared_group_keeps_every_acked_record(
-    tmp_path: Path, seed: int, idle_close_s: float, commit_sync: CommitSync
+    tmp_path: Path, seed: int, idle_close_s: float, commit_sync: CommitSync, loop_write_bytes: int
 ) -> None:
+    """``loop_write_bytes``: the rounds' frames are written on the event loop (the broker's
+    default), 0: in the worker thread with the flush."""
     rng = random.Random(seed)
     crash_at = rng.randint(300, 1500) if commit_sync is CommitSync.FILES else rng.randint(60, 300)
     ops = PowerLossOps(crash_at, tmp_path)
@@ -160,6 +163,7 @@ def test_power_loss_under_a_shared_group_keeps_every_acked_record(
             commit_sync=commit_sync,
             syncfs=ops.syncfs,
             trusted=lambda dev: True,
+            loop_write_bytes=loop_write_bytes,
         )
         c = cfg(segment_max_bytes=4096)
         logs = [
@@ -196,7 +200,7 @@ def test_power_loss_under_a_shared_group_keeps_every_acked_record(
     total = check_recovered(tmp_path, acked)
     assert total >= sum(len(r) for _, _, r in acked)
     print(
-        f"seed {seed} ({commit_sync}): {len(acked)} acks, {cut} files cut ({dropped} bytes),"
+        f"seed {seed} ({commit_sync}, loop writes {loop_write_bytes}): {len(acked)} acks, {cut} files cut ({dropped} bytes),"
         f" {total} records recovered, {closed} idle files closed, {ops.fsyncs} flushes"
     )
 
@@ -206,8 +210,8 @@ import asyncio, random, sys
 from pathlib import Path
 from danube_broker.wal import CommitGroup, Durability, TopicLog, WalConfig
 
-async def main(base, topics, idle_close_s, commit_sync):
-    group = CommitGroup(idle_close_s=idle_close_s, commit_sync=commit_sync)
+async def main(base, topics, idle_close_s, commit_sync, loop_write_bytes):
+    group = CommitGroup(idle_close_s=idle_close_s, commit_sync=commit_sync, loop_write_bytes=loop_write_bytes)
     assert group.commit_sync == commit_sync
     c = WalConfig(segment_max_bytes=8192)
     logs = [await TopicLog.open(base / f"t{i}", cfg=c, durability=Durability.FSYNC, group=group)
@@ -228,23 +232,37 @@ async def main(base, topics, idle_close_s, commit_sync):
 
     await asyncio.gather(*(appender(i, a) for i in range(topics) for a in range(2)))
 
-asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]))
+asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], int(sys.argv[5])))
 """
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
-    ("idle_close_s", "commit_sync"),
-    [(0.0, CommitSync.FILES), (0.01, CommitSync.FILES), (0.0, CommitSync.FILESYSTEM)],
+    ("idle_close_s", "commit_sync", "loop_write_bytes"),
+    [
+        (0.0, CommitSync.FILES, MIB),
+        (0.01, CommitSync.FILES, 0),
+        (0.0, CommitSync.FILESYSTEM, MIB),
+        (0.01, CommitSync.FILESYSTEM, 0),
+    ],
     ids=str,
 )
 def test_kill9_under_a_shared_group_keeps_every_acked_record(
-    tmp_path: Path, idle_close_s: float, commit_sync: CommitSync
+    tmp_path: Path, idle_close_s: float, commit_sync: CommitSync, loop_write_bytes: int
 ) -> None:
     if resolve(commit_sync) is not commit_sync:
         pytest.skip(f"commit_sync {commit_sync} is not supported on this kernel")
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(tmp_path), str(TOPICS), str(idle_close_s), commit_sync],
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            str(tmp_path),
+            str(TOPICS),
+            str(idle_close_s),
+            commit_sync,
+            str(loop_write_bytes),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

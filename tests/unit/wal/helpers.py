@@ -81,9 +81,13 @@ class Ops:
         self.gate: threading.Event | None = None
         self.entered = threading.Event()
         self.clock_ms = 1_700_000_000_000
+        #: The threads (idents) the writes and fsyncs ran on, in call order.
+        self.write_threads: list[int] = []
+        self.fsync_threads: list[int] = []
 
     def pwrite(self, fd: int, data: bytes | memoryview, pos: int) -> int:
         self.writes += 1
+        self.write_threads.append(threading.get_ident())
         if self.gate is not None:
             self.entered.set()
             self.gate.wait(10)
@@ -95,6 +99,7 @@ class Ops:
 
     def fsync(self, fd: int) -> None:
         self.fsyncs += 1
+        self.fsync_threads.append(threading.get_ident())
         if self.fsyncs in self.fail_fsync_numbers:
             raise OSError(errno.EIO, "injected fsync failure")
         if self.fsync_error is not None:

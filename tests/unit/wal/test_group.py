@@ -445,17 +445,24 @@ class FakeSyncfs:
 
     def __init__(self) -> None:
         self.calls: list[int] = []
+        self.threads: list[int] = []
         self.error: int | None = None
 
     def __call__(self, fd: int) -> None:
         self.calls.append(fd)
+        self.threads.append(threading.get_ident())
         if self.error is not None:
             raise OSError(self.error, os.strerror(self.error))
         syncfs(fd)
 
 
-def fs_group(fake: FakeSyncfs, *, trusted: bool = True) -> CommitGroup:
-    group = CommitGroup(commit_sync=CommitSync.FILESYSTEM, syncfs=fake, trusted=lambda dev: trusted)
+def fs_group(fake: FakeSyncfs, *, trusted: bool = True, loop_write_bytes: int = 0) -> CommitGroup:
+    group = CommitGroup(
+        commit_sync=CommitSync.FILESYSTEM,
+        syncfs=fake,
+        trusted=lambda dev: trusted,
+        loop_write_bytes=loop_write_bytes,
+    )
     assert group.commit_sync is CommitSync.FILESYSTEM
     return group
 
@@ -525,6 +532,75 @@ async def test_a_failed_syncfs_fails_every_syncing_log_of_the_round_and_they_rec
         lg = await TopicLog.open(tmp_path / f"t{i}", cfg=cfg(), durability=Durability.FSYNC)
         assert [e.record for e in await read_all(lg)] == [b"ok", b"z"]
         await lg.aclose()
+
+
+async def test_loop_writes_in_filesystem_mode_write_on_the_loop_and_syncfs_in_the_thread(
+    tmp_path: Path,
+) -> None:
+    fake = FakeSyncfs()
+    group = fs_group(fake, loop_write_bytes=1024 * 1024)
+    logs, ops = await open_logs(tmp_path, 10, group)
+    loop_thread = threading.get_ident()
+    # The first round on a file system goes to the thread: its syncfs fd must predate the writes.
+    assert await one_round(group, logs, [b"a"]) == [0] * 10
+    assert all(o.write_threads[-1] != loop_thread for o in ops)
+    for o in ops:
+        o.write_threads.clear()
+    assert await one_round(group, logs, [b"b", b"c"]) == [1] * 10
+    assert all(o.write_threads == [loop_thread] for o in ops)  # one write each, on the loop
+    assert len(fake.calls) == 2 and fake.threads[-1] != loop_thread  # the flush: one syncfs, in the thread
+    for lg in logs:
+        await lg.aclose()
+    await group.aclose()
+    for i in range(10):
+        lg = await TopicLog.open(tmp_path / f"t{i}", cfg=cfg(), durability=Durability.FSYNC)
+        assert [e.record for e in await read_all(lg)] == [b"a", b"b", b"c"]
+        await lg.aclose()
+
+
+async def test_loop_writes_in_files_mode_fdatasync_in_the_thread_and_respect_the_budget(
+    tmp_path: Path,
+) -> None:
+    group = CommitGroup(commit_sync=CommitSync.FILES, loop_write_bytes=200)
+    logs, ops = await open_logs(tmp_path, 4, group)
+    loop_thread = threading.get_ident()
+    fsyncs = [o.fsyncs for o in ops]
+    for o in ops:
+        o.write_threads.clear()  # opening wrote the segment headers
+    # Each log's frames (~60 bytes) fit the round's 200-byte budget three times: the fourth
+    # log's write goes to the thread with the flush.
+    assert await one_round(group, logs, [b"x" * 40]) == [0] * 4
+    on_loop = [o.write_threads == [loop_thread] for o in ops]
+    assert sorted(on_loop) == [False, True, True, True], [o.write_threads for o in ops]
+    assert [o.fsyncs for o in ops] == [n + 1 for n in fsyncs]
+    assert all(t != loop_thread for o in ops for t in o.fsync_threads[-1:])
+    for lg in logs:
+        await lg.aclose()
+    await group.aclose()
+
+
+async def test_a_failed_loop_write_fails_its_log_only_and_the_repair_runs_in_the_thread(
+    tmp_path: Path,
+) -> None:
+    group = CommitGroup(commit_sync=CommitSync.FILES, loop_write_bytes=1024 * 1024)
+    logs, ops = await open_logs(tmp_path, 3, group)
+    loop_thread = threading.get_ident()
+    assert await one_round(group, logs, [b"ok"]) == [0] * 3
+    ops[1].write_error = ENOSPC  # a full disk: half of the frames are written, then ENOSPC
+    out = await one_round(group, logs, [b"lost", b"lost"])
+    assert out[0] == 1 and out[2] == 1
+    assert isinstance(out[1], DiskFull), out
+    assert ops[1].write_threads[-1] == loop_thread  # the failed write was on the loop
+    ops[1].write_error = None
+    ops[1].write_threads.clear()
+    assert await logs[1].append([b"z"], [3]) == 1  # the failed offsets are reused
+    assert ops[1].write_threads and all(t != loop_thread for t in ops[1].write_threads)  # cut + write: thread
+    for lg in logs:
+        await lg.aclose()
+    await group.aclose()
+    lg = await TopicLog.open(tmp_path / "t1", cfg=cfg(), durability=Durability.FSYNC)
+    assert [e.record for e in await read_all(lg)] == [b"ok", b"z"]
+    await lg.aclose()
 
 
 async def test_filesystem_mode_with_the_real_syncfs_keeps_one_fd_per_file_system(tmp_path: Path) -> None:

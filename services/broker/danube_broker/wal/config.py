@@ -70,6 +70,12 @@ class WalConfig(BaseModel):
     #: Threads a shared round's fdatasyncs are spread over (ext4 merges concurrent ones into
     #: one journal commit: bench/wal_multi_fsync.py). Used with ``commit_sync`` files.
     commit_fsync_threads: int = Field(default=16, gt=0, le=256)
+    #: A shared round writes up to this many frame bytes on the event loop (page-cache writes
+    #: to open, clean segment files: microseconds each) and only flushes in a worker thread.
+    #: Written in the thread instead, each topic's write waits for the GIL after its system
+    #: call while the loop runs Python, so rounds of many topics grew with their number.
+    #: 0: every write in the thread (no disk call on the loop at all).
+    round_loop_write_bytes: int = Field(default=1 * MIB, ge=0, le=64 * MIB)
     #: How a shared round is made durable: "filesystem" = one syncfs per file system for all
     #: its topics (Linux >= 5.8, where syncfs reports write-back errors; it also flushes any
     #: other program's dirty data on that file system: give the WAL a volume of its own);

@@ -170,13 +170,22 @@ class CommitGroup:
         commit_sync: CommitSync = CommitSync.FILES,
         syncfs: Callable[[int], None] = _real_syncfs,
         trusted: Callable[[int], bool] = trusted_filesystem,
+        loop_write_bytes: int = 0,
     ) -> None:
         from danube_broker.wal.log import default_executor
 
-        if max_round_bytes <= 0 or fsync_threads <= 0 or idle_close_s < 0 or max_open_files < 0:
+        if (
+            max_round_bytes <= 0
+            or fsync_threads <= 0
+            or idle_close_s < 0
+            or max_open_files < 0
+            or loop_write_bytes < 0
+        ):
             raise ValueError(
-                "max_round_bytes and fsync_threads must be positive, idle_close_s and max_open_files >= 0"
+                "max_round_bytes and fsync_threads must be positive, idle_close_s, max_open_files "
+                "and loop_write_bytes >= 0"
             )
+        self._loop_write_bytes = loop_write_bytes
         self._executor = executor or default_executor()
         self._max_round_bytes = max_round_bytes
         self._fsync_threads = fsync_threads
@@ -332,11 +341,21 @@ class CommitGroup:
         t0 = time.perf_counter()
         t0_ns = time.time_ns()
         hop: list[CommitJob] = []
+        budget = self._loop_write_bytes
         for job in jobs:
-            if job.roll_first or not job.store.inline_write_ok(len(job.data)):
-                hop.append(job)
-            else:
+            if not job.roll_first and job.store.inline_write_ok(len(job.data)):
                 job.run_write()  # durability none, small, opted in (inline_write_max_bytes): on the loop
+                continue
+            if job.sync and len(job.data) <= budget and self._loop_write_ok(job):
+                # A page-cache write on the loop: microseconds, where the same write in the
+                # worker thread waits for the GIL after its system call (up to the switch
+                # interval while the loop runs Python) -- per log, so a round of many logs grew
+                # with their number. The flush (the durability) stays in the thread, after it.
+                budget -= len(job.data)
+                job.run_write()
+                if not (job.written and job.sync):
+                    continue  # failed (recorded on the job), or nothing to flush
+            hop.append(job)
         if hop:
             await asyncio.get_running_loop().run_in_executor(self._executor, self._blocking_round, hop)
         end_ns = time.time_ns()
@@ -360,14 +379,27 @@ class CommitGroup:
             except Exception:
                 log.exception("%s: the round observer failed", self._name)
 
+    def _loop_write_ok(self, job: CommitJob) -> bool:
+        """May ``job``'s frames be written on the loop? Only a plain write of batches to an open,
+        clean segment (no roll, reopen or repair: those take more system calls, a repair an
+        fsync), and in filesystem mode only on a file system whose syncfs fd is open already
+        (it must predate the write, see :meth:`_filesystem_round`)."""
+        if job.roll_first or not job.batches or not job.store.cheap_write_ok():
+            return False
+        if job.sync and self.commit_sync is CommitSync.FILESYSTEM:
+            dev = job.store.device
+            return dev is not None and dev in self._fs_fds
+        return True
+
     def _blocking_round(self, jobs: list[CommitJob]) -> None:
-        """Worker thread: every write first, then the flush (fdatasyncs spread over threads,
-        or one syncfs per file system)."""
+        """Worker thread: every write not done on the loop first, then the flush (fdatasyncs
+        spread over threads, or one syncfs per file system)."""
         if self.commit_sync is CommitSync.FILESYSTEM:
             self._filesystem_round(jobs)
             return
         for job in jobs:
-            job.run_write()
+            if not job.written:
+                job.run_write()
         self._sync_spread([j for j in jobs if j.written and j.sync])
 
     def _sync_spread(self, syncing: list[CommitJob]) -> None:
@@ -408,7 +440,7 @@ class CommitGroup:
                 continue
             by_fs.setdefault(dev, []).append(job)
         for job in jobs:
-            if job.error is None:
+            if job.error is None and not job.written:
                 job.run_write()
         for dev, members in by_fs.items():
             written = [j for j in members if j.written]

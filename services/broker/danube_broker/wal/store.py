@@ -140,6 +140,17 @@ class SegmentStore:
             self._device = os.stat(self.directory).st_dev
         return self._device
 
+    @property
+    def device(self) -> int | None:
+        """The file system (st_dev) of the segments, once :meth:`device_blocking` learnt it."""
+        return self._device
+
+    def cheap_write_ok(self) -> bool:
+        """Is the next write of the active segment a plain page-cache write (its fd open, no
+        cut to repair first)? Then the commit group may issue it on the event loop."""
+        seg = self.active
+        return seg.fd >= 0 and not seg.dirty
+
     def inline_write_ok(self, nbytes: int) -> bool:
         """May a commit of ``nbytes`` be written on the event loop? (durability none, opted in)"""
         return not self._sync and nbytes <= self._cfg.inline_write_max_bytes
