@@ -36,6 +36,7 @@ import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from danube_broker.dispatch.base import Msg, PublishResult, PublishStream
 from danube_broker.producer import Producer
@@ -135,6 +136,8 @@ class PublishMux:
         #: CPython 3.11: the hot paths here ask once).
         self._loop = asyncio.get_running_loop()
         self._wake: asyncio.Future[None] = self._loop.create_future()
+        #: Set when answers leave the stream while the reader waits for room.
+        self._has_room: asyncio.Future[None] | None = None
 
     # ---- wake-ups (callbacks: no awaits)
     def _kick(self, _task: object = None) -> None:
@@ -153,6 +156,11 @@ class PublishMux:
 
     def _room(self) -> bool:
         return self._count < self._depth and self._bytes < self._max_bytes
+
+    def _freed(self) -> None:
+        """Answers left the stream: a reader waiting for room reads on (if there is some now)."""
+        if self._has_room is not None and not self._has_room.done() and self._room():
+            self._has_room.set_result(None)
 
     # ---- admission
     def _admit(self, batch: pb.PublishBatch) -> None:
@@ -248,6 +256,7 @@ class PublishMux:
                 if not lane.producer.live and not lane.inflight:
                     out.append(pb.PublishAck(producer_id=pid, error=error_detail(_gone(lane.producer))))
                     self._drop(pid, lane)
+        self._freed()
         return out
 
     def _end_lane(self, pid: int, lane: _Lane) -> None:
@@ -276,41 +285,31 @@ class PublishMux:
     async def run(
         self, requests: AsyncIterator[pb.PublishMuxRequest]
     ) -> AsyncIterator[pb.PublishMuxResponse]:
-        """One response per wake-up, carrying every ack and event ready then."""
-        it = aiter(requests)
-        reader: asyncio.Task[pb.PublishMuxRequest | None] | None = None
-        ended = False
+        """One response per wake-up, carrying every ack and event ready then. Frames are read
+        and admitted by a reader task of their own, so reading goes on while a response is
+        being written (a read costs an event-loop round trip: done one after the other with the
+        writes, they would bound the stream's frame rate)."""
+        reader = self._loop.create_task(self._read(aiter(requests)), name="publish-mux-read")
+        reader.add_done_callback(self._kick)
         if self._on_open_close is not None:
             self._on_open_close(1)
         try:
             while True:
                 if self._wake.done():
-                    self._wake = asyncio.get_running_loop().create_future()
+                    self._wake = self._loop.create_future()
                 acks = self._drain()
                 if acks:
                     yield pb.PublishMuxResponse(acks=acks)  # pokes meanwhile complete the new wake
-                if reader is not None and reader.done():
-                    frame = reader.result()
-                    reader = None
-                    if frame is None:
-                        ended = True
-                    else:
-                        for batch in frame.batches:
-                            self._admit(batch)
-                        if self._direct and not self._wake.done():
-                            self._wake.set_result(None)  # answered at once: drain it next
-                if ended and self._count == 0 and not self._direct:
-                    return
-                if reader is None and not ended and self._room():
-                    reader = asyncio.create_task(_next(it), name="publish-mux-read")
-                    reader.add_done_callback(self._kick)
-                await self._wake  # set by a poke, or by the reader finishing
+                if reader.done():
+                    reader.result()  # the stream broke: raise why
+                    if self._count == 0 and not self._direct:
+                        return
+                await self._wake  # set by a poke, or by the reader admitting or ending
         finally:
             if self._on_open_close is not None:
                 self._on_open_close(-1)
-            tasks = [a for lane in self._lanes.values() for a, _ in lane.inflight]
-            if reader is not None:
-                tasks.append(reader)  # type: ignore[arg-type]
+            tasks: list[asyncio.Future[Any]] = [a for lane in self._lanes.values() for a, _ in lane.inflight]
+            tasks.append(reader)
             for lane_pid, lane in list(self._lanes.items()):
                 self._drop(lane_pid, lane)
             for task in tasks:
@@ -318,6 +317,17 @@ class PublishMux:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+
+    async def _read(self, it: AsyncIterator[pb.PublishMuxRequest]) -> None:
+        """Admit every frame as it arrives, while the stream has room (see ``depth``)."""
+        async for frame in it:
+            for batch in frame.batches:
+                self._admit(batch)
+            if self._direct:
+                self._kick()  # answered at once: drain it next
+            while not self._room():
+                self._has_room = self._loop.create_future()
+                await self._has_room
 
 
 def _outcome_unknown(answer: asyncio.Future[pb.PublishAck]) -> DanubeError | None:
@@ -335,7 +345,3 @@ def _outcome_unknown(answer: asyncio.Future[pb.PublishAck]) -> DanubeError | Non
 def _gone(producer: Producer) -> DanubeError:
     """Why a detached producer cannot publish (closed without a reason: create it again)."""
     return producer.detach_error or Unavailable(f"producer {producer.id} was closed; create it again")
-
-
-async def _next(it: AsyncIterator[pb.PublishMuxRequest]) -> pb.PublishMuxRequest | None:
-    return await anext(it, None)

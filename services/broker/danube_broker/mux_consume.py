@@ -88,7 +88,10 @@ class ConsumeMux:
         self._ready: collections.deque[int] = collections.deque()
         self._ready_set: set[int] = set()
         self._control: collections.deque[pb.ConsumeMuxEvent] = collections.deque()
-        self._wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self._wake: asyncio.Future[None] = self._loop.create_future()
+        #: Set when the control queue is sent while the reader waits for room in it.
+        self._has_room: asyncio.Future[None] | None = None
 
     def _kick(self, _task: object = None) -> None:
         if not self._wake.done():
@@ -178,18 +181,22 @@ class ConsumeMux:
     async def run(
         self, requests: AsyncIterator[pb.ConsumeMuxRequest]
     ) -> AsyncIterator[pb.ConsumeMuxResponse]:
-        """One response per round (more when a round passes the frame limit)."""
-        it = aiter(requests)
-        reader: asyncio.Task[pb.ConsumeMuxRequest | None] | None = None
+        """One response per round (more when a round passes the frame limit). Client frames
+        are read and handled by a reader task of their own, so reading goes on while a response
+        is being written (as on PublishMux)."""
+        reader = self._loop.create_task(self._read(aiter(requests)), name="consume-mux-read")
+        reader.add_done_callback(self._kick)
         if self._on_open_close is not None:
             self._on_open_close(1)
         try:
             while True:
                 if self._wake.done():
-                    self._wake = asyncio.get_running_loop().create_future()
+                    self._wake = self._loop.create_future()
                 out = pb.ConsumeMuxResponse()
                 out.events.extend(self._control)
                 self._control.clear()
+                if self._has_room is not None and not self._has_room.done():
+                    self._has_room.set_result(None)
                 size = out.ByteSize()
                 spans: list[Span] = []  # of the deliveries in ``out``: ended once it is sent
                 try:
@@ -224,27 +231,28 @@ class ConsumeMux:
                         yield out
                 finally:  # also when the client ends the stream as the frame goes out
                     broker_tracing.end_all(spans)
-                if reader is not None and reader.done():
-                    req = reader.result()
-                    reader = None
-                    if req is None:
-                        return
-                    self._handle(req)
-                    if self._control and not self._wake.done():
-                        self._wake.set_result(None)
-                if reader is None and len(self._control) < self._control_limit:
-                    reader = asyncio.create_task(_next(it), name="consume-mux-read")
-                    reader.add_done_callback(self._kick)
-                await self._wake  # set by a poke, or by the reader finishing
+                if reader.done():
+                    reader.result()  # the stream broke: raise why
+                    return  # the client ended the stream
+                await self._wake  # set by a poke, or by the reader handling a frame or ending
         finally:
             if self._on_open_close is not None:
                 self._on_open_close(-1)
             for cid, a in list(self._attached.items()):
                 self._end(cid, a)
-            if reader is not None:
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await reader
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+
+    async def _read(self, it: AsyncIterator[pb.ConsumeMuxRequest]) -> None:
+        """Handle every client frame as it arrives, while the control queue has room."""
+        async for req in it:
+            self._handle(req)
+            if self._control:
+                self._kick()
+            while len(self._control) >= self._control_limit:
+                self._has_room = self._loop.create_future()
+                await self._has_room
 
     @staticmethod
     def _frames_of(cid: int, a: _Attached, batch: list[Msg]) -> list[pb.ConsumeMuxEvent]:
@@ -252,7 +260,3 @@ class ConsumeMux:
         for start, end in a.consumer.take_skipped():
             frames[0].delivery.skipped.add(start_offset=start, next_offset=end)
         return frames
-
-
-async def _next(it: AsyncIterator[pb.ConsumeMuxRequest]) -> pb.ConsumeMuxRequest | None:
-    return await anext(it, None)
