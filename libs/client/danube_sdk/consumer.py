@@ -303,11 +303,15 @@ class Consumer(Generic[T]):
                 else:
                     log.warning("dropping %d acks on %s: %s", len(offsets), topic, err)
 
-        await asyncio.gather(*(one(t, o) for t, o in groups.items()))
+        if len(groups) == 1:  # the common case (one topic): no gather, no task per group
+            await one(*next(iter(groups.items())))
+        else:
+            await asyncio.gather(*(one(t, o) for t, o in groups.items()))
         return ok
 
     async def _ack_loop(self) -> None:
         interval_s = self._opts.ack_flush_interval_ms / 1000.0
+        loop = asyncio.get_running_loop()
         failures = 0
         while True:
             if self._acks.count == 0:
@@ -316,9 +320,13 @@ class Consumer(Generic[T]):
                 continue
             if self._acks.count < self._opts.ack_batch_size and interval_s > 0:
                 self._ack_full.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(interval_s):
-                        await self._ack_full.wait()
+                # A timer that sets the event, not asyncio.timeout: no cancellation raised
+                # through the wait at every flush interval.
+                timer = loop.call_later(interval_s, self._ack_full.set)
+                try:
+                    await self._ack_full.wait()
+                finally:
+                    timer.cancel()
             if await self._send_acks():
                 failures = 0
             else:

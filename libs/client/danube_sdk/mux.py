@@ -316,6 +316,7 @@ class ConsumeMux(_Shared):
         self._has_pending = asyncio.Event()
         self._acks: dict[int, asyncio.Future[None]] = {}
         self._next_ack = 0
+        self._loop = asyncio.get_running_loop()
         super().__init__(stubs.url, stubs.consumer.ConsumeMux, on_end)
 
     def attach(self, consumer_id: int, *, max_messages_per_frame: int) -> ConsumeLane:
@@ -358,19 +359,26 @@ class ConsumeMux(_Shared):
             raise self.error
         self._next_ack += 1
         rid = self._next_ack
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = self._loop
+        fut: asyncio.Future[None] = loop.create_future()
         self._acks[rid] = fut
         self._pending.acks.add(
             request_id=rid, consumer_id=consumer_id, topic_offsets=offsets, cumulative=cumulative
         )
         self._has_pending.set()
+        # A plain timer, not asyncio.timeout: no task cancellation on expiry, and no getpid()
+        # system call per ack (asyncio.timeout asks for the running loop; CPython 3.11).
+        timer = loop.call_later(timeout_s, self._ack_expired, rid, timeout_s)
         try:
-            async with asyncio.timeout(timeout_s):
-                await fut
-        except TimeoutError:
-            raise Unavailable(f"ack on {self.what} not answered within {timeout_s:g}s") from None
+            await fut
         finally:
+            timer.cancel()
             self._acks.pop(rid, None)
+
+    def _ack_expired(self, rid: int, timeout_s: float) -> None:
+        fut = self._acks.get(rid)
+        if fut is not None and not fut.done():
+            fut.set_exception(Unavailable(f"ack on {self.what} not answered within {timeout_s:g}s"))
 
     def _fail_pending(self, err: DanubeError) -> None:
         for fut in self._acks.values():
