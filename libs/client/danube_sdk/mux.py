@@ -40,6 +40,12 @@ CONSUMER_CREDITS = 8
 CREDIT_GRANT = CONSUMER_CREDITS // 2
 #: A PublishMux request takes queued batches until it is this big.
 _REQUEST_BYTES = 1024 * 1024
+#: PublishMux frames written and not yet known to be read by the broker (once the broker says
+#: what it has read: ``PublishMuxResponse.frames_read``; it says so at least every 2 frames, so
+#: this must be at least 2). Beyond it, the writer waits and batches queue up for its next
+#: frame: a busy broker reads one frame per event-loop turn, and small frames written faster
+#: than that would queue up in the connection, each message waiting behind all of them.
+FRAMES_AHEAD = 4
 #: How long a broken shared stream's status is waited for (it says why it broke).
 _STATUS_WAIT_S = 1.0
 
@@ -226,6 +232,10 @@ class PublishMux(_Shared):
 
     def __init__(self, stubs: Stubs, on_end: Callable[[_Shared], None]) -> None:
         self._out: asyncio.Queue[pb.PublishBatch] = asyncio.Queue(OUT_QUEUE_FRAMES)
+        self._frames_sent = 0
+        #: Frames the broker said it has read (None: it never said, so it does not pace us).
+        self._frames_read: int | None = None
+        self._read_moved = asyncio.Event()
         super().__init__(stubs.url, stubs.producer.PublishMux, on_end)
 
     def bind(self, producer_id: int, session: int) -> PublishLane:
@@ -249,10 +259,14 @@ class PublishMux(_Shared):
         await self._out.put(frame)
 
     async def _write_loop(self) -> None:
-        """One request per write, carrying every batch queued by then (up to a size)."""
+        """One request per write, carrying every batch queued by then (up to a size); at most
+        FRAMES_AHEAD written and not yet read by a broker that says what it read."""
         out = self._out
         while True:
             first = await out.get()
+            while self._frames_read is not None and self._frames_sent - self._frames_read >= FRAMES_AHEAD:
+                self._read_moved.clear()
+                await self._read_moved.wait()  # batches queued meanwhile go into this frame
             req = pb.PublishMuxRequest()
             req.batches.append(first)
             size = first.ByteSize()
@@ -261,9 +275,13 @@ class PublishMux(_Shared):
                 req.batches.append(b)
                 size += b.ByteSize()
             await self._call.write(req)
+            self._frames_sent += 1
 
     def _route(self, response: object) -> None:
         assert isinstance(response, pb.PublishMuxResponse)
+        if response.frames_read:
+            self._frames_read = response.frames_read
+            self._read_moved.set()
         for ack in response.acks:
             self._route_ack(ack)
 

@@ -3,8 +3,14 @@
 Each client frame carries any number of batches (of any producers) and each server frame every
 ack and event ready at that moment, so the small batches of many topics share HTTP/2 messages.
 
-One task serves the whole stream (plus the publishes in flight, each its own task as on
-PublishBatches). Each producer seen on the stream has a *lane*: its batches in flight, in
+Server frames also carry how many client frames have been read (``frames_read``, at least every
+READ_REPORT_EVERY frames): the SDK keeps only a few frames written and unread, so that what it
+queues meanwhile goes into its next frame. Otherwise a client writing many small frames fills
+the connection faster than a busy broker reads them (one frame per event-loop turn), and each
+message waits behind all of them (at 1,000 topics, 100-600 ms of the publish latency).
+
+One task serves the stream's answers, one reads its frames (plus the publishes in flight, each
+its own task as on PublishBatches). Each producer seen on the stream has a *lane*: its batches in flight, in
 arrival order, and its order guard (:class:`PublishStream`). Acks leave a lane in order; lanes
 are independent, so a slow topic does not hold back another's acks. The stream as a whole is
 bounded: at most ``depth`` batches and ``max_bytes`` encoded bytes in flight, beyond which it
@@ -51,6 +57,11 @@ from danube_common.errors import (
     Unavailable,
 )
 from danube_common.pb import DanubeApi_pb2 as pb
+
+#: The broker tells the client how many frames it has read (``PublishMuxResponse.frames_read``)
+#: at least every this many frames, with acks or on its own. The client keeps at most a few
+#: frames unread (danube_sdk.mux.FRAMES_AHEAD, which must be at least this).
+READ_REPORT_EVERY = 2
 
 
 def error_detail(err: DanubeError) -> pb.ErrorDetail:
@@ -138,6 +149,9 @@ class PublishMux:
         self._wake: asyncio.Future[None] = self._loop.create_future()
         #: Set when answers leave the stream while the reader waits for room.
         self._has_room: asyncio.Future[None] | None = None
+        #: Client frames read, and the count last told the client (``frames_read``).
+        self._frames_read = 0
+        self._frames_told = 0
 
     # ---- wake-ups (callbacks: no awaits)
     def _kick(self, _task: object = None) -> None:
@@ -285,10 +299,11 @@ class PublishMux:
     async def run(
         self, requests: AsyncIterator[pb.PublishMuxRequest]
     ) -> AsyncIterator[pb.PublishMuxResponse]:
-        """One response per wake-up, carrying every ack and event ready then. Frames are read
-        and admitted by a reader task of their own, so reading goes on while a response is
-        being written (a read costs an event-loop round trip: done one after the other with the
-        writes, they would bound the stream's frame rate)."""
+        """One response per wake-up, carrying every ack and event ready then, and the count of
+        frames read (also on its own, every READ_REPORT_EVERY frames: the client paces its
+        writes by it). Frames are read and admitted by a reader task of their own, so reading
+        goes on while a response is being written (a read costs an event-loop round trip: done
+        one after the other with the writes, they would bound the stream's frame rate)."""
         reader = self._loop.create_task(self._read(aiter(requests)), name="publish-mux-read")
         reader.add_done_callback(self._kick)
         if self._on_open_close is not None:
@@ -298,8 +313,10 @@ class PublishMux:
                 if self._wake.done():
                     self._wake = self._loop.create_future()
                 acks = self._drain()
-                if acks:
-                    yield pb.PublishMuxResponse(acks=acks)  # pokes meanwhile complete the new wake
+                if acks or self._frames_read - self._frames_told >= READ_REPORT_EVERY:
+                    self._frames_told = self._frames_read
+                    # Pokes and reads meanwhile complete the new wake.
+                    yield pb.PublishMuxResponse(acks=acks, frames_read=self._frames_read)
                 if reader.done():
                     reader.result()  # the stream broke: raise why
                     if self._count == 0 and not self._direct:
@@ -323,8 +340,9 @@ class PublishMux:
         async for frame in it:
             for batch in frame.batches:
                 self._admit(batch)
-            if self._direct:
-                self._kick()  # answered at once: drain it next
+            self._frames_read += 1
+            if self._direct or self._frames_read - self._frames_told >= READ_REPORT_EVERY:
+                self._kick()  # answers to send at once, or the client waits to hear of its frames
             while not self._room():
                 self._has_room = self._loop.create_future()
                 await self._has_room

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from danube_broker.dispatch.base import SubType
-from danube_broker.mux import PublishMux, lane_session
+from danube_broker.mux import READ_REPORT_EVERY, PublishMux, lane_session
 from danube_broker.mux_consume import ConsumeMux, delivery_frames, round_of
 from danube_common.errors import TopicNotOwned, Unavailable
 from danube_common.pb import DanubeApi_pb2 as pb
@@ -181,5 +181,27 @@ async def test_an_error_of_unknown_outcome_ends_the_lane_without_answering_the_b
     assert late[a.id].batch_seq == 3 and late[a.id].error.retryable  # refused in-band: not published
     assert not late[b.id].HasField("error")
     assert published[calls:] == [b.id]
+    feed.end()
+    assert await collect(gen, 1) == []
+
+
+async def test_publish_mux_tells_the_client_how_many_frames_it_read(resources: Resources) -> None:  # noqa: F811
+    reg = registry(resources)
+    a = await reg.create_producer("/default/a", "pa", exclusive=False, dispatch_strategy="non_reliable")
+    mux = PublishMux(reg, depth=64, max_bytes=1 << 20)
+    feed = Feed()
+    gen = mux.run(feed)  # type: ignore[arg-type]
+    bind = pb.PublishMuxRequest(batches=[pb.PublishBatch(producer_id=a.id, session=1)])
+    # Frames that need no answer: the count is sent on its own once READ_REPORT_EVERY are read,
+    # or a client waiting to hear of them would wait forever.
+    feed.put(*[bind] * READ_REPORT_EVERY)
+    async with asyncio.timeout(5):
+        first = await anext(gen)
+    assert list(first.acks) == [] and first.frames_read == READ_REPORT_EVERY
+    # Acks carry the count too.
+    feed.put(pb.PublishMuxRequest(batches=[batch(a.id, 1)]))
+    async with asyncio.timeout(5):
+        second = await anext(gen)
+    assert [x.batch_seq for x in second.acks] == [1] and second.frames_read == READ_REPORT_EVERY + 1
     feed.end()
     assert await collect(gen, 1) == []

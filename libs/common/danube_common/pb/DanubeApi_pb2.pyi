@@ -389,10 +389,12 @@ class PublishMuxRequest(_message.Message):
     def __init__(self, batches: _Optional[_Iterable[_Union[PublishBatch, _Mapping]]] = ...) -> None: ...
 
 class PublishMuxResponse(_message.Message):
-    __slots__ = ("acks",)
+    __slots__ = ("acks", "frames_read")
     ACKS_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_READ_FIELD_NUMBER: _ClassVar[int]
     acks: _containers.RepeatedCompositeFieldContainer[PublishAck]
-    def __init__(self, acks: _Optional[_Iterable[_Union[PublishAck, _Mapping]]] = ...) -> None: ...
+    frames_read: int
+    def __init__(self, acks: _Optional[_Iterable[_Union[PublishAck, _Mapping]]] = ..., frames_read: _Optional[int] = ...) -> None: ...
 
 class ErrorDetail(_message.Message):
     __slots__ = ("code", "grpc_code", "message", "retryable", "redirect")
