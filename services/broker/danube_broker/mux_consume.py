@@ -233,7 +233,9 @@ class ConsumeMux:
                     broker_tracing.end_all(spans)
                 if reader.done():
                     reader.result()  # the stream broke: raise why
-                    return  # the client ended the stream
+                    if not self._control:
+                        return  # the client ended the stream and everything it asked is answered
+                    continue  # answers to the client's last frames, added while ``out`` was sent
                 await self._wake  # set by a poke, or by the reader handling a frame or ending
         finally:
             if self._on_open_close is not None:

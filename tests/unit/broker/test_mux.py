@@ -205,3 +205,25 @@ async def test_publish_mux_tells_the_client_how_many_frames_it_read(resources: R
     assert [x.batch_seq for x in second.acks] == [1] and second.frames_read == READ_REPORT_EVERY + 1
     feed.end()
     assert await collect(gen, 1) == []
+
+
+async def test_consume_mux_answers_the_acks_of_a_clients_last_frames_before_it_ends(
+    resources: Resources,
+) -> None:  # noqa: F811
+    reg = registry(resources)
+    await reg.create_producer("/default/d", "p", exclusive=False, dispatch_strategy="non_reliable")
+    c = await reg.subscribe("/default/d", subscription="s", consumer_name="c", sub_type=SubType.SHARED)
+    mux = ConsumeMux(reg, max_messages_per_frame=100, frame_limit_bytes=1 << 20)
+    feed = Feed()
+    gen = mux.run(feed)  # type: ignore[arg-type]
+    ack = lambda r: pb.ConsumeMuxRequest(acks=[pb.MuxAck(request_id=r, consumer_id=c.id, topic_offsets=[0])])  # noqa: E731
+    feed.put(ack(1))
+    (first,) = await collect(gen, 1)  # the stream is now paused at this response
+    assert first.ack_result.request_id == 1
+    # More acks and the half-close are read while the response is out: still answered.
+    feed.put(ack(2), ack(3))
+    feed.end()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    rest = await collect(gen, 3)
+    assert sorted(e.ack_result.request_id for e in rest) == [2, 3]

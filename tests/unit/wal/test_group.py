@@ -58,6 +58,21 @@ async def open_logs(
     return logs, ops
 
 
+async def close_all(logs: list[TopicLog], group: CommitGroup) -> None:
+    for lg in logs:
+        await lg.aclose()
+    await group.aclose()
+
+
+async def stored(directory: Path) -> list[bytes]:
+    """The records a log's directory holds, read back by a fresh open (recovery)."""
+    lg = await TopicLog.open(directory, cfg=cfg(), durability=Durability.FSYNC)
+    try:
+        return [e.record for e in await read_all(lg)]
+    finally:
+        await lg.aclose()
+
+
 async def hold(ops: Ops) -> threading.Event:
     """Block the next write of ``ops`` (a round in flight); returns the gate to release."""
     gate = threading.Event()
@@ -151,12 +166,8 @@ async def test_a_failing_log_fails_only_its_own_batches(
     # The fault clears: log 1 reuses the failed offsets.
     ops[1].write_error = ops[1].fsync_error = None
     assert await logs[1].append([b"z"], [3]) == 1
-    for lg in logs:
-        await lg.aclose()
-    await group.aclose()
-    lg = await TopicLog.open(tmp_path / "t1", cfg=cfg(), durability=Durability.FSYNC)
-    assert [e.record for e in await read_all(lg)] == [b"ok", b"z"]
-    await lg.aclose()
+    await close_all(logs, group)
+    assert await stored(tmp_path / "t1") == [b"ok", b"z"]
 
 
 async def test_a_backlog_does_not_starve_other_logs(tmp_path: Path) -> None:
@@ -595,12 +606,8 @@ async def test_a_failed_loop_write_fails_its_log_only_and_the_repair_runs_in_the
     ops[1].write_threads.clear()
     assert await logs[1].append([b"z"], [3]) == 1  # the failed offsets are reused
     assert ops[1].write_threads and all(t != loop_thread for t in ops[1].write_threads)  # cut + write: thread
-    for lg in logs:
-        await lg.aclose()
-    await group.aclose()
-    lg = await TopicLog.open(tmp_path / "t1", cfg=cfg(), durability=Durability.FSYNC)
-    assert [e.record for e in await read_all(lg)] == [b"ok", b"z"]
-    await lg.aclose()
+    await close_all(logs, group)
+    assert await stored(tmp_path / "t1") == [b"ok", b"z"]
 
 
 async def test_filesystem_mode_with_the_real_syncfs_keeps_one_fd_per_file_system(tmp_path: Path) -> None:
