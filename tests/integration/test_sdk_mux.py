@@ -127,6 +127,14 @@ async def test_an_unloaded_topic_reattaches_only_its_own_clients(
         # anew (a new epoch): only those two re-attach, on the same shared streams.
         own = await etcd_resources.get_owner(TopicName.parse(moved))
         assert own is not None and await etcd_resources.release(own)
+
+        def moved_producer_reattached() -> bool:
+            now = {p.topic_name: p.id for p in mux_broker.registry.producers.values()}
+            return moved in now and now[moved] != ids_before[moved]
+
+        # The unload reaches the broker through its etcd watch: sends before it would still go
+        # to the old producer, so wait for the re-attach it causes.
+        await wait_until(moved_producer_reattached, what=f"the producer of {moved} re-attached")
         await publish(producers, topics, 10, 10)
         for c, t in zip(consumers, topics, strict=True):
             await receive_exactly(c, [f"{t}:{i}".encode() for i in range(20)], redeliveries=t == moved)

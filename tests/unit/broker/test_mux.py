@@ -208,8 +208,8 @@ async def test_publish_mux_tells_the_client_how_many_frames_it_read(resources: R
 
 
 async def test_consume_mux_answers_the_acks_of_a_clients_last_frames_before_it_ends(
-    resources: Resources,
-) -> None:  # noqa: F811
+    resources: Resources,  # noqa: F811
+) -> None:
     reg = registry(resources)
     await reg.create_producer("/default/d", "p", exclusive=False, dispatch_strategy="non_reliable")
     c = await reg.subscribe("/default/d", subscription="s", consumer_name="c", sub_type=SubType.SHARED)
