@@ -1,6 +1,6 @@
 """Drive one Driver through one workload at one producer rate and measure it.
 
-Phases: create topics -> attach consumers (before producers, so non-reliable topics deliver
+Phases: write back the machine's dirty pages (``sync``) -> create topics -> attach consumers (before producers, so non-reliable topics deliver
 everything) -> create producers -> warm-up (everything runs, nothing recorded) -> measurement
 window -> stop producers, flush, give consumers a short grace to drain -> close.
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -117,6 +118,10 @@ async def run_workload(
     record the broker's (and the clients') CPU%."""
     run_id = uuid.uuid4().hex[:6]
     topics = [f"{wl.key.split('-')[0]}-{driver.name}-{run_id}-t{i}" for i in range(wl.topics)]
+    # Write back every dirty page first, so no run pays for an earlier one's: with all servers
+    # up (--rounds), a peer that does not fsync (JetStream) leaves hundreds of MB dirty, which
+    # a later run that flushes its file system (syncfs, or a journal commit) would write back.
+    await asyncio.to_thread(os.sync)
     broker_pids = driver.broker_pids()
     rss_before = rss_bytes(broker_pids)
     create_s = await create_topics(driver, topics, wl.partitions_per_topic, reliable=wl.reliable, log=log)
