@@ -190,6 +190,7 @@ async def run(
                     fsync_threads=cfg.wal.commit_fsync_threads,
                     commit_sync=cfg.wal.commit_sync,
                     loop_write_bytes=cfg.wal.round_loop_write_bytes,
+                    cache_budget_bytes=cfg.wal.tail_cache_total_bytes,
                     idle_close_s=cfg.wal.idle_fd_close_s,
                     max_open_files=cfg.wal.max_open_segment_files or segment_files_budget(fd_soft_limit),
                     observer=events,

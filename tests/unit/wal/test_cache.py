@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from danube_broker.wal.cache import ENTRY_OVERHEAD_BYTES, TailCache
+from danube_broker.wal.cache import ENTRY_OVERHEAD_BYTES, CacheBudget, TailCache
 from danube_broker.wal.model import LogEntry
 
 pytestmark = pytest.mark.unit
@@ -152,3 +152,34 @@ def test_sliding_reads_over_a_long_tail() -> None:
             assert cache.read(lag, 10, 1 << 20) == entries[lag : lag + 10]
             got += cache.read(len(got), 700, 1 << 20) or []
     assert got == entries[: len(got)]
+
+
+def test_a_shared_budget_caps_all_caches_together_and_the_largest_gives_back_first() -> None:
+    per = 100 + ENTRY_OVERHEAD_BYTES  # held bytes of one 100-byte record
+    budget = CacheBudget(20 * per)
+    big, small = TailCache(1 << 20, 0, budget), TailCache(1 << 20, 0, budget)
+    fill(small, 0, [100] * 5)
+    fill(big, 0, [100] * 14)
+    assert budget.used == 19 * per and budget.trims == 0
+    fill(big, 14, [100] * 3)  # 22 records: over the budget, trimmed to 90% (18)
+    assert budget.trims == 1 and budget.used <= 18 * per
+    assert budget.used == big.held + small.held
+    assert len(small) == 5  # the largest cache gave back
+    assert big.read(0, 10, 1 << 20) is None  # its oldest records are gone: read from disk
+    assert [e.offset for e in big.read(16, 10, 1 << 20) or []] == [16]  # its newest stay
+    for i in range(40):  # keep appending to both: never over the budget after a call
+        fill(small if i % 2 else big, small.end_offset if i % 2 else big.end_offset, [100])
+        assert budget.used == big.held + small.held <= budget.total_bytes
+    small.release()  # a closed log's cache leaves the budget
+    assert budget.used == big.held and len(small) == 0
+
+
+def test_a_cache_trimmed_to_nothing_holds_no_records() -> None:
+    budget = CacheBudget(10 * (100 + ENTRY_OVERHEAD_BYTES))
+    a, b = TailCache(1 << 20, 0, budget), TailCache(1 << 20, 0, budget)
+    fill(a, 0, [100] * 3)
+    fill(b, 0, [1500])  # over the budget with a: b, the largest, gives back its only record
+    assert len(b) == 0 and b.start_offset == b.end_offset == 1 and b.read(0, 1, 1 << 20) is None
+    assert b._recs == []  # the evicted bytes objects are freed, not kept until a compaction
+    fill(b, 1, [10])
+    assert [e.offset for e in b.read(1, 5, 1 << 20) or []] == [1]

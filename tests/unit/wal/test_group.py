@@ -675,3 +675,21 @@ MOUNTINFO = """\
 def test_syncfs_is_trusted_only_on_local_disk_file_systems(dev: int, kind: str | None, trusted: bool) -> None:
     assert filesystem_type(dev, MOUNTINFO) == kind
     assert trusted_filesystem(dev, MOUNTINFO) is trusted
+
+
+async def test_the_groups_cache_budget_caps_its_logs_caches_and_reads_fall_back_to_disk(
+    tmp_path: Path,
+) -> None:
+    group = CommitGroup(cache_budget_bytes=20_000)
+    assert group.cache_budget is not None
+    logs, _ = await open_logs(tmp_path, 4, group)
+    for k in range(10):  # 4 logs x 10 appends x 3 x 500 bytes = 60,000 bytes: 3x the budget
+        await asyncio.gather(*(lg.append([bytes([k]) * 500] * 3, [k] * 3) for lg in logs))
+        assert group.cache_budget.used <= 20_000
+    assert group.cache_budget.trims > 0
+    for lg in logs:  # every record is still read back, from the cache or from disk
+        assert [e.record for e in await read_all(lg)] == [
+            bytes([k]) * 500 for k in range(10) for _ in range(3)
+        ]
+    await close_all(logs, group)
+    assert group.cache_budget.used == 0  # closed logs' caches left the budget

@@ -27,9 +27,47 @@ _COMPACT_MIN = 4096
 _WINDOW_MAX = 16384
 
 
+class CacheBudget:
+    """A cap on the bytes many tail caches hold together (a broker's: every topic's cache is
+    also capped on its own). Over it, the largest caches give back their oldest records first,
+    down to 90% of the cap (so trims are rare and amortised)."""
+
+    def __init__(self, total_bytes: int) -> None:
+        if total_bytes <= 0:
+            raise ValueError("a cache budget must be positive")
+        self.total_bytes = total_bytes
+        self.used = 0
+        #: Times the caches were trimmed to the budget.
+        self.trims = 0
+        self._held: dict[TailCache, int] = {}
+        self._trimming = False
+
+    def update(self, cache: TailCache, held: int) -> None:
+        """``cache`` now holds ``held`` bytes (0: none, or it is gone)."""
+        old = self._held.pop(cache, 0)
+        if held:
+            self._held[cache] = held
+        self.used += held - old
+        if self.used > self.total_bytes and not self._trimming:
+            self._trim()
+
+    def _trim(self) -> None:
+        self._trimming = True
+        self.trims += 1
+        target = self.total_bytes * 9 // 10
+        try:
+            for cache in sorted(self._held, key=self._held.__getitem__, reverse=True):
+                if self.used <= target:
+                    break
+                cache.shrink_to(max(0, self._held[cache] - (self.used - target)))
+        finally:
+            self._trimming = False
+
+
 class TailCache:
-    def __init__(self, cap_bytes: int, start_offset: int) -> None:
+    def __init__(self, cap_bytes: int, start_offset: int, budget: CacheBudget | None = None) -> None:
         self.cap_bytes = cap_bytes
+        self._budget = budget
         self._recs: list[bytes] = []
         self._pts: list[int] = []
         # _cum[i] = record bytes of _recs[:i]; len(_cum) == len(_recs) + 1.
@@ -56,6 +94,25 @@ class TailCache:
     def record_bytes(self) -> int:
         return self._cum[-1] - self._cum[self._head]
 
+    @property
+    def held(self) -> int:
+        """Bytes counted against the caps: the records plus ENTRY_OVERHEAD_BYTES each."""
+        return self.record_bytes + ENTRY_OVERHEAD_BYTES * len(self)
+
+    def _account(self) -> None:
+        if self._budget is not None:
+            self._budget.update(self, self.held)
+
+    def release(self) -> None:
+        """Forget everything and leave the budget (the log is closed)."""
+        self.reset(self.end_offset)
+        self._budget = None
+
+    def shrink_to(self, held_bytes: int) -> None:
+        """Evict the oldest records until at most ``held_bytes`` are held (the budget's trim)."""
+        self._evict(held_bytes)
+        self._account()
+
     def reset(self, start_offset: int) -> None:
         self._recs = []
         self._pts = []
@@ -64,6 +121,7 @@ class TailCache:
         self._head = 0
         self._win = []
         self._win_start = start_offset
+        self._account()
 
     def extend(
         self, first_offset: int, records: Sequence[bytes], pts: Sequence[int], sizes: Sequence[int]
@@ -79,11 +137,12 @@ class TailCache:
         cum = self._cum
         cum.extend(accumulate(sizes, initial=cum[-1]))
         del cum[len(cum) - len(sizes) - 1]  # accumulate repeats the initial value
-        self._evict()
+        self._evict(self.cap_bytes)
+        self._account()
 
-    def _evict(self) -> None:
+    def _evict(self, cap: int) -> None:
         n = len(self._recs)
-        cum, cap, head = self._cum, self.cap_bytes, self._head
+        cum, head = self._cum, self._head
         if cum[n] - cum[head] + ENTRY_OVERHEAD_BYTES * (n - head) <= cap:
             return
         # Smallest head h with bytes(h..n) <= cap; the cost falls as h grows.
@@ -95,6 +154,10 @@ class TailCache:
             else:
                 lo = mid + 1
         self._head = lo
+        if lo == n:
+            self._recs, self._pts, self._cum = [], [], [cum[n]]
+            self._base += n
+            self._head = 0
         self._compact()
 
     def _compact(self) -> None:
@@ -115,6 +178,7 @@ class TailCache:
             return
         self._head = offset - self._base
         self._compact()
+        self._account()
 
     def read(self, from_offset: int, max_entries: int, max_bytes: int) -> list[LogEntry] | None:
         """Entries from ``from_offset``: at most ``max_entries``, and at most ``max_bytes`` of

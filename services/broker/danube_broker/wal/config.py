@@ -42,6 +42,10 @@ class WalConfig(BaseModel):
     #: Per-topic cap of the in-memory tail cache: record bytes plus ~100 bytes per entry of
     #: object overhead. 0 disables the cache (every read goes to disk through ``read_async``).
     tail_cache_bytes: int = Field(default=64 * MIB, ge=0)
+    #: Cap of all topics' tail caches together (the broker's commit scheduler applies it): over
+    #: it, the largest caches give back their oldest records first, down to 90%. Without it a
+    #: few busy topics hold ``tail_cache_bytes`` each (16 partitions: 1 GiB). 0: no such cap.
+    tail_cache_total_bytes: int = Field(default=512 * MIB, ge=0)
     #: One commit (one write + one fsync) takes whole batches up to this many frame bytes
     #: (a single bigger batch is committed alone).
     max_batch_bytes_per_commit: int = Field(default=8 * MIB, gt=0)

@@ -51,6 +51,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from danube_broker.wal.cache import CacheBudget
 from danube_broker.wal.segments import ActiveSegment, SealedSegment
 from danube_broker.wal.syncfs import CommitSync, resolve, trusted_filesystem
 from danube_broker.wal.syncfs import syncfs as _real_syncfs
@@ -171,6 +172,7 @@ class CommitGroup:
         syncfs: Callable[[int], None] = _real_syncfs,
         trusted: Callable[[int], bool] = trusted_filesystem,
         loop_write_bytes: int = 0,
+        cache_budget_bytes: int = 0,
     ) -> None:
         from danube_broker.wal.log import default_executor
 
@@ -180,12 +182,15 @@ class CommitGroup:
             or idle_close_s < 0
             or max_open_files < 0
             or loop_write_bytes < 0
+            or cache_budget_bytes < 0
         ):
             raise ValueError(
-                "max_round_bytes and fsync_threads must be positive, idle_close_s, max_open_files "
-                "and loop_write_bytes >= 0"
+                "max_round_bytes and fsync_threads must be positive, idle_close_s, max_open_files, "
+                "loop_write_bytes and cache_budget_bytes >= 0"
             )
         self._loop_write_bytes = loop_write_bytes
+        #: The cap on the tail caches of all the group's logs together (None: each its own cap).
+        self.cache_budget = CacheBudget(cache_budget_bytes) if cache_budget_bytes > 0 else None
         self._executor = executor or default_executor()
         self._max_round_bytes = max_round_bytes
         self._fsync_threads = fsync_threads

@@ -147,7 +147,11 @@ class TopicLog:
         nxt = rec.active.index.next_offset
         self._next_offset = nxt
         self._durable_offset = nxt
-        self._cache = TailCache(cfg.tail_cache_bytes, nxt - len(rec.tail_frames))
+        self._cache = TailCache(
+            cfg.tail_cache_bytes,
+            nxt - len(rec.tail_frames),
+            group.cache_budget if group is not None else None,
+        )
         if rec.tail_frames:
             recs = [f.record for f in rec.tail_frames]
             pts = [f.publish_time_ms for f in rec.tail_frames]
@@ -700,6 +704,7 @@ class TopicLog:
         if not self._closed:
             self._closed = True
             self._group.forget(self)
+            self._cache.release()
             self._store.close()
             self._signal_advanced()
             log.debug("WAL %s closed at offset %d", self.directory, self._durable_offset)
