@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from danube_broker.wal.cache import ENTRY_OVERHEAD_BYTES, CacheBudget, TailCache
+from danube_broker.wal.cache import _WINDOW_MAX, ENTRY_OVERHEAD_BYTES, CacheBudget, TailCache
 from danube_broker.wal.model import LogEntry
 
 pytestmark = pytest.mark.unit
@@ -183,3 +183,16 @@ def test_a_cache_trimmed_to_nothing_holds_no_records() -> None:
     assert b._recs == []  # the evicted bytes objects are freed, not kept until a compaction
     fill(b, 1, [10])
     assert [e.offset for e in b.read(1, 5, 1 << 20) or []] == [1]
+
+
+def test_the_kept_window_of_built_entries_stays_small_and_is_shared_by_fan_out_readers() -> None:
+    cache = TailCache(1 << 30, 0)
+    fill(cache, 0, [10] * 20_000)
+    offset = 0
+    while offset < 20_000:  # one subscription reading the whole tail, 500 at a time
+        got = cache.read(offset, 500, 1 << 20) or []
+        offset = got[-1].offset + 1
+        assert len(cache._win) <= _WINDOW_MAX  # objects the garbage collector walks
+    a = cache.read(19_000, 100, 1 << 20) or []
+    b = cache.read(19_000, 100, 1 << 20) or []
+    assert a and all(x is y for x, y in zip(a, b, strict=True))  # a second reader shares them
