@@ -156,11 +156,10 @@ class TailCache:
                 hi = mid
             else:
                 lo = mid + 1
+        if lo == n:  # nothing left: free the records now, not at a later compaction
+            self.reset(self._base + n)
+            return
         self._head = lo
-        if lo == n:
-            self._recs, self._pts, self._cum = [], [], [cum[n]]
-            self._base += n
-            self._head = 0
         self._compact()
 
     def _compact(self) -> None:

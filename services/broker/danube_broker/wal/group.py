@@ -358,8 +358,8 @@ class CommitGroup:
                 # with their number. The flush (the durability) stays in the thread, after it.
                 budget -= len(job.data)
                 job.run_write()
-                if not (job.written and job.sync):
-                    continue  # failed (recorded on the job), or nothing to flush
+                if not job.written:
+                    continue  # failed: recorded on the job, nothing to flush
             hop.append(job)
         if hop:
             await asyncio.get_running_loop().run_in_executor(self._executor, self._blocking_round, hop)
@@ -385,13 +385,13 @@ class CommitGroup:
                 log.exception("%s: the round observer failed", self._name)
 
     def _loop_write_ok(self, job: CommitJob) -> bool:
-        """May ``job``'s frames be written on the loop? Only a plain write of batches to an open,
+        """May a syncing ``job``'s frames be written on the loop? Only a plain write of batches to an open,
         clean segment (no roll, reopen or repair: those take more system calls, a repair an
         fsync), and in filesystem mode only on a file system whose syncfs fd is open already
         (it must predate the write, see :meth:`_filesystem_round`)."""
         if job.roll_first or not job.batches or not job.store.cheap_write_ok():
             return False
-        if job.sync and self.commit_sync is CommitSync.FILESYSTEM:
+        if self.commit_sync is CommitSync.FILESYSTEM:
             dev = job.store.device
             return dev is not None and dev in self._fs_fds
         return True
