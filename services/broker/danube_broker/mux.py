@@ -82,6 +82,10 @@ def publish_ack(batch_seq: int, result: PublishResult) -> pb.PublishAck:
     return ack
 
 
+#: Refusals that stored nothing: a batch's in-band answer (any other error ends the lane).
+IN_BAND = (MessageTooLarge, InvalidPayload, StorageError, QuotaExceeded)
+
+
 async def publish_one(
     reg: BrokerRegistry, producer: Producer, batch: pb.PublishBatch, guard: PublishStream
 ) -> pb.PublishAck:
@@ -90,7 +94,7 @@ async def publish_one(
     try:
         nbytes = reg.payload_bytes(msgs)
         result = await reg.publish(producer, msgs, nbytes, stream=guard)
-    except (MessageTooLarge, InvalidPayload, StorageError, QuotaExceeded) as exc:
+    except IN_BAND as exc:
         return pb.PublishAck(batch_seq=batch.batch_seq, error=error_detail(exc))
     return publish_ack(batch.batch_seq, result)
 
@@ -108,6 +112,9 @@ class _Lane:
     )
     #: Registered in ``producer.detach_watchers`` while the lane exists.
     watcher: Callable[[], None] | None = None
+    #: Batches of the lane published by a task (not ``publish_now``): later ones take a task
+    #: too until they are answered, so none overtakes them on the way to the log.
+    slow: int = 0
 
 
 def lane_session(current: int, incoming: int) -> tuple[int, bool]:
@@ -164,9 +171,6 @@ class PublishMux:
             self._ready.append(producer_id)
         if not self._wake.done():
             self._wake.set_result(None)
-
-    def _poke_done(self, producer_id: int, _answer: object) -> None:
-        self._poke(producer_id)
 
     def _room(self) -> bool:
         return self._count < self._depth and self._bytes < self._max_bytes
@@ -225,11 +229,60 @@ class PublishMux:
             )
             self._poke(pid)
         else:
-            answer = self._loop.create_task(self._publish(lane.producer, batch, lane.guard))
-            answer.add_done_callback(functools.partial(self._poke_done, pid))
+            fast = self._publish_now(pid, lane, batch)
+            if fast is not None:
+                answer = fast
+            else:
+                lane.slow += 1
+                answer = self._loop.create_task(self._publish(lane.producer, batch, lane.guard))
+                answer.add_done_callback(functools.partial(self._slow_done, pid, lane))
         lane.inflight.append((answer, size))
         self._count += 1
         self._bytes += size
+
+    def _publish_now(
+        self, pid: int, lane: _Lane, batch: pb.PublishBatch
+    ) -> asyncio.Future[pb.PublishAck] | None:
+        """The batch's answer, published without a task (see ``BrokerRegistry.publish_now``);
+        None when it needs one."""
+        if lane.slow:
+            return None
+        msgs: list[Msg] = list(batch.messages)
+        try:
+            nbytes = self._reg.payload_bytes(msgs)
+        except DanubeError:
+            return None  # the task refuses it
+        answer: asyncio.Future[pb.PublishAck] = self._loop.create_future()
+        done = functools.partial(self._answered, pid, batch.batch_seq, lane.guard, answer)
+        if not self._reg.publish_now(lane.producer, msgs, nbytes, lane.guard, done):
+            return None
+        return answer
+
+    def _answered(
+        self,
+        pid: int,
+        batch_seq: int,
+        guard: PublishStream,
+        answer: asyncio.Future[pb.PublishAck],
+        result: PublishResult | None,
+        error: BaseException | None,
+    ) -> None:
+        """A ``publish_now`` batch's outcome, answered as the task would (:meth:`_publish`)."""
+        if not answer.done():  # else: its lane ended meanwhile
+            if error is None:
+                assert result is not None
+                answer.set_result(publish_ack(batch_seq, result))
+            elif isinstance(error, IN_BAND):
+                answer.set_result(pb.PublishAck(batch_seq=batch_seq, error=error_detail(error)))
+            else:
+                if isinstance(error, DanubeError):
+                    guard.refused = True
+                answer.set_exception(error)
+        self._poke(pid)
+
+    def _slow_done(self, pid: int, lane: _Lane, _answer: object) -> None:
+        lane.slow -= 1
+        self._poke(pid)
 
     async def _publish(
         self, producer: Producer, batch: pb.PublishBatch, guard: PublishStream

@@ -22,6 +22,7 @@ its previous close before opening the log again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import OrderedDict
@@ -484,6 +485,33 @@ class BrokerRegistry:
             self.events.published(time.perf_counter() - arrived)
         return result
 
+    def publish_now(
+        self,
+        producer: Producer,
+        msgs: list[Msg],
+        nbytes: int,
+        stream: PublishStream,
+        done: Callable[[PublishResult | None, BaseException | None], None],
+    ) -> bool:
+        """:meth:`publish` without a task, when nothing needs waiting for (see
+        ``ReliableTopic.publish_now``): True once the batch is queued (``done`` gets the result
+        or the error later, from a callback); False, having done nothing, otherwise."""
+        topic = producer.topic
+        if not producer.live or topic.limits is not None or tracing.ENABLED:
+            return False
+        if self.schemas is not None:
+            try:
+                self.schemas.check_batch(topic.name, producer.schema, msgs)
+            except DanubeError:
+                return False  # publish refuses it, with the same error
+        events = self.events
+        if events is not None:
+            done = functools.partial(_timed, events, time.perf_counter(), done)
+        if not topic.publish_now(producer, msgs, nbytes, stream, done):
+            return False
+        producer.touch(self._clock())
+        return True
+
     @staticmethod
     def last_sequence(producer: Producer) -> int:
         """Reliable topics: the highest sequence id stored for the producer's name (0: none)."""
@@ -748,3 +776,15 @@ class BrokerRegistry:
 
     def stats(self) -> dict[str, TopicStats]:
         return {name: t.stats() for name, t in self.topics.items()}
+
+
+def _timed(
+    events: BrokerEvents,
+    arrived: float,
+    done: Callable[[PublishResult | None, BaseException | None], None],
+    result: PublishResult | None,
+    error: BaseException | None,
+) -> None:
+    if error is None:
+        events.published(time.perf_counter() - arrived)
+    done(result, error)

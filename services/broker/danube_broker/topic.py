@@ -257,6 +257,17 @@ class Topic:
         """Publish ``msgs`` (sizes already checked) through the topic's storage."""
         return await self.storage.publish(producer, msgs, nbytes, stream=stream)
 
+    def publish_now(
+        self,
+        producer: Producer,
+        msgs: list[Msg],
+        nbytes: int,
+        stream: PublishStream,
+        done: Callable[[PublishResult | None, BaseException | None], None],
+    ) -> bool:
+        """:meth:`publish_batch` without a task, when the storage can (see its ``publish_now``)."""
+        return self.storage.publish_now(producer, msgs, nbytes, stream, done)
+
     async def publish(self, producer: Producer, msgs: list[Msg], nbytes: int) -> int:
         """Non-reliable topics: assign offsets to ``msgs``, stamp them and dispatch; return the
         first offset (any topic: :meth:`publish_batch`)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -115,6 +116,18 @@ class TopicStorage(Protocol):
     async def publish(
         self, producer: Producer, msgs: list[Msg], nbytes: int, *, stream: PublishStream | None
     ) -> PublishResult: ...
+
+    def publish_now(
+        self,
+        producer: Producer,
+        msgs: list[Msg],
+        nbytes: int,
+        stream: PublishStream,
+        done: Callable[[PublishResult | None, BaseException | None], None],
+    ) -> bool:
+        """:meth:`publish` without a task when nothing needs waiting for (True: ``done`` gets
+        the outcome later); False, having done nothing, otherwise."""
+        ...
 
     async def delete_subscription(self, sub: Subscription) -> None: ...
 
@@ -213,6 +226,16 @@ class InMemoryStorage:
         self, producer: Producer, msgs: list[Msg], nbytes: int, *, stream: PublishStream | None
     ) -> PublishResult:
         return PublishResult(await self.dispatch(producer, msgs, nbytes), len(msgs))
+
+    def publish_now(
+        self,
+        producer: Producer,
+        msgs: list[Msg],
+        nbytes: int,
+        stream: PublishStream,
+        done: Callable[[PublishResult | None, BaseException | None], None],
+    ) -> bool:
+        return False  # in memory: publish is quick already
 
     async def dispatch(self, producer: Producer, msgs: list[Msg], nbytes: int) -> int:
         """Assign offsets to ``msgs``, stamp them and dispatch; return the first offset."""
@@ -356,6 +379,23 @@ class ReliableStorage:
     ) -> PublishResult:
         self._host.check_accepting()
         return await self._open_or_raise().publish(producer, msgs, nbytes, stream=stream)
+
+    def publish_now(
+        self,
+        producer: Producer,
+        msgs: list[Msg],
+        nbytes: int,
+        stream: PublishStream,
+        done: Callable[[PublishResult | None, BaseException | None], None],
+    ) -> bool:
+        rt = self.reliable
+        if rt is None:
+            return False
+        try:
+            self._host.check_accepting()
+        except DanubeError:
+            return False  # publish raises it
+        return rt.publish_now(producer, msgs, nbytes, stream, done)
 
     async def delete_subscription(self, sub: Subscription) -> None:
         """The durable part of unsubscribing: engine, metadata, cursor."""

@@ -96,6 +96,19 @@ class FakeLog:
         *,
         unless_failed_since: int | None = None,
     ) -> asyncio.Future[int]:
+        return self.enqueue_now(records, publish_times_ms, sequences, unless_failed_since=unless_failed_since)
+
+    def has_room(self) -> bool:
+        return True
+
+    def enqueue_now(
+        self,
+        records: Sequence[bytes],
+        publish_times_ms: Sequence[int],
+        sequences: Sequence[tuple[str, int]] | None = None,
+        *,
+        unless_failed_since: int | None = None,
+    ) -> asyncio.Future[int]:
         if self.closed:
             raise LogClosed("log closed")
         if self._fail:

@@ -16,8 +16,10 @@ from danube_broker.mux_consume import ConsumeMux, delivery_frames, round_of
 from danube_common.errors import TopicNotOwned, Unavailable
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.resources import Resources
+from tests.unit.broker.fake_log import FakeLogs
 from tests.unit.broker.helpers import msgs
 from tests.unit.broker.test_registry import registry, resources  # noqa: F401  (fixture)
+from tests.unit.broker.test_reliable_topic import Rig as ReliableRig
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
 
@@ -227,3 +229,44 @@ async def test_consume_mux_answers_the_acks_of_a_clients_last_frames_before_it_e
         await asyncio.sleep(0)
     rest = await collect(gen, 3)
     assert sorted(e.ack_result.request_id for e in rest) == [2, 3]
+
+
+async def test_publish_mux_publishes_without_tasks_and_never_lets_a_batch_overtake_a_task(
+    resources: Resources,  # noqa: F811
+) -> None:
+    """Reliable batches go through ``publish_now``; once one of a lane needs a task, the lane's
+    later batches take one too until it is answered, so the log keeps the producer's order."""
+    rig = ReliableRig(resources, FakeLogs(auto_commit=True))
+    p = await rig.producer()
+    reliable = rig.topic.reliable
+    assert reliable is not None
+    plain = reliable.publish_now
+    calls: list[bool] = []
+
+    def declining_first(*args: Any) -> bool:
+        taken = bool(calls) and plain(*args)
+        calls.append(taken)
+        return taken
+
+    reliable.publish_now = declining_first  # type: ignore[method-assign]
+    mux = PublishMux(rig.reg, depth=16, max_bytes=1 << 20)
+    feed = Feed()
+    gen = mux.run(feed)  # type: ignore[arg-type]
+    first = [pb.PublishBatch(producer_id=p.id, batch_seq=s, session=1, messages=msgs(1)) for s in (1, 2)]
+    for b, seq in zip(first, (1, 2), strict=True):
+        b.messages[0].sequence_id = seq
+        b.messages[0].payload = b"m%d" % seq
+    feed.put(pb.PublishMuxRequest(batches=first))
+    acks = await collect(gen, 2)
+    assert [(a.batch_seq, a.first_offset) for a in acks] == [(1, 0), (2, 1)]
+    assert calls == [False], "the second batch waited for the first one's task"
+    stored = [pb.StreamMessage.FromString(e.record).payload for e in rig.log.read(0, 2)]  # type: ignore[union-attr]
+    assert stored == [b"m1", b"m2"]
+    later = pb.PublishBatch(producer_id=p.id, batch_seq=3, session=1, messages=msgs(1))
+    later.messages[0].sequence_id = 3
+    feed.put(pb.PublishMuxRequest(batches=[later]))
+    (ack,) = await collect(gen, 1)
+    assert (ack.batch_seq, ack.first_offset) == (3, 2) and calls == [False, True], "no task once answered"
+    feed.end()
+    assert await collect(gen, 1) == []
+    await rig.close()

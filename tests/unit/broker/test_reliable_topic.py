@@ -571,3 +571,112 @@ async def test_a_watched_topic_tells_the_load_report_when_messages_go_in_and_out
         assert woken == {TOPIC}  # a producer came
     finally:
         await rig.close()
+
+
+# ---------------------------------------------------------------- publish without a task
+class Outcome:
+    """What ``publish_now`` reported through its ``done`` callback."""
+
+    def __init__(self) -> None:
+        self.fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.calls = 0
+
+    def __call__(self, result: Any, error: BaseException | None) -> None:
+        self.calls += 1
+        if error is None:
+            self.fut.set_result(result)
+        else:
+            self.fut.set_exception(error)
+
+
+def publish_now(
+    rig: Rig, producer: Any, payloads: list[bytes], seqs: list[int], stream: PublishStream
+) -> Outcome | None:
+    msgs = [pb.StreamMessage(payload=p, sequence_id=s) for p, s in zip(payloads, seqs, strict=True)]
+    out = Outcome()
+    taken = rig.reg.publish_now(producer, msgs, rig.reg.payload_bytes(msgs), stream, out)
+    return out if taken else None
+
+
+async def test_publish_now_answers_once_durable_as_publish_does(resources: Resources) -> None:
+    rig = Rig(resources, FakeLogs(auto_commit=False))
+    p = await rig.producer()
+    c = await rig.subscribe()
+    stream = PublishStream()
+    first = publish_now(rig, p, [b"a", b"b"], [1, 2], stream)
+    second = publish_now(rig, p, [b"c"], [3], stream)
+    assert first is not None and second is not None
+    assert rig.log.next_offset == 3, "queued in call order, at the call"
+    await asyncio.sleep(0.01)
+    assert not first.fut.done() and len(c.queue) == 0, "no answer and no delivery before durability"
+    rig.log.commit()
+    a, b = await first.fut, await second.fut
+    assert (a.first_offset, a.count, b.first_offset, b.count) == (0, 2, 2, 1)
+    assert first.calls == second.calls == 1
+    assert [m.payload for m in await received(c, 3)] == [b"a", b"b", b"c"]
+    stored = pb.StreamMessage.FromString(rig.log.read(0, 1)[0].record)  # type: ignore[index]
+    assert stored.msg_id.topic_offset == 0 and stored.msg_id.producer_id == p.id
+    assert rig.reg.last_sequence(p) == 3 and p.topic.stats().msgs_in == 3
+    await rig.close()
+
+
+async def test_publish_now_declines_what_needs_a_task_and_leaves_no_trace(resources: Resources) -> None:
+    rig = Rig(resources)
+    p = await rig.producer()
+    await rig.publish(p, [b"1", b"2"], seqs=[1, 2])
+    stream = PublishStream()
+    # A duplicate: the task looks up its original's offset.
+    assert publish_now(rig, p, [b"3", b"2"], [3, 2], stream) is None
+    assert rig.log.next_offset == 2 and stream.seen_failures is None
+    res = await rig.publish(p, [b"3", b"2"], seqs=[3, 2])
+    assert list(res.offsets) == [2, 1] and res.duplicates == 1, "seq 3 was not remembered by the decline"
+
+    # Another publish of the topic on its way to the log: no overtaking it.
+    reliable = rig.topic.reliable
+    assert reliable is not None
+    admission = reliable._admission  # held here: the task waits for it
+    await admission.acquire()
+    waiting = asyncio.create_task(rig.publish(p, [b"4"], seqs=[4]))
+    await asyncio.sleep(0.01)
+    assert publish_now(rig, p, [b"5"], [5], stream) is None
+    admission.release()
+    assert publish_now(rig, p, [b"5"], [5], stream) is None, "free again, but the waiting task goes first"
+    assert (await waiting).first_offset == 3
+    done = publish_now(rig, p, [b"5"], [5], stream)
+    assert done is not None and (await done.fut).first_offset == 4
+
+    # A stream refused earlier: the task refuses the batch, with why.
+    refused = PublishStream(refused=True)
+    assert publish_now(rig, p, [b"6"], [6], refused) is None
+    with pytest.raises(StorageFailed, match="keep the stream's order"):
+        await rig.publish(p, [b"6"], seqs=[6], stream=refused)
+    assert rig.log.next_offset == 5
+    await rig.close()
+
+
+async def test_publish_now_storage_failures_refuse_the_stream_as_publish_does(resources: Resources) -> None:
+    rig = Rig(resources, FakeLogs(auto_commit=False))
+    p = await rig.producer()
+    stream = PublishStream()
+    a = publish_now(rig, p, [b"a"], [1], stream)
+    b = publish_now(rig, p, [b"b"], [2], stream)
+    assert a is not None and b is not None
+    rig.log.fail_pending(DiskFull("disk full"))
+    for o in (a, b):
+        with pytest.raises(DiskFull):
+            await o.fut
+    assert stream.refused and rig.reg.last_sequence(p) == 0
+    assert publish_now(rig, p, [b"c"], [3], stream) is None, "later batches of the stream go to the task"
+
+    # Refused when queued (the log refuses at once): answered from a callback, never inside the call.
+    other = PublishStream()
+    rig.log.fail_next(DiskFull("disk full"))
+    c = publish_now(rig, p, [b"a"], [1], other)
+    assert c is not None and c.calls == 0
+    with pytest.raises(DiskFull):
+        await c.fut
+    assert other.refused and rig.log.next_offset == 0
+    rig.log.auto_commit = True
+    res = await rig.publish(p, [b"a"], seqs=[1], stream=PublishStream())
+    assert res.duplicates == 0 and res.first_offset == 0, "the refused batches' re-sends are new"
+    await rig.close()

@@ -314,6 +314,28 @@ class TopicLog:
         ``unless_failed_since``: refuse the batch (StorageFailed) if a commit failed since
         :attr:`failed_commits` was this value, checked at the moment the batch would be queued
         (an earlier batch of the caller may have failed with it: this one must not overtake it)."""
+        self._check_writable()
+        while self._pending_bytes >= self._cfg.max_pending_bytes and records:
+            if self._space is None:
+                self._space = asyncio.Event()
+            await self._space.wait()
+            self._check_writable()
+        return self.enqueue_now(records, publish_times_ms, sequences, unless_failed_since=unless_failed_since)
+
+    def has_room(self) -> bool:
+        """:meth:`enqueue` would not wait for room now (back-pressure: ``max_pending_bytes``)."""
+        return self._pending_bytes < self._cfg.max_pending_bytes
+
+    def enqueue_now(
+        self,
+        records: Sequence[bytes],
+        publish_times_ms: Sequence[int],
+        sequences: Sequence[tuple[str, int]] | None = None,
+        *,
+        unless_failed_since: int | None = None,
+    ) -> asyncio.Future[int]:
+        """:meth:`enqueue` without waiting for room (the caller looked at :meth:`has_room`, or
+        overshoots the cap by one batch on purpose): the same checks, offsets and future."""
         n = len(records)
         if len(publish_times_ms) != n or (sequences is not None and len(sequences) != n):
             raise ValueError("records, publish_times_ms and sequences must have the same length")
@@ -325,11 +347,6 @@ class TopicLog:
             done: asyncio.Future[int] = loop.create_future()
             done.set_result(self._next_offset)
             return done
-        while self._pending_bytes >= self._cfg.max_pending_bytes:
-            if self._space is None:
-                self._space = asyncio.Event()
-            await self._space.wait()
-            self._check_writable()
         if self._disk_full and self._committing:
             raise DiskFull(f"WAL {self.directory}: disk full (a retry write is in progress)")
         if unless_failed_since is not None and self._failed_commits != unless_failed_since:

@@ -93,6 +93,21 @@ class TieredLog:
             records, publish_times_ms, sequences, unless_failed_since=unless_failed_since
         )
 
+    def has_room(self) -> bool:
+        return self.local.has_room()
+
+    def enqueue_now(
+        self,
+        records: Sequence[bytes],
+        publish_times_ms: Sequence[int],
+        sequences: Sequence[tuple[str, int]] | None = None,
+        *,
+        unless_failed_since: int | None = None,
+    ) -> asyncio.Future[int]:
+        return self.local.enqueue_now(
+            records, publish_times_ms, sequences, unless_failed_since=unless_failed_since
+        )
+
     async def wait_for(self, offset: int) -> None:
         await self.local.wait_for(offset)
 

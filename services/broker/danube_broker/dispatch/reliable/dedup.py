@@ -89,26 +89,42 @@ class Dedup:
 
     def split(self, producer_name: str, msgs: list[Msg]) -> Split:
         """Separate new messages from duplicates (and remember the new ones' sequence ids)."""
+        split = self._split(producer_name, msgs, only_new=False)
+        assert split is not None
+        return split
+
+    def split_new(self, producer_name: str, msgs: list[Msg]) -> Split | None:
+        """:meth:`split` when no message of ``msgs`` is a duplicate; None (and nothing
+        remembered) otherwise."""
+        return self._split(producer_name, msgs, only_new=True)
+
+    def _split(self, producer_name: str, msgs: list[Msg], *, only_new: bool) -> Split | None:
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
-        append = PendingAppend(loop)
         if not any(m.sequence_id for m in msgs):
-            return Split(msgs, [], append)
+            return Split(msgs, [], PendingAppend(loop))
         state = self._state(producer_name)
         hi = max(state.hi, self._last_sequence(producer_name))
         new: list[Msg] = []
         dups: list[tuple[int, Where | None]] = []
+        seqs: list[int] = []  # of ``new``, 0 for none
         recent = state.recent
         for i, m in enumerate(msgs):
             seq = m.sequence_id
             if seq and seq <= hi:
+                if only_new:
+                    return None
                 dups.append((i, recent.get(seq)))
                 continue
             if seq:
                 hi = seq
-                recent[seq] = (append, len(new))
+            seqs.append(seq)
             new.append(m)
+        append = PendingAppend(loop)
+        for index, seq in enumerate(seqs):
+            if seq:
+                recent[seq] = (append, index)
         while len(recent) > self._recent_cap:
             recent.popitem(last=False)
         state.hi = hi

@@ -66,6 +66,21 @@ class TopicLogPort(Protocol):
         ``unless_failed_since``: refuse (StorageFailed) if ``failed_commits`` moved past it."""
         ...
 
+    def has_room(self) -> bool:
+        """``enqueue`` would not wait for room now."""
+        ...
+
+    def enqueue_now(
+        self,
+        records: Sequence[bytes],
+        publish_times_ms: Sequence[int],
+        sequences: Sequence[tuple[str, int]] | None = None,
+        *,
+        unless_failed_since: int | None = None,
+    ) -> asyncio.Future[int]:
+        """``enqueue`` without waiting for room (the caller looked at ``has_room``)."""
+        ...
+
     def last_sequence(self, producer_name: str) -> int: ...
 
     def producer_sequences(self) -> dict[str, int]:
