@@ -34,7 +34,7 @@ from danube_broker import tracing as broker_tracing
 from danube_broker.background import TopicTasks
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer, StreamSession
-from danube_broker.dispatch.base import Msg, PublishResult, PublishStream, SubType
+from danube_broker.dispatch.base import Msg, PublishDone, PublishResult, PublishStream, SubType
 from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink
 from danube_broker.dispatch.reliable.maintenance import Maintenance
 from danube_broker.dispatch.reliable.policy_watch import PolicyWatch
@@ -491,7 +491,7 @@ class BrokerRegistry:
         msgs: list[Msg],
         nbytes: int,
         stream: PublishStream,
-        done: Callable[[PublishResult | None, BaseException | None], None],
+        done: PublishDone,
     ) -> bool:
         """:meth:`publish` without a task, when nothing needs waiting for (see
         ``ReliableTopic.publish_now``): True once the batch is queued (``done`` gets the result
@@ -781,7 +781,7 @@ class BrokerRegistry:
 def _timed(
     events: BrokerEvents,
     arrived: float,
-    done: Callable[[PublishResult | None, BaseException | None], None],
+    done: PublishDone,
     result: PublishResult | None,
     error: BaseException | None,
 ) -> None:

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from danube_broker.cloud import CloudAcks
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer
-from danube_broker.dispatch.base import Msg, PublishResult, PublishStream, SubType
+from danube_broker.dispatch.base import Msg, PublishDone, PublishResult, PublishStream, SubType
 from danube_broker.dispatch.reliable.acks import Ranges
 from danube_broker.dispatch.reliable.cursor_batch import CursorWrite
 from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink
@@ -466,7 +466,7 @@ class ReliableTopic:
         msgs: list[Msg],
         nbytes: int,
         stream: PublishStream,
-        done: Callable[[PublishResult | None, BaseException | None], None],
+        done: PublishDone,
     ) -> bool:
         """:meth:`publish` without a task of its own, for the common case where nothing needs
         waiting for: the lease is surely alive, no other publish of the topic is being admitted,
@@ -529,7 +529,7 @@ class ReliableTopic:
         sizes: list[int],
         nbytes: int,
         stream: PublishStream,
-        done: Callable[[PublishResult | None, BaseException | None], None],
+        done: PublishDone,
         durable: asyncio.Future[int],
     ) -> None:
         """The commit of a :meth:`publish_now` batch ended (after ``_settled``)."""
@@ -555,9 +555,7 @@ class ReliableTopic:
         else:
             self._spawn(self._ack_when_sure(result, done), "an acknowledgement")
 
-    async def _ack_when_sure(
-        self, result: PublishResult, done: Callable[[PublishResult | None, BaseException | None], None]
-    ) -> None:
+    async def _ack_when_sure(self, result: PublishResult, done: PublishDone) -> None:
         try:
             await self._ctx.check_ackable(self.topic.name)
         except Exception as exc:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer
-from danube_broker.dispatch.base import Msg, PublishResult, PublishStream, SubType
+from danube_broker.dispatch.base import Msg, PublishDone, PublishResult, PublishStream, SubType
 from danube_broker.producer import Producer
 from danube_broker.reliable_topic import ReliableContext, ReliableTopic
 from danube_broker.stats import Counters, LoadFigures, Rate, TopicStats
@@ -263,7 +263,7 @@ class Topic:
         msgs: list[Msg],
         nbytes: int,
         stream: PublishStream,
-        done: Callable[[PublishResult | None, BaseException | None], None],
+        done: PublishDone,
     ) -> bool:
         """:meth:`publish_batch` without a task, when the storage can (see its ``publish_now``)."""
         return self.storage.publish_now(producer, msgs, nbytes, stream, done)

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer
-from danube_broker.dispatch.base import Msg, PublishResult, PublishStream, SubType
+from danube_broker.dispatch.base import Msg, PublishDone, PublishResult, PublishStream, SubType
 from danube_broker.dispatch.non_reliable import NonReliableDispatch
 from danube_broker.reliable_topic import ReliableContext, ReliableTopic
 from danube_broker.stats import Counters, TieredStats
@@ -123,7 +122,7 @@ class TopicStorage(Protocol):
         msgs: list[Msg],
         nbytes: int,
         stream: PublishStream,
-        done: Callable[[PublishResult | None, BaseException | None], None],
+        done: PublishDone,
     ) -> bool:
         """:meth:`publish` without a task when nothing needs waiting for (True: ``done`` gets
         the outcome later); False, having done nothing, otherwise."""
@@ -233,7 +232,7 @@ class InMemoryStorage:
         msgs: list[Msg],
         nbytes: int,
         stream: PublishStream,
-        done: Callable[[PublishResult | None, BaseException | None], None],
+        done: PublishDone,
     ) -> bool:
         return False  # in memory: publish is quick already
 
@@ -386,7 +385,7 @@ class ReliableStorage:
         msgs: list[Msg],
         nbytes: int,
         stream: PublishStream,
-        done: Callable[[PublishResult | None, BaseException | None], None],
+        done: PublishDone,
     ) -> bool:
         rt = self.reliable
         if rt is None:

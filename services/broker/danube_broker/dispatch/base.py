@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias
 
@@ -88,3 +88,8 @@ class PublishResult:
     count: int
     offsets: list[int] | None = None
     duplicates: int = 0
+
+
+#: Told the outcome of a publish made without a task (``publish_now``): the result, or the error
+#: the publish would have raised.
+PublishDone: TypeAlias = Callable[[PublishResult | None, BaseException | None], None]
