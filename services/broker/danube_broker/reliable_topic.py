@@ -768,7 +768,7 @@ class ReliableTopic:
             return
         exc = fut.exception()
         if exc is None:
-            append.stored(fut.result())
+            self._dedup.stored(producer_name, append, fut.result())
         else:
             self._dedup.failed(producer_name, append)
             append.failed(exc)

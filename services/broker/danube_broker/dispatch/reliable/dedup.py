@@ -30,11 +30,13 @@ UNKNOWN_OFFSET = 2**64 - 1
 class PendingAppend:
     """One append of new messages: its first offset, once the log has it durable."""
 
-    __slots__ = ("done",)
+    __slots__ = ("done", "seqs")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.done: asyncio.Future[int] = loop.create_future()
         self.done.add_done_callback(_retrieve)
+        #: The sequence ids of its new messages, in order (0: none), until it is settled.
+        self.seqs: list[int] | None = None
 
     def stored(self, first: int) -> None:
         if not self.done.done():
@@ -122,6 +124,7 @@ class Dedup:
             seqs.append(seq)
             new.append(m)
         append = PendingAppend(loop)
+        append.seqs = seqs
         for index, seq in enumerate(seqs):
             if seq:
                 recent[seq] = (append, index)
@@ -129,6 +132,23 @@ class Dedup:
             recent.popitem(last=False)
         state.hi = hi
         return Split(new, dups, append)
+
+    def stored(self, producer_name: str, append: PendingAppend, first: int) -> None:
+        """``append`` is durable from offset ``first``: its duplicates learn it, and its entries
+        become plain offsets. (Left as (append, index) they would keep the append and its future
+        alive for as long as they are remembered, 16,384 messages per producer: at 100 topics,
+        over a million objects the garbage collector walks, in 0.5 s pauses.)"""
+        append.stored(first)
+        seqs, append.seqs = append.seqs, None
+        state = self._producers.get(producer_name)
+        if not seqs or state is None:
+            return
+        recent = state.recent
+        for index, seq in enumerate(seqs):
+            if seq:
+                where = recent.get(seq)
+                if isinstance(where, tuple) and where[0] is append:
+                    recent[seq] = first + index
 
     def failed(self, producer_name: str, append: PendingAppend) -> None:
         """``append`` was not stored: forget its sequence ids, fall back to the log's mark."""
