@@ -476,7 +476,7 @@ class ReliableTopic:
         from a callback, with what :meth:`publish` would have returned or raised.
 
         Cheaper than the task (at 1,000 topics most batches hold one message, so a batch's fixed
-        cost is the message's) and one event-loop turn shorter from commit to ack. ``stream``'s
+        cost is the message's), and two event-loop turns shorter from commit to ack. ``stream``'s
         earlier batches must all be queued already (the caller's business: order)."""
         if (
             self._admitting
@@ -533,7 +533,10 @@ class ReliableTopic:
         durable: asyncio.Future[int],
     ) -> None:
         """The commit of a :meth:`publish_now` batch ended (after ``_settled``)."""
-        exc = durable.exception()  # the log never cancels it
+        if durable.cancelled():  # the log does not cancel it; should it ever, nothing is known
+            done(None, Unavailable("the commit of the batch was cancelled; re-send it"))
+            return
+        exc = durable.exception()
         if exc is not None:
             if isinstance(exc, StorageError):
                 stream.refused = True  # later batches of the stream must not overtake this one
