@@ -13,8 +13,9 @@ One task serves the stream's answers, one reads its frames. A reliable batch tha
 waiting is queued in the WAL as its frame is read and answered from the commit's callback
 (``BrokerRegistry.publish_now``: no task, no coroutine chain, two event-loop turns fewer from
 commit to ack); any other batch is published by a task of its own as on PublishBatches, and
-the lane's later batches take one too until it is answered (none overtakes it to the log). Each producer seen on the stream has a *lane*: its batches in flight, in
-arrival order, and its order guard (:class:`PublishStream`). Acks leave a lane in order; lanes
+the lane's later batches take one too until it is answered (none overtakes it to the log).
+Each producer seen on the stream has a *lane*: its batches in flight, in arrival order, and
+its order guard (:class:`PublishStream`). Acks leave a lane in order; lanes
 are independent, so a slow topic does not hold back another's acks. The stream as a whole is
 bounded: at most ``depth`` batches and ``max_bytes`` encoded bytes in flight, beyond which it
 reads nothing more (back-pressure through HTTP/2 flow control).

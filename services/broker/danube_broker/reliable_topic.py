@@ -498,25 +498,13 @@ class ReliableTopic:
         if split is None:
             return False  # duplicates: the task looks up their originals
         stream.seen_failures = failures
-        now_ms = int(time.time() * 1000)
-        first = log_.next_offset
-        self.topic.stamp(producer, msgs, first, now_ms)
-        records = [m.SerializeToString() for m in msgs]
-        sizes = [len(r) for r in records]
-        seqs = [(producer.name, m.sequence_id) for m in msgs] if any(m.sequence_id for m in msgs) else None
+        records, sizes, times, seqs = self._stamped(producer, msgs, log_.next_offset, with_seqs=False)
         try:
-            durable = log_.enqueue_now(
-                records, [m.publish_time for m in msgs], seqs, unless_failed_since=failures
-            )
-        except (StorageError, LogClosed) as exc:  # nothing of it stored (as in _appending)
-            self._dedup.failed(producer.name, split.append)
-            split.append.failed(exc)
+            durable = log_.enqueue_now(records, times, seqs, unless_failed_since=failures)
+        except Exception as exc:
+            self._not_queued(producer.name, split.append, msgs, exc)
             if isinstance(exc, StorageError):
                 stream.refused = True
-            asyncio.get_running_loop().call_soon(done, None, exc)
-            return True
-        except Exception as exc:
-            self._abandoned(producer.name, split.append, msgs)
             asyncio.get_running_loop().call_soon(done, None, exc)
             return True
         durable.add_done_callback(partial(self._settled, producer.name, split.append))
@@ -544,11 +532,7 @@ class ReliableTopic:
             return
         first = durable.result()
         try:
-            self._published(first, msgs, sizes, nbytes)
-            if self.reservation is not None and (
-                self.log.next_offset + self._cfg.offset_reservation_block // 2 >= self.reservation.reserved_to
-            ):
-                self._reserve_soon()
+            self._durable(first, msgs, sizes, nbytes)
         except Exception as exc:
             done(None, exc)
             return
@@ -580,13 +564,9 @@ class ReliableTopic:
         new = split.new
         if durable is not None:
             first = await asyncio.shield(durable)  # StorageError/LogClosed: nothing of it stored
-            self._published(
+            self._durable(
                 first, new, sizes, nbytes if len(new) == len(msgs) else sum(len(m.payload) for m in new)
             )
-            if self.reservation is not None and (
-                self.log.next_offset + self._cfg.offset_reservation_block // 2 >= self.reservation.reserved_to
-            ):
-                self._reserve_soon()
             if self.cloud is not None:
                 await self.cloud.wait_uploaded(first + len(new))
         if not split.duplicates:
@@ -643,15 +623,8 @@ class ReliableTopic:
                     split.append.failed(Unavailable("the offset reservation could not be extended; retry"))
                     raise
             if new:
-                now_ms = int(time.time() * 1000)
-                self.topic.stamp(producer, new, first, now_ms)
-                records = [m.SerializeToString() for m in new]
-                sizes = [len(r) for r in records]
-                times = [m.publish_time for m in new]
-                seqs = (
-                    [(producer.name, m.sequence_id) for m in new]
-                    if split.duplicates or any(m.sequence_id for m in new)
-                    else None
+                records, sizes, times, seqs = self._stamped(
+                    producer, new, first, with_seqs=bool(split.duplicates)
                 )
                 # The WAL assigns offsets at the call, in call order, and only this lock's holder
                 # appends, so the stamped offsets are the real ones unless the WAL makes the
@@ -783,13 +756,19 @@ class ReliableTopic:
         fails (nothing stored) or is cancelled."""
         try:
             return await step
-        except (StorageError, LogClosed) as exc:  # nothing of the batch was stored
+        except BaseException as exc:
+            self._not_queued(producer_name, append, new, exc)
+            raise
+
+    def _not_queued(
+        self, producer_name: str, append: PendingAppend, new: list[Msg], exc: BaseException
+    ) -> None:
+        """Queueing ``new`` raised ``exc``: undo the batch's dedup bookkeeping."""
+        if isinstance(exc, (StorageError, LogClosed)):  # nothing of the batch was stored
             self._dedup.failed(producer_name, append)
             append.failed(exc)
-            raise
-        except BaseException:  # cancelled: the WAL keeps what it had accepted
+        else:  # cancelled (the WAL keeps what it had accepted), or refused before the log
             self._abandoned(producer_name, append, new)
-            raise
 
     async def _seed_dedup(self) -> None:
         """Once per open, on the first duplicate whose original is not remembered (a producer
@@ -853,6 +832,29 @@ class ReliableTopic:
         for sub in self.topic.subscriptions.values():
             if sub.engine is not None:
                 sub.engine.notify()
+
+    def _stamped(
+        self, producer: Producer, new: list[Msg], first: int, *, with_seqs: bool
+    ) -> tuple[list[bytes], list[int], list[int], list[tuple[str, int]] | None]:
+        """Stamp ``new`` at offsets from ``first``; their records, sizes, publish times and
+        (producer, sequence id) pairs (None when no message has one, unless ``with_seqs``)."""
+        self.topic.stamp(producer, new, first, int(time.time() * 1000))
+        records = [m.SerializeToString() for m in new]
+        seqs = (
+            [(producer.name, m.sequence_id) for m in new]
+            if with_seqs or any(m.sequence_id for m in new)
+            else None
+        )
+        return records, [len(r) for r in records], [m.publish_time for m in new], seqs
+
+    def _durable(self, first: int, msgs: list[Msg], sizes: list[int], nbytes: int) -> None:
+        """``msgs`` are durable at ``first``: published, and the offset reservation extended
+        ahead of need."""
+        self._published(first, msgs, sizes, nbytes)
+        if self.reservation is not None and (
+            self.log.next_offset + self._cfg.offset_reservation_block // 2 >= self.reservation.reserved_to
+        ):
+            self._reserve_soon()
 
     def _published(self, first: int, msgs: list[Msg], sizes: list[int], nbytes: int) -> None:
         """``msgs`` are durable at ``first``...: counted, kept for the dispatchers (see

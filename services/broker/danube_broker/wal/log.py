@@ -334,8 +334,8 @@ class TopicLog:
         *,
         unless_failed_since: int | None = None,
     ) -> asyncio.Future[int]:
-        """:meth:`enqueue` without waiting for room (the caller looked at :meth:`has_room`, or
-        overshoots the cap by one batch on purpose): the same checks, offsets and future."""
+        """:meth:`enqueue` without waiting for room (the caller looked at :meth:`has_room`):
+        the same checks, offsets and future."""
         n = len(records)
         if len(publish_times_ms) != n or (sequences is not None and len(sequences) != n):
             raise ValueError("records, publish_times_ms and sequences must have the same length")
