@@ -28,7 +28,9 @@ from pathlib import Path
 import pytest
 
 from danube_broker.wal import CommitGroup, DiskOps, Durability, TopicLog
+from danube_broker.wal.journal import JournalWriter
 from danube_broker.wal.syncfs import CommitSync, resolve, syncfs
+from danube_common.wal import journal as jr
 from tests.unit.wal.helpers import cfg, read_all
 
 pytestmark = pytest.mark.slow
@@ -95,10 +97,10 @@ class PowerLossOps:
 
 
 def lose_power(base: Path, synced: dict[str, int], rng: random.Random) -> tuple[int, int]:
-    """Cut every segment file back to what was synced plus a random torn part of the rest.
-    Returns (files cut, bytes dropped)."""
+    """Cut every segment file (and commit journal file) back to what was synced plus a random
+    torn part of the rest. Returns (files cut, bytes dropped)."""
     cut = dropped = 0
-    for seg in sorted(base.glob("*/*.wal")):
+    for seg in sorted([*base.glob("*/*.wal"), *jr.journal_dir(base).glob("*" + jr.SUFFIX)]):
         size = seg.stat().st_size
         keep = synced.get(str(seg), 0)
         if keep < size:
@@ -141,6 +143,10 @@ def check_recovered(base: Path, acked: list[tuple[int, int, list[bytes]]]) -> in
         (6, 0.0, CommitSync.FILESYSTEM, 0),
         (7, 0.0, CommitSync.FILESYSTEM, MIB),
         (8, 0.01, CommitSync.FILESYSTEM, MIB),
+        (9, 0.0, CommitSync.JOURNAL, 0),
+        (10, 0.0, CommitSync.JOURNAL, MIB),
+        (11, 0.01, CommitSync.JOURNAL, MIB),
+        (12, 0.0, CommitSync.JOURNAL, MIB),
     ],
     ids=str,
 )
@@ -150,13 +156,30 @@ def test_power_loss_under_a_shared_group_keeps_every_acked_record(
     """``loop_write_bytes``: the rounds' frames are written on the event loop (the broker's
     default), 0: in the worker thread with the flush."""
     rng = random.Random(seed)
-    crash_at = rng.randint(300, 1500) if commit_sync is CommitSync.FILES else rng.randint(60, 300)
+    crash_at = {
+        CommitSync.FILES: rng.randint(300, 1500),
+        CommitSync.FILESYSTEM: rng.randint(60, 300),
+        # Opening the journal and the 30 logs takes ~62 fsyncs; then one per round, plus the
+        # checkpoints' syncfs calls and journal file starts.
+        CommitSync.JOURNAL: rng.randint(100, 400),
+    }[commit_sync]
     ops = PowerLossOps(crash_at, tmp_path)
     acked: list[tuple[int, int, list[bytes]]] = []
     closed = 0
 
     async def run() -> None:
         nonlocal closed
+        journal = None
+        if commit_sync is CommitSync.JOURNAL:
+            # Small and short-lived journal files: checkpoints (a syncfs, then deletes) run
+            # throughout, so the power also goes out amid them.
+            journal = JournalWriter.open(
+                tmp_path,
+                ops=ops.disk_ops(),
+                flush_filesystem=ops.syncfs,
+                max_bytes=rng.choice([4096, 64 * 1024]),
+                checkpoint_s=0.02,
+            )
         group = CommitGroup(
             fsync_threads=4,
             idle_close_s=idle_close_s,
@@ -164,6 +187,7 @@ def test_power_loss_under_a_shared_group_keeps_every_acked_record(
             syncfs=ops.syncfs,
             trusted=lambda dev: True,
             loop_write_bytes=loop_write_bytes,
+            journal=journal,
         )
         c = cfg(segment_max_bytes=4096)
         logs = [
@@ -197,11 +221,13 @@ def test_power_loss_under_a_shared_group_keeps_every_acked_record(
     assert ops.dead and len(acked) >= 100
     assert closed > 0 if idle_close_s else closed == 0  # files were closed and opened again
     cut, dropped = lose_power(tmp_path, ops.snapshot, rng)
+    replayed = jr.replay(tmp_path) if commit_sync is CommitSync.JOURNAL else None  # as the next start does
     total = check_recovered(tmp_path, acked)
     assert total >= sum(len(r) for _, _, r in acked)
     print(
         f"seed {seed} ({commit_sync}, loop writes {loop_write_bytes}): {len(acked)} acks, {cut} files cut ({dropped} bytes),"
         f" {total} records recovered, {closed} idle files closed, {ops.fsyncs} flushes"
+        + (f"; journal replay: {replayed}" if replayed is not None else "")
     )
 
 
@@ -209,9 +235,12 @@ CHILD = r"""
 import asyncio, random, sys
 from pathlib import Path
 from danube_broker.wal import CommitGroup, Durability, TopicLog, WalConfig
+from danube_broker.wal.journal import JournalWriter
 
 async def main(base, topics, idle_close_s, commit_sync, loop_write_bytes):
-    group = CommitGroup(idle_close_s=idle_close_s, commit_sync=commit_sync, loop_write_bytes=loop_write_bytes)
+    journal = JournalWriter.open(base, checkpoint_s=0.05) if commit_sync == "journal" else None
+    group = CommitGroup(idle_close_s=idle_close_s, commit_sync=commit_sync, loop_write_bytes=loop_write_bytes,
+                        journal=journal)
     assert group.commit_sync == commit_sync
     c = WalConfig(segment_max_bytes=8192)
     logs = [await TopicLog.open(base / f"t{i}", cfg=c, durability=Durability.FSYNC, group=group)
@@ -244,6 +273,8 @@ asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.ar
         (0.01, CommitSync.FILES, 0),
         (0.0, CommitSync.FILESYSTEM, MIB),
         (0.01, CommitSync.FILESYSTEM, 0),
+        (0.0, CommitSync.JOURNAL, MIB),
+        (0.01, CommitSync.JOURNAL, 0),
     ],
     ids=str,
 )
@@ -290,5 +321,7 @@ def test_kill9_under_a_shared_group_keeps_every_acked_record(
         i, a, n, first, size = map(int, line.split())
         acked.append((i, first, [f"t{i}-a{a}-{n}-{k}".encode() for k in range(size)]))
     assert len(acked) >= 500, len(acked)
+    if commit_sync is CommitSync.JOURNAL:
+        jr.replay(tmp_path)  # as the next start does: everything is in place after a kill -9
     total = check_recovered(tmp_path, acked)
     assert total >= sum(len(r) for _, _, r in acked)

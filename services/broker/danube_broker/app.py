@@ -51,7 +51,8 @@ from danube_broker.stats_api import BrokerStatsApi
 from danube_broker.takeover import close_orphaned_stints
 from danube_broker.tiering import Tiering
 from danube_broker.wal import CommitGroup
-from danube_broker.wal.syncfs import CommitSync
+from danube_broker.wal.journal import JournalWriter
+from danube_broker.wal.syncfs import CommitSync, filesystem_flush
 from danube_common import gc_tuning
 from danube_common.cluster_view import ClusterView
 from danube_common.discovery import DiscoveryServicer
@@ -85,6 +86,7 @@ from danube_common.service import (
     write_ready_file,
 )
 from danube_common.service import running as service_running
+from danube_common.wal.journal import journal_dir
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +187,19 @@ async def run(
             registry = BrokerRegistry(cfg, resources, broker_url=f"http://{listeners.addr}", events=events)
             metrics.register(BrokerCollector(registry, max_topics=cfg.metrics.max_topics))
             if cfg.wal.shared_commit:  # one commit scheduler for every topic's WAL; closed last
+                journal = (
+                    await asyncio.to_thread(
+                        JournalWriter.open,
+                        cfg.data_path,
+                        flush_filesystem=filesystem_flush(cfg.data_path),
+                        max_bytes=cfg.wal.journal_max_bytes,
+                        checkpoint_s=cfg.wal.journal_checkpoint_s,
+                    )
+                    if cfg.wal.commit_sync is CommitSync.JOURNAL
+                    else None
+                )
                 commit_group = CommitGroup(
+                    journal=journal,
                     max_round_bytes=cfg.wal.max_round_bytes,
                     fsync_threads=cfg.wal.commit_fsync_threads,
                     commit_sync=cfg.wal.commit_sync,
@@ -199,9 +213,10 @@ async def run(
                 registry.reliable.commit_group = commit_group
                 log.info(
                     "WAL commit rounds are flushed per %s",
-                    "file system (one syncfs)"
-                    if commit_group.commit_sync is CommitSync.FILESYSTEM
-                    else "file (fdatasync)",
+                    {
+                        CommitSync.FILESYSTEM: "file system (one syncfs)",
+                        CommitSync.JOURNAL: f"commit journal ({journal_dir(cfg.data_path)}, one fdatasync)",
+                    }.get(commit_group.commit_sync, "file (fdatasync)"),
                 )
             metrics.register(RuntimeCollector(asyncio.get_running_loop(), store))
             metrics.register(LeaseCollector(lambda: registry.reliable.lease))

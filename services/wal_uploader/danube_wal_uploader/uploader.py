@@ -24,6 +24,7 @@ from danube_common.keys import Keys
 from danube_common.metadata.store import MetadataStore, WatchCompacted
 from danube_common.objstore import ObjectStore
 from danube_common.topic_name import TopicName
+from danube_common.wal.journal import replay_unless_locked
 from danube_wal_uploader.config import WalUploaderConfig
 from danube_wal_uploader.disk import discover_topics
 from danube_wal_uploader.metrics import TopicProgress, Totals, format_line, totals_log_values
@@ -157,9 +158,12 @@ class Uploader:
                 self._wake.clear()
                 await self.discover()
                 dead, epoch = not self.broker_alive, self.death_epoch
+                # A broker with a commit journal (wal.commit_sync: journal) that died with its
+                # machine left acknowledged frames only there: put them back first.
+                replayed = not dead or await self._replay_journal()
                 now = loop.time()
                 for t in self.topics.values():
-                    if t.scheduled or t.retry_at > now:
+                    if not replayed or t.scheduled or t.retry_at > now:
                         continue
                     t.scheduled = True
                     tg.create_task(t.run_pass(dead=dead, death_epoch=epoch), name=f"upload:{t.name}")
@@ -168,6 +172,22 @@ class Uploader:
                     interval = min(interval, self.cfg.final_state_poll_s)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), interval)
+
+    async def _replay_journal(self) -> bool:
+        """Apply a dead broker's commit journal to its segments before any of them is read
+        (a live broker process holds the journal's lock: it replayed it when it started).
+        False (logged; retried at the next pass) when that failed: nothing is read meanwhile."""
+        try:
+            await asyncio.to_thread(replay_unless_locked, self.data_path)
+        except OSError as exc:
+            log.error(
+                "replaying the broker's commit journal in %s failed (%s): its logs are not read until it "
+                "succeeds; check the disk",
+                self.data_path,
+                exc,
+            )
+            return False
+        return True
 
     async def _log_status(self) -> None:
         while True:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,8 @@ from danube_common.objstore import LocalObjectStore, ObjectInfo, ObjectStoreUnav
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.storage import SegmentDescriptor, object_key
 from danube_common.topic_name import TopicName
-from danube_common.wal.segment import index_name
+from danube_common.wal import journal as jr
+from danube_common.wal.segment import HEADER_BYTES, index_name
 from danube_wal_uploader.config import WalUploaderConfig
 from danube_wal_uploader.uploader import BrokerWatch, Uploader
 from tests.support import wait_until
@@ -358,6 +360,38 @@ async def test_broker_death_records_the_logs_end_at_once_then_uploads_up_to_it(h
         assert (await h.store.get_json(h.keys.storage_state(T)))["next_offset"] == end
     finally:
         await log.aclose()
+
+
+async def test_a_dead_brokers_commit_journal_is_replayed_before_its_logs_end_is_recorded(h: Harness) -> None:
+    """A broker with ``wal.commit_sync: journal`` died with its machine: the tail of its open
+    segment never reached the disk, but its journal holds it. The uploader puts it back before
+    it reads the segment, so the end it records is the acknowledged one."""
+    log = await write_topic(h.data_dir, T, 1000)
+    end = log.durable_offset
+    await log.aclose()
+    seg = max(log.directory.glob("*.wal"))
+    data = seg.read_bytes()
+    cut = len(data) - 2500  # a few frames, and a torn one
+    os.truncate(seg, cut)
+    rel = str(seg.relative_to(h.data_dir)).encode()
+    d = jr.journal_dir(h.data_dir)
+    d.mkdir()
+    (d / jr.journal_name(1)).write_bytes(
+        jr.file_header() + jr.encode_record([jr.Entry(rel, data[:HEADER_BYTES], cut, data[cut:])])
+    )
+    lease = (await h.store.get(h.keys.broker(BROKER))).lease  # type: ignore[union-attr]
+    await h.store.revoke_lease(lease)
+    h.start()
+
+    async def closed() -> Any:
+        state = await h.store.get_json(h.keys.storage_state(T))
+        return state if not state.get("open", True) else None
+
+    state = await wait_until(closed, what="the log's end recorded")
+    assert state["next_offset"] == end
+    assert seg.read_bytes() == data and not list(d.glob("*" + jr.SUFFIX))
+    await h.wait_checkpoint(end)
+    await check_uploaded(h.store, h.keys, h.objects, T, end=end)
 
 
 async def test_the_dead_brokers_end_carries_the_producers_sequence_ids(h: Harness) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from danube_broker.wal.syncfs import CommitSync
 
@@ -83,8 +83,16 @@ class WalConfig(BaseModel):
     #: How a shared round is made durable: "filesystem" = one syncfs per file system for all
     #: its topics (Linux >= 5.8, where syncfs reports write-back errors; it also flushes any
     #: other program's dirty data on that file system: give the WAL a volume of its own);
-    #: "files" = one fdatasync per topic file; "auto" = filesystem where supported, else files.
+    #: "files" = one fdatasync per topic file; "auto" = filesystem where supported, else files;
+    #: "journal" = one append + fdatasync of the broker's commit journal
+    #: (``<data_dir>/.journal/``), the topic files flushed in bulk by checkpoints and the
+    #: journal replayed into them at start (needs ``shared_commit``).
     commit_sync: CommitSync = CommitSync.AUTO
+    #: commit_sync journal: a checkpoint (topic files flushed, older journal files deleted) is
+    #: started when the current journal file is this long ...
+    journal_max_bytes: int = Field(default=64 * MIB, gt=0)
+    #: ... or this old, whichever comes first (bounds the replay after a power loss).
+    journal_checkpoint_s: float = Field(default=5.0, gt=0)
     #: A topic whose log was not written for this long has its active segment's file closed
     #: (opened again by the next write), so an idle topic holds one fd (its directory lock)
     #: instead of two. 0: never closed.
@@ -93,3 +101,9 @@ class WalConfig(BaseModel):
     #: written one is closed, whatever its age: topics loaded in a burst). 0: a quarter of the
     #: broker's open-file limit (as raised at start). Needs ``idle_fd_close_s`` > 0.
     max_open_segment_files: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _journal_needs_shared_commit(self) -> WalConfig:
+        if self.commit_sync is CommitSync.JOURNAL and not self.shared_commit:
+            raise ValueError("wal.commit_sync journal needs wal.shared_commit true (one journal per broker)")
+        return self

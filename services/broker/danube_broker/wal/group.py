@@ -57,6 +57,7 @@ from danube_broker.wal.syncfs import CommitSync, resolve, trusted_filesystem
 from danube_broker.wal.syncfs import syncfs as _real_syncfs
 
 if TYPE_CHECKING:
+    from danube_broker.wal.journal import JournalWriter
     from danube_broker.wal.log import TopicLog, _Batch
     from danube_broker.wal.store import SegmentStore
 
@@ -173,6 +174,7 @@ class CommitGroup:
         trusted: Callable[[int], bool] = trusted_filesystem,
         loop_write_bytes: int = 0,
         cache_budget_bytes: int = 0,
+        journal: JournalWriter | None = None,
     ) -> None:
         from danube_broker.wal.log import default_executor
 
@@ -197,6 +199,9 @@ class CommitGroup:
         self._fsync_pool: ThreadPoolExecutor | None = None
         #: The mode in use (``files`` or ``filesystem``; an injected ``syncfs`` is taken as is).
         self.commit_sync = resolve(commit_sync) if syncfs is _real_syncfs else CommitSync(commit_sync)
+        if (self.commit_sync is CommitSync.JOURNAL) != (journal is not None):
+            raise ValueError("commit_sync journal needs a JournalWriter, and only it takes one")
+        self._journal = journal
         self._syncfs = syncfs
         self._trusted = trusted
         #: filesystem mode: st_dev -> an fd on that file system, open for the group's life
@@ -394,13 +399,16 @@ class CommitGroup:
         if self.commit_sync is CommitSync.FILESYSTEM:
             dev = job.store.device
             return dev is not None and dev in self._fs_fds
-        return True
+        return True  # files, journal: nothing to set up first
 
     def _blocking_round(self, jobs: list[CommitJob]) -> None:
         """Worker thread: every write not done on the loop first, then the flush (fdatasyncs
         spread over threads, or one syncfs per file system)."""
         if self.commit_sync is CommitSync.FILESYSTEM:
             self._filesystem_round(jobs)
+            return
+        if self._journal is not None:
+            self._journal_round(self._journal, jobs)
             return
         for job in jobs:
             if not job.written:
@@ -463,11 +471,47 @@ class CommitGroup:
             for job in written:
                 job.fsync_s = seconds
 
+    def _journal_round(self, journal: JournalWriter, jobs: list[CommitJob]) -> None:
+        """Worker thread: the journal's checkpoint bookkeeping, every write not done on the
+        loop, then one journal record for every syncing job, made durable by one fdatasync. A
+        journal that cannot be repaired fails the round's batches (none is written after it:
+        see :meth:`JournalWriter.before_round`); rolls go on (they flush their own files)."""
+        try:
+            journal.before_round()
+        except Exception as exc:
+            for job in jobs:
+                if not job.batches:
+                    job.run_write()
+                elif job.written:
+                    job.flush_failed(exc)
+                elif isinstance(exc, OSError):
+                    job.error = exc
+                else:
+                    job.bug = exc
+            return
+        for job in jobs:
+            if job.error is None and not job.written:
+                job.run_write()
+        syncing = [j for j in jobs if j.written and j.sync]
+        if not syncing:
+            return
+        try:
+            seconds = journal.commit(syncing)
+        except Exception as exc:
+            for job in syncing:
+                job.flush_failed(exc)
+            return
+        for job in syncing:
+            job.fsync_s = seconds
+
     async def aclose(self) -> None:
         """Serve what is in line, then stop (idempotent). Close the logs first."""
         self._closing = True
         self._wake.set()
         await asyncio.shield(self._task)
+        journal, self._journal = self._journal, None
+        if journal is not None:
+            await asyncio.get_running_loop().run_in_executor(self._executor, journal.close)
         if self._fsync_pool is not None:
             self._fsync_pool.shutdown(wait=True)
             self._fsync_pool = None

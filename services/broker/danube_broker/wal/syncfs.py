@@ -29,7 +29,9 @@ import logging
 import os
 import platform
 import re
+from collections.abc import Callable
 from enum import StrEnum
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,9 @@ class CommitSync(StrEnum):
     FILES = "files"
     #: One syncfs per file system per round (the topic files written first).
     FILESYSTEM = "filesystem"
+    #: One append + fdatasync of the broker's commit journal per round; the topic files are
+    #: flushed in bulk by checkpoints (:mod:`danube_broker.wal.journal`).
+    JOURNAL = "journal"
 
 
 def _load_syncfs() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
@@ -117,9 +122,10 @@ def kernel_reports_errors(release: str) -> bool:
 def resolve(mode: CommitSync, *, system: str | None = None, release: str | None = None) -> CommitSync:
     """The mode to run with: ``auto`` becomes ``filesystem`` on Linux >= 5.8 with a syncfs in
     libc, else ``files``; ``filesystem`` asked for where it cannot be trusted falls back to
-    ``files`` with a warning (it would not report failed write-back)."""
+    ``files`` with a warning (it would not report failed write-back); ``files`` and ``journal``
+    are used as given."""
     mode = CommitSync(mode)
-    if mode is CommitSync.FILES:
+    if mode in (CommitSync.FILES, CommitSync.JOURNAL):
         return mode
     system = platform.system() if system is None else system
     release = platform.release() if release is None else release
@@ -135,3 +141,13 @@ def resolve(mode: CommitSync, *, system: str | None = None, release: str | None 
     if mode is CommitSync.FILESYSTEM:
         log.warning("wal.commit_sync filesystem: %s; using one fdatasync per file instead", why)
     return CommitSync.FILES
+
+
+def filesystem_flush(directory: Path) -> Callable[[int], None] | None:
+    """:func:`syncfs` when it may flush everything written under ``directory`` at once (Linux
+    >= 5.8 with a syncfs in libc, on a trusted file system); None: flush file by file. For the
+    commit journal's checkpoints (``directory`` is created if missing)."""
+    if platform.system() != "Linux" or not kernel_reports_errors(platform.release()) or _SYNCFS is None:
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    return syncfs if trusted_filesystem(os.stat(directory).st_dev) else None
