@@ -261,7 +261,7 @@ async def test_checkpoints_flush_the_segments_then_delete_older_journal_files(tm
     assert w.files_started >= 4
     assert [o.fsyncs for o in ops] == seg_fsyncs  # the rounds flush no segment themselves
     # No syncfs given: the checkpoints fdatasync each segment file written meanwhile.
-    segs = {str(p) for p in tmp_path.glob("ns/*/*.wal")}
+    segs = await asyncio.to_thread(lambda: {str(p) for p in tmp_path.glob("ns/*/*.wal")})
     assert segs <= set(jops.flushed)
     files = jr.journal_files(jr.journal_dir(tmp_path))
     assert len(files) <= 3, files  # the current one, and the ones a checkpoint is flushing
