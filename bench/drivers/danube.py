@@ -232,6 +232,17 @@ class DanubePerTopicCommitDriver(DanubeDriver):
         cluster.extra_env["DANUBE_BROKER_WAL__SHARED_COMMIT"] = "false"
 
 
+class DanubeJournalDriver(DanubeDriver):
+    """``danube`` with ``wal.commit_sync: journal``: a round is made durable by one append +
+    fdatasync of the broker's commit journal, the topic files flushed by background checkpoints;
+    for same-run comparisons with ``danube``."""
+
+    name = "danube-journal"
+
+    def _configure(self, cluster: Any) -> None:
+        cluster.extra_env["DANUBE_BROKER_WAL__COMMIT_SYNC"] = "journal"
+
+
 class DanubeFilesSyncDriver(DanubeDriver):
     """``danube`` with ``wal.commit_sync: files``: a shared round flushed by one fdatasync per
     topic file (over ``commit_fsync_threads`` threads) instead of one syncfs; for same-run

@@ -106,9 +106,9 @@ class JournalWriter:
                     raise
                 time.sleep(0.02)
         try:
-            jr.replay(data_dir, fsync=ops.fsync, pwrite=ops.pwrite)
             existing = jr.journal_files(jr.journal_dir(data_dir))
-            nxt = existing[-1][0] + 1 if existing else 1
+            nxt = existing[-1][0] + 1 if existing else 1  # names keep growing across restarts
+            jr.replay(data_dir, fsync=ops.fsync, pwrite=ops.pwrite)
             w = cls(
                 data_dir,
                 fd,
