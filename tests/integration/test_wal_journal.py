@@ -5,7 +5,6 @@ segments' unflushed tails puts them back from the journal before any topic opens
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import pytest
@@ -13,9 +12,16 @@ import pytest
 from danube_common.etcd_server import EtcdProcess
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.wal import journal as jr
-from danube_common.wal.segment import HEADER_BYTES
-from tests.integration.test_reliable_dispatch import producer, publish, receive, reliable_broker, stop, subscribe
+from tests.integration.test_reliable_dispatch import (
+    producer,
+    publish,
+    receive,
+    reliable_broker,
+    stop,
+    subscribe,
+)
 from tests.support import unique
+from tests.unit.wal.helpers import cut_to_headers
 
 pytestmark = pytest.mark.integration
 
@@ -24,16 +30,6 @@ TOPICS = 6
 
 def journal_copies(data_dir: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for _, p in jr.journal_files(jr.journal_dir(data_dir))}
-
-
-def lose_segment_tails(data_dir: Path) -> int:
-    """Every segment back to its header, as if none of its frames had reached the disk."""
-    cut = 0
-    for seg in data_dir.glob("default/*/*.wal"):
-        if seg.stat().st_size > HEADER_BYTES:
-            os.truncate(seg, HEADER_BYTES)
-            cut += 1
-    return cut
 
 
 async def test_acked_publishes_survive_losing_the_segments_through_the_journal(
@@ -56,7 +52,7 @@ async def test_acked_publishes_survive_losing_the_segments_through_the_journal(
         await stop(b)
     # The power went out before a checkpoint flushed the segments: their frames are gone, the
     # journal files the broker had then are on disk. (A clean stop checkpointed; undo that.)
-    assert await asyncio.to_thread(lose_segment_tails, data_dir) == TOPICS
+    assert await asyncio.to_thread(cut_to_headers, data_dir, "default/*/*.wal") == TOPICS
     for path, data in held.items():
         await asyncio.to_thread(path.write_bytes, data)
 

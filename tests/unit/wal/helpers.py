@@ -10,7 +10,7 @@ from pathlib import Path
 
 from danube_broker.wal import DiskOps, Durability, LogEntry, TopicLog, WalConfig
 from danube_common.pb import DanubeApi_pb2 as pb
-from danube_common.wal.segment import parse_name
+from danube_common.wal.segment import HEADER_BYTES, parse_name
 
 
 def message(producer: str, seq: int, payload: bytes = b"x") -> bytes:
@@ -48,6 +48,17 @@ async def read_all(log: TopicLog, start: int = 0) -> list[LogEntry]:
             return out
         out += got
         offset = got[-1].offset + 1
+
+
+def cut_to_headers(data_dir: Path, pattern: str) -> int:
+    """A power loss that took every frame not flushed, when none was: cut every segment file
+    matching ``pattern`` under ``data_dir`` back to its header. Returns the files cut."""
+    cut = 0
+    for seg in data_dir.glob(pattern):
+        if seg.stat().st_size > HEADER_BYTES:
+            os.truncate(seg, HEADER_BYTES)
+            cut += 1
+    return cut
 
 
 def segment_files(directory: Path, kind: str = "wal") -> list[Path]:

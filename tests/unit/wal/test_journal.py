@@ -16,7 +16,8 @@ from danube_broker.wal.syncfs import CommitSync
 from danube_common.wal import journal as jr
 from danube_common.wal.segment import HEADER_BYTES, encode_header, segment_name
 from tests.support import wait_until
-from tests.unit.wal.helpers import EIO, Ops, cfg, read_all
+from tests.unit.wal.helpers import EIO, Ops, cfg, cut_to_headers
+from tests.unit.wal.test_group import one_round, stored
 
 pytestmark = pytest.mark.unit
 
@@ -144,32 +145,6 @@ async def open_logs(base: Path, n: int, group: CommitGroup) -> tuple[list[TopicL
     return logs, ops
 
 
-async def one_round(group: CommitGroup, logs: list[TopicLog], recs: list[bytes]) -> list[object]:
-    before = group.rounds
-    out = await asyncio.gather(*(lg.append(recs, [1] * len(recs)) for lg in logs), return_exceptions=True)
-    assert group.rounds == before + 1, "the appends did not share one round"
-    return out
-
-
-def lose_unflushed(data_dir: Path) -> int:
-    """The power went out and no segment's frames reached the disk: cut every segment back to
-    its header (what the journal holds is all there is). Returns the files cut."""
-    cut = 0
-    for seg in data_dir.glob("ns/*/*.wal"):
-        if seg.stat().st_size > HEADER_BYTES:
-            os.truncate(seg, HEADER_BYTES)
-            cut += 1
-    return cut
-
-
-async def stored(directory: Path) -> list[bytes]:
-    lg = await TopicLog.open(directory, cfg=cfg(), durability=Durability.FSYNC)
-    try:
-        return [e.record for e in await read_all(lg)]
-    finally:
-        await lg.aclose()
-
-
 async def test_a_round_of_many_logs_is_one_journal_fsync_and_survives_losing_the_segments(
     tmp_path: Path,
 ) -> None:
@@ -186,7 +161,7 @@ async def test_a_round_of_many_logs_is_one_journal_fsync_and_survives_losing_the
     for lg in logs:
         lg._store.close()  # type: ignore[attr-defined]  # release the directory locks as a dead process would
     os.close(group._journal._lock_fd)  # type: ignore[union-attr]
-    assert lose_unflushed(tmp_path) == 10
+    assert cut_to_headers(tmp_path, "ns/*/*.wal") == 10
     w = JournalWriter.open(tmp_path)  # the next start replays before any log opens
     w.close()
     for i in range(10):

@@ -201,6 +201,10 @@ class JournalWriter:
             if len(self._keys) >= _KEYS_MAX:
                 self._keys.clear()
             rel = os.fsencode(os.path.relpath(seg.path, self.data_dir))
+            if rel.startswith(b".."):
+                raise ValueError(
+                    f"segment {seg.path} is outside the journal's data directory {self.data_dir}"
+                )
             key = (seg.header.created_ms, rel, encode_header(seg.first_offset, seg.header.created_ms))
             self._keys[seg.path] = key
         self._touched.add(seg.path)
