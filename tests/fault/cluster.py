@@ -60,6 +60,13 @@ ENV = {
     "DANUBE_BROKER_ETCD__REQUEST_TIMEOUT_S": "2",
     "DANUBE_WAL_UPLOADER_SCAN_INTERVAL_S": "0.2",
     "DANUBE_WAL_UPLOADER_REGISTRATION_TTL_S": str(REGISTRATION_TTL_S),
+    # The brokers' wal.commit_sync (auto unless set): DANUBE_FAULT_WAL_COMMIT_SYNC=journal runs
+    # every scenario with the commit journal (not in CI: see docs/ownership.md).
+    **(
+        {"DANUBE_BROKER_WAL__COMMIT_SYNC": os.environ["DANUBE_FAULT_WAL_COMMIT_SYNC"]}
+        if os.environ.get("DANUBE_FAULT_WAL_COMMIT_SYNC")
+        else {}
+    ),
 }
 
 ROOT = Path(__file__).resolve().parents[2]
