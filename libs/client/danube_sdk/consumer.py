@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, cast
 
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import DanubeError, InvalidArgument
 from danube_sdk.acks import AckBuffer
 from danube_sdk.connection import Connections
@@ -381,11 +382,9 @@ class Consumer(Generic[T]):
             await self._send_acks()
         finally:
             self._closed = why
-            for task in (self._ack_task, self._chunk_task):
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+            exc = await cancel_and_wait(self._ack_task, self._chunk_task)
+            if exc is not None:
+                raise exc
             errors: list[DanubeError] = []
             for part in self._parts.values():
                 try:

@@ -29,6 +29,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import DanubeError, InvalidArgument, NotFound, TopicNotFound
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.topic_name import validate_namespace
@@ -248,10 +249,9 @@ class MultiTopicConsumer(Consumer[T]):
 
     async def _close(self, why: ClientClosed, unsubscribe: bool) -> None:
         task, self._watch_task = self._watch_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        exc = await cancel_and_wait(task)
+        if exc is not None:
+            raise exc
         await super()._close(why, unsubscribe)
 
 

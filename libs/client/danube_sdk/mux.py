@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import grpc
 import grpc.aio
 
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import DanubeError, Unavailable
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_sdk.batch import error_from_detail
@@ -131,12 +132,11 @@ class _Shared:
             exc = next((t.exception() for t in (reader, writer) if t.done() and t.exception()), None)
             err = await self._map(exc)
         finally:
-            for t in (reader, writer):
-                t.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
-            self._call.cancel()
-            self._end(err)
+            try:
+                await cancel_and_wait(reader, writer)
+            finally:  # also when this task is cancelled meanwhile (aclose)
+                self._call.cancel()
+                self._end(err)
 
     async def _map(self, exc: BaseException | None) -> DanubeError:
         """The error the shared stream ended with (MuxUnsupported for UNIMPLEMENTED). The
@@ -194,9 +194,9 @@ class _Shared:
         raise NotImplementedError
 
     async def aclose(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        exc = await cancel_and_wait(self._task)
+        if exc is not None:
+            raise exc
 
 
 class _Eof(Exception):

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
+from danube_common.aio import cancel_and_wait
 from danube_common.compression import Compression, compress_if_smaller
 from danube_common.errors import DanubeError, InvalidArgument, MessageTooLarge
 from danube_sdk import delivery
@@ -348,10 +349,9 @@ class Producer(Generic[T]):
         try:
             await self.flush()
         finally:
-            if self._expiry is not None:
-                self._expiry.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._expiry
+            exc = await cancel_and_wait(self._expiry)
+            if exc is not None:
+                raise exc
             for part in self._parts:
                 await part.aclose(self._closed)
             if self.on_closed is not None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Coroutine
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import DanubeError, TopicNotOwned, Unavailable, error_from_status
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_sdk.connection import Stubs
@@ -85,11 +85,9 @@ async def race(
                 if task in tasks:
                     return
     finally:
-        for task in pending:
-            task.cancel()
-        for task in pending:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        # Not ``with suppress(CancelledError): await task``: that would swallow a cancellation
+        # of this very coroutine (its supervisor's task being closed) and let it start over.
+        await cancel_and_wait(*pending)
         for task in (*tasks, *opt):  # mark every outcome seen (both ends of a stream may fail)
             if task.done() and not task.cancelled():
                 task.exception()

@@ -9,7 +9,6 @@ old consumer over, then opens a new stream.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -17,6 +16,7 @@ from typing import Any
 
 import grpc.aio
 
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import DanubeError, Unavailable
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_sdk.chunking import ChunkAssembler, PackedMessage, build_messages
@@ -152,11 +152,10 @@ class TopicConsumer:
         self._task = asyncio.create_task(self._run(), name=f"danube-consumer {self.topic}")
 
     async def aclose(self, *, unsubscribe: bool) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        exc = await cancel_and_wait(task)
+        if exc is not None:
+            raise exc
         self.attached = False
         if self._stubs is not None and self.consumer_id:
             req = pb.CloseConsumerRequest(

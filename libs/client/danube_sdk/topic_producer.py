@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 import grpc.aio
 
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import DanubeError, Unavailable
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_sdk.batch import Batch, error_from_detail, fail_all
@@ -163,11 +164,10 @@ class TopicProducer:
 
     async def aclose(self, err: DanubeError | None = None) -> None:
         """Stop sending; fail whatever is still pending; detach from the broker."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        exc = await cancel_and_wait(task)
+        if exc is not None:
+            raise exc
         if self.fatal is None:
             self._fail_everything(err or ClientClosed(f"producer {self.name} on {self.topic} is closed"))
         if self._stubs is not None and self.producer_id:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 import grpc.aio
 
 from danube_common import gc_tuning
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import DanubeError
 from danube_common.grpc_util import install_stop_signals
 from danube_common.keys import Keys
@@ -109,9 +110,10 @@ class LoadManager:
             while not lead.lost.is_set():
                 await self._idle(lead, lost, await self._pass(lead, loop.time()))
         finally:
-            lost.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await lost
+            # A cancellation of this task arriving meanwhile ends it (suppress would swallow it).
+            exc = await cancel_and_wait(lost)
+            if exc is not None:
+                raise exc
 
     async def _idle(self, lead: Leadership, lost: asyncio.Task[bool], wrote: int) -> None:
         """After a pass: let the view catch up with our own writes (``wrote``: the highest
@@ -124,9 +126,11 @@ class LoadManager:
         try:
             await asyncio.wait({changed, lost}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            changed.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await changed
+            # Not suppress(CancelledError): a cancellation of this task arriving meanwhile would
+            # be swallowed, and _manage would start another pass instead of ending.
+            exc = await cancel_and_wait(changed)
+            if exc is not None:
+                raise exc
 
     async def _pass(self, lead: Leadership, now_s: float) -> int:
         """One planning pass; returns the highest revision written (0: nothing applied)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import contextlib
 import json
 import logging
 import os
@@ -14,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import (
     ConfigError,
     ConsumerBusy,
@@ -421,10 +421,7 @@ async def run_produce(
                 progress.sent += 1
             await producer.flush()
         finally:
-            if ticker is not None:
-                ticker.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await ticker
+            await cancel_and_wait(ticker)
         elapsed = time.monotonic() - progress.started
     if progress.error is not None:
         raise progress.error
