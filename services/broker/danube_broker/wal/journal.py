@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from danube_broker.wal.segments import DiskOps, write_all
+from danube_broker.wal.segments import DiskOps, make_dirs, write_all
 from danube_common.wal import journal as jr
 from danube_common.wal.segment import encode_header
 
@@ -94,7 +94,7 @@ class JournalWriter:
         if max_bytes <= 0 or checkpoint_s <= 0:
             raise ValueError("the journal's max_bytes and checkpoint_s must be positive")
         ops = ops or DiskOps()
-        data_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(jr.journal_dir(data_dir), ops, sync=True)  # the lock creates it too, not durably
         deadline = time.monotonic() + lock_wait_s
         while True:
             try:

@@ -30,6 +30,7 @@ from danube_broker.wal.segments import (
     SealedSegment,
     create_segment,
     lock_directory,
+    make_dirs,
     merge_sequences,
     producer_sequences_of,
     write_all,
@@ -67,7 +68,7 @@ class Recovered:
 
 def recover(directory: Path, *, cfg: WalConfig, ops: DiskOps, sync: bool, initial_offset: int) -> Recovered:
     """Lock the directory and recover it (raises DirectoryInUse while another log holds it)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    make_dirs(directory, ops, sync)
     lock_fd = lock_directory(directory)
     try:
         return _recover(

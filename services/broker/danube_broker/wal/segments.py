@@ -94,6 +94,21 @@ def sync_dir(directory: Path, ops: DiskOps) -> None:
         os.close(fd)
 
 
+def make_dirs(directory: Path, ops: DiskOps, sync: bool) -> None:
+    """``mkdir -p directory``; with ``sync``, each directory created is made durable in its
+    parent (an fsync of the parent), so a power loss cannot lose the entry of a directory whose
+    files were fsync'ed."""
+    missing: list[Path] = []
+    d = directory
+    while not d.exists():
+        missing.append(d)
+        d = d.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    if sync:
+        for created in reversed(missing):
+            sync_dir(created.parent, ops)
+
+
 def write_file_atomic(path: Path, data: bytes, ops: DiskOps, sync: bool) -> None:
     """Write ``path`` so that a crash leaves either the old file or the complete new one."""
     tmp = path.with_name(path.name + ".tmp")
