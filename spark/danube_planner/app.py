@@ -21,12 +21,12 @@ Shutdown (stop event; SIGINT/SIGTERM): resign (a standby takes over at once), st
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Callable
 from typing import Any
 
+from danube_common.aio import cancel_and_wait
 from danube_common.grpc_util import install_stop_signals
 from danube_common.keys import Keys
 from danube_common.leadership import Candidacy, Elector, Leadership
@@ -121,11 +121,10 @@ class RequestWatch:
                 self.requested.set()
 
     async def aclose(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-            self.task = None
+        task, self.task = self.task, None
+        err = await cancel_and_wait(task)
+        if err is not None:
+            raise err
 
 
 async def serve_term(
@@ -323,8 +322,6 @@ async def _lead_until_stop(
     try:
         ended = await wait_for_stop(stop, loops)
     finally:
-        loop.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await loop
+        await cancel_and_wait(loop)
     if ended is not None:
         raise PlannerFailure(str(ended)) from ended.error

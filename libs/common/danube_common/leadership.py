@@ -25,7 +25,6 @@ and return values; :func:`read_leaders` answers from etcd alone, without the ser
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import random
@@ -36,6 +35,7 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import (
     AlreadyExists,
     DanubeError,
@@ -365,10 +365,9 @@ class Candidacy:
             return
         self._closed = True
         self._drop_current("candidacy closed", resigned=True)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        err = await cancel_and_wait(self._task)
+        if err is not None:
+            raise err
         self._elector._forget(self)
         self._wake()
 

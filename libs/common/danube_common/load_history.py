@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from danube_common.aio import cancel_and_wait
 from danube_common.load import LoadReport
 from danube_common.objstore.base import ObjectStore
 from danube_common.objstore.errors import ObjectNotFound, ObjectStoreError
@@ -233,11 +234,10 @@ class LoadHistoryWriter:
         if self._closed:
             return
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        err = await cancel_and_wait(task)
+        if err is not None:
+            log.warning("load history: the flusher had failed (%r); writing what is buffered", err)
         try:
             await self.flush()
         except ObjectStoreError as exc:

@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import Field, field_validator
 
 from danube_common import gc_tuning
+from danube_common.aio import cancel_and_wait
 from danube_common.config import EtcdConfig, Frozen, split_list
 from danube_common.errors import ConfigError, DanubeError, InvalidNamespaceName, MetadataUnavailable, Timeout
 from danube_common.grpc_util import SERVER_OPTIONS, new_server
@@ -275,10 +276,9 @@ async def wait_for_stop(
     try:
         await asyncio.wait({stop_task, *waits, *tasks}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for t in (stop_task, *waits):
-            t.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        err = await cancel_and_wait(stop_task, *waits)
+        if err is not None:
+            raise err
     if stop.is_set():
         log.info("stop requested: shutting down")
         return None

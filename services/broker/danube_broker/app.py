@@ -54,6 +54,7 @@ from danube_broker.wal import CommitGroup
 from danube_broker.wal.journal import JournalWriter
 from danube_broker.wal.syncfs import CommitSync, filesystem_flush
 from danube_common import gc_tuning
+from danube_common.aio import cancel_and_wait
 from danube_common.cluster_view import ClusterView
 from danube_common.discovery import DiscoveryServicer
 from danube_common.errors import DanubeError
@@ -479,11 +480,7 @@ async def _shutdown(
         for t, what in loops.items()
         if what in ("the assignment watch", "the expiry sweep", "the load reporter", "the message TTL loop")
     ]
-    for task in own_loops:
-        task.cancel()
-    for task in own_loops:
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+    await cancel_and_wait(*own_loops)
     lease_ok = lease is not None and not lease.lost.is_set()
     if lease_ok and tiering is not None:
         # Before releasing: the next owners read everything written here from object storage.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -27,6 +26,7 @@ from danube_broker.mux_consume import ConsumeMux
 from danube_broker.producer import Producer
 from danube_broker.reader import ReaderStart
 from danube_broker.registry import BrokerRegistry
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import DanubeError, InvalidArgument
 from danube_common.grpc_util import MAX_GRPC_MESSAGE_BYTES
 from danube_common.observability import tracing
@@ -163,11 +163,7 @@ class ProducerApi(pb_grpc.ProducerServiceServicer):
                 raise producer.detach_error
         finally:
             self._reg.publish_stream_closed(producer)
-            for task in (reader, detached, *inflight):
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
+            await cancel_and_wait(reader, detached, *inflight)
 
     def _start_publish(
         self, producer: Producer, batch: pb.PublishBatch, order: PublishStream

@@ -34,7 +34,6 @@ is.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from danube_broker import ownership_spans
@@ -44,6 +43,7 @@ from danube_broker.reader import reader_attached
 from danube_broker.registry import BrokerRegistry
 from danube_broker.tiering import Tiering
 from danube_broker.topic import Topic, not_owned
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import DanubeError
 from danube_common.ownership import LogClose
 from danube_common.records import Ownership
@@ -281,8 +281,6 @@ class TopicMover:
         )
 
     async def aclose(self) -> None:
-        for task in list(self._moves.values()):
-            task.cancel()
-        for task in list(self._moves.values()):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        err = await cancel_and_wait(*self._moves.values())
+        if err is not None:
+            raise err

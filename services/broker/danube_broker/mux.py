@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from danube_broker.dispatch.base import Msg, PublishResult, PublishStream
 from danube_broker.producer import Producer
 from danube_broker.registry import BrokerRegistry
 from danube_broker.wal import StorageError
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import (
     DanubeError,
     InvalidPayload,
@@ -386,11 +386,7 @@ class PublishMux:
             tasks.append(reader)
             for lane_pid, lane in list(self._lanes.items()):
                 self._drop(lane_pid, lane)
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            await cancel_and_wait(*tasks)
 
     async def _read(self, it: AsyncIterator[pb.PublishMuxRequest]) -> None:
         """Admit every frame as it arrives, while the stream has room (see ``depth``)."""

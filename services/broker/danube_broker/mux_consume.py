@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from danube_broker.consumer import Consumer, StreamSession
 from danube_broker.dispatch.base import Msg
 from danube_broker.mux import error_detail
 from danube_broker.registry import BrokerRegistry
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import DanubeError
 from danube_common.observability import tracing
 from danube_common.pb import DanubeApi_pb2 as pb
@@ -242,9 +242,7 @@ class ConsumeMux:
                 self._on_open_close(-1)
             for cid, a in list(self._attached.items()):
                 self._end(cid, a)
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
+            await cancel_and_wait(reader)
 
     async def _read(self, it: AsyncIterator[pb.ConsumeMuxRequest]) -> None:
         """Handle every client frame as it arrives, while the control queue has room."""

@@ -33,7 +33,6 @@ closes the log, whose pending commits finish first.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import shutil
 import time
@@ -68,6 +67,7 @@ from danube_broker.tiering import Tiering
 from danube_broker.wal import CommitGroup, Durability, LogClosed, StorageError, StorageFailed, WalObserver
 from danube_broker.wal.remote import RemoteHistory
 from danube_broker.wal.tiered import TieredLog
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import (
     DanubeError,
     FailedPrecondition,
@@ -379,9 +379,7 @@ class ReliableTopic:
     async def aclose(self, subscriptions: list[Subscription] | None = None) -> None:
         """Stop dispatching, write the cursors one last time, close the log. Idempotent."""
         self.stop()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*self._tasks)
         subs = subscriptions if subscriptions is not None else list(self.topic.subscriptions.values())
         for sub in subs:
             if sub.engine is not None:

@@ -21,7 +21,6 @@ The storages and the ReliableTopic see the topic only through :class:`TopicHost`
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -32,6 +31,7 @@ from danube_broker.dispatch.non_reliable import NonReliableDispatch
 from danube_broker.reliable_topic import ReliableContext, ReliableTopic
 from danube_broker.stats import Counters, TieredStats
 from danube_broker.subscription import Subscription
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import DanubeError, Unavailable
 from danube_common.records import TopicRecord
 from danube_common.topic_name import TopicName
@@ -408,11 +408,7 @@ class ReliableStorage:
     async def aclose(self, subscriptions: list[Subscription]) -> None:
         """Write the cursors and close the log. Waits for an opening in progress (it closes
         what it opened when it sees the topic closed)."""
-        task = self._opening_task
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(self._opening_task)
         async with self._open_lock:
             reliable, self.reliable = self.reliable, None
             if reliable is not None:

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import (
     AlreadyExists,
     DanubeError,
@@ -573,9 +574,6 @@ class Elections:
                 break
             await asyncio.wait(tasks, timeout=left)
         stragglers = {s.task for s in self._streams if s.task is not None and not s.task.done()}
-        for t in stragglers:
-            t.cancel()
         if stragglers:
             log.warning("%d election loops did not end in %.1fs; cancelled", len(stragglers), timeout_s)
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(*stragglers, return_exceptions=True)
+            await cancel_and_wait(*stragglers)

@@ -16,7 +16,6 @@ view, close etcd. The load manager keeps no state of its own: a crash at any poi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -303,10 +302,7 @@ async def run(
     finally:
         if candidacy is not None:
             await candidacy.aclose()  # resign: a standby takes over at once
-        if follow is not None:
-            follow.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await follow
+        await cancel_and_wait(follow)
         if server is not None:
             await server.stop(cfg.shutdown_grace_s)
         if http is not None:

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from danube_common import gc_tuning
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import ConfigError, DanubeError
 from danube_common.grpc_util import install_stop_signals
 from danube_common.keys import Keys
@@ -188,11 +189,7 @@ async def run(
             await server.stop(cfg.shutdown_grace_s)
         if http is not None:
             await http.aclose()
-        for task in loops:
-            task.cancel()
-        for task in loops:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*loops)
         if security is not None:
             await security.aclose()
         if registration is not None:

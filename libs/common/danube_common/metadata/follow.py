@@ -10,11 +10,11 @@ on both, which subclasses fill by saying what a key's value means (``_put``/``_d
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import DanubeError
 from danube_common.metadata.store import KeyValue, MetadataStore, WatchCompacted, WatchEvent
 
@@ -139,11 +139,8 @@ class WatchedCache:
         return self._task
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
 
     # ------------------------------------------------------------------ listing and following
     async def _load(self) -> int:

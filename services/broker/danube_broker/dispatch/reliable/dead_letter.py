@@ -15,13 +15,13 @@ The copy keeps payload, key, attributes, producer name and schema fields, drops 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from danube_broker.dispatch.base import Msg
 from danube_broker.dispatch.reliable.pending import Pending
+from danube_common.aio import cancel_and_wait
 from danube_common.pb import DanubeApi_pb2 as pb
 
 if TYPE_CHECKING:
@@ -89,10 +89,9 @@ class DeadLetterWorker:
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        err = await cancel_and_wait(task)
+        if err is not None:
+            raise err
 
     async def _run(self) -> None:
         engine = self._engine

@@ -47,6 +47,7 @@ from danube_broker.dispatch.reliable.pending import Pending, PendingSet, State
 from danube_broker.dispatch.reliable.policy import SubscriptionPolicy
 from danube_broker.dispatch.reliable.recent import RecentMessages
 from danube_broker.stats import Counters, Rate
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import DanubeError
 from danube_common.pb import DanubeApi_pb2 as pb
 
@@ -226,10 +227,9 @@ class SubscriptionEngine:
     async def aclose(self) -> None:
         """Stop dispatching (idempotent). Outstanding messages stay unacked: redelivered later."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        err = await cancel_and_wait(task)
+        if err is not None:
+            raise err
         await self.dead_letters.aclose()
 
     def notify(self) -> None:

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from danube_broker.dispatch.reliable.cursor_batch import MAX_TXN_OPS, CursorWrite, batches, combined
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import DanubeError
 from danube_common.metadata.store import MetadataStore
 
@@ -225,7 +226,6 @@ class Maintenance:
         """Stop the loop (the next ``register`` starts it again). Topics write their own cursors
         when they close; what is dirty here and not closed is written by the next loop."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        err = await cancel_and_wait(task)
+        if err is not None:
+            raise err

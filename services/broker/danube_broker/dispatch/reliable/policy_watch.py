@@ -22,12 +22,12 @@ is reported through ``on_failure``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
+from danube_common.aio import cancel_and_wait
 from danube_common.errors import MetadataUnavailable
 from danube_common.keys import Keys
 from danube_common.metadata.store import MetadataStore, WatchCompacted, WatchEvent
@@ -149,8 +149,7 @@ class PolicyWatch:
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        err = await cancel_and_wait(task)
+        if err is not None:
+            raise err
         self._routes.clear()
