@@ -124,7 +124,15 @@ def error_from_detail(detail: pb.ErrorDetail) -> DanubeError:
     return error_from_status(status, detail.message, {MD_ERROR_CODE: detail.code})
 
 
-def fail_all(batches: list[Batch], err: BaseException, release: Callable[[int], None]) -> None:
+def message_bytes(payload: bytes, properties: dict[str, str] | None) -> int:
+    """What one message counts towards ``batching_max_bytes`` and ``max_pending_bytes``: its
+    payload and its property keys and values."""
+    if not properties:
+        return len(payload)
+    return len(payload) + sum(len(k) + len(v) for k, v in properties.items())
+
+
+def fail_all(batches: list[Batch], err: BaseException, release: Callable[[int, int], None]) -> None:
     for batch in batches:
-        release(len(batch))
+        release(len(batch), batch.bytes)
         batch.fail(err)

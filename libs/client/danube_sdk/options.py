@@ -48,6 +48,12 @@ class ProducerOptions:
     #: ``max.in.flight.requests.per.connection``).
     max_inflight_batches: int = 5
     max_pending_messages: int = 20_000
+    #: Payload and property bytes sent but not acknowledged, across partitions; ``send_async``
+    #: waits beyond it (0: no byte bound). A message larger than this goes alone. What is
+    #: pending past what the broker needs to keep its commits full only waits in the client:
+    #: at a producer's full rate, its latency grows with this bound and its throughput does
+    #: not (docs/benchmarks.md, "Bounded pending bytes"). Raise it for long round trips.
+    max_pending_bytes: int = 2 * 1024 * 1024
     #: A message not acknowledged this long after ``send`` fails with Timeout (0: never).
     send_timeout_s: float = 30.0
     routing_mode: RoutingMode = RoutingMode.ROUND_ROBIN
@@ -68,6 +74,7 @@ class ProducerOptions:
         _require(self.batching_max_publish_delay_ms >= 0, "batching_max_publish_delay_ms must be >= 0")
         _require(self.max_inflight_batches >= 1, "max_inflight_batches must be >= 1")
         _require(self.max_pending_messages >= 1, "max_pending_messages must be >= 1")
+        _require(self.max_pending_bytes >= 0, "max_pending_bytes must be >= 0 (0: no byte bound)")
         _require(self.send_timeout_s >= 0, "send_timeout_s must be >= 0 (0 disables the timeout)")
 
 

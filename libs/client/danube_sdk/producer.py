@@ -15,6 +15,7 @@ from danube_common.aio import cancel_and_wait
 from danube_common.compression import Compression, compress_if_smaller
 from danube_common.errors import DanubeError, InvalidArgument, MessageTooLarge
 from danube_sdk import delivery
+from danube_sdk.batch import message_bytes
 from danube_sdk.chunking import split
 from danube_sdk.connection import Connections
 from danube_sdk.errors import ClientClosed
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: ``max_pending_bytes=0``: no byte bound.
+_NO_BYTE_BOUND = 1 << 62
 
 
 class Producer(Generic[T]):
@@ -67,6 +71,8 @@ class Producer(Generic[T]):
         self._loop = asyncio.get_running_loop()
         self._pending = 0
         self._max_pending = opts.max_pending_messages
+        self._pending_bytes = 0
+        self._max_pending_bytes = opts.max_pending_bytes or _NO_BYTE_BOUND
         self._space = asyncio.Event()
         self._space.set()
         self._closed: ClientClosed | None = None
@@ -167,9 +173,9 @@ class Producer(Generic[T]):
             )
         payload = self._encode(value) if self._encode is not None else cast(bytes, value)
         codec = Compression.NONE  # compressed when its batch is sealed (danube_sdk.packs) ...
-        while self._pending >= self._max_pending and self._closed is None:
-            self._space.clear()
-            await self._space.wait()
+        size = message_bytes(payload, properties) if properties else len(payload)
+        if self._pending >= self._max_pending or self._pending_bytes + size > self._max_pending_bytes:
+            await self._wait_for_room(size)
         fut: asyncio.Future[MessageId] = self._loop.create_future()
         if self._closed is not None:
             fut.set_exception(self._closed)
@@ -189,6 +195,7 @@ class Producer(Generic[T]):
         if part.max_message_size and len(payload) > part.max_message_size and self._opts.compression:
             # ... unless it may fit only once compressed
             codec, payload = compress_if_smaller(self._opts.compression, payload)
+            size = message_bytes(payload, properties)
         if part.max_message_size and len(payload) > part.max_message_size:
             if self._opts.enable_chunking and not seq:
                 return await self._send_chunks(part, payload, codec, properties, key, fut, due_ms)
@@ -200,6 +207,7 @@ class Producer(Generic[T]):
             )
             return fut
         self._pending += 1
+        self._pending_bytes += size
         part.add(
             payload,
             properties,
@@ -231,14 +239,15 @@ class Producer(Generic[T]):
         futs: list[asyncio.Future[MessageId]] = []
         failed: DanubeError | None = None
         for index, piece in enumerate(pieces):
-            while self._pending >= self._max_pending and self._closed is None:
-                self._space.clear()
-                await self._space.wait()
+            size = message_bytes(piece, properties)
+            if self._full(size):
+                await self._wait_for_room(size)
             failed = self._closed or part.fatal
             if failed is not None:
                 break
             f: asyncio.Future[MessageId] = self._loop.create_future()
             self._pending += 1
+            self._pending_bytes += size
             now_ms = time.time_ns() // 1_000_000
             chunk = (message_uuid, index, count, len(payload))
             part.add(piece, properties, key, f, now_ms, codec, chunk, deliver_at_ms=due_ms)
@@ -363,14 +372,33 @@ class Producer(Generic[T]):
         return self._pending
 
     @property
+    def pending_bytes(self) -> int:
+        """Their payload and property bytes (what ``max_pending_bytes`` bounds)."""
+        return self._pending_bytes
+
+    @property
     def closed(self) -> bool:
         return self._closed is not None
 
     # ------------------------------------------------------------------ internals
 
-    def _release(self, n: int) -> None:
+    def _full(self, size: int) -> bool:
+        """No room for a message of ``size`` bytes: ``max_pending_messages`` are pending, or
+        it would take the pending bytes past ``max_pending_bytes`` (a message larger than that
+        still goes, alone, once nothing else is pending)."""
+        if self._pending >= self._max_pending:
+            return True
+        return bool(self._pending_bytes) and self._pending_bytes + size > self._max_pending_bytes
+
+    async def _wait_for_room(self, size: int) -> None:
+        while self._closed is None and self._full(size):
+            self._space.clear()
+            await self._space.wait()
+
+    def _release(self, n: int, nbytes: int) -> None:
         self._pending -= n
-        if self._pending < self._max_pending:
+        self._pending_bytes -= nbytes
+        if self._pending < self._max_pending and self._pending_bytes < self._max_pending_bytes:
             self._space.set()
 
     async def _expire_loop(self) -> None:

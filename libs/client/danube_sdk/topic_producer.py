@@ -68,7 +68,7 @@ class TopicProducer:
         name: str,
         opts: ProducerOptions,
         client_opts: ClientOptions,
-        release: Callable[[int], None],
+        release: Callable[[int, int], None],
         schema: ProducerSchema | None = None,
     ) -> None:
         self.topic = topic
@@ -491,7 +491,7 @@ class TopicProducer:
                             self.topic,
                         )
                     self._acked_in_session = True
-                    self._release(len(batch))
+                    self._release(len(batch), batch.bytes)
                     offsets: Sequence[int] = ack.offsets
                     if offsets and len(offsets) != sent:
                         log.warning(
@@ -521,5 +521,5 @@ class TopicProducer:
             if self._retry_error is None:
                 self._retry_error = err
             return
-        self._release(len(batch))
+        self._release(len(batch), batch.bytes)
         batch.fail(err)

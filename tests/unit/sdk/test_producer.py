@@ -111,6 +111,56 @@ async def test_send_async_waits_when_pending_is_full(client: DanubeClient, clust
     assert (await fifth).offset == 4
 
 
+async def test_send_async_waits_when_pending_bytes_are_full(
+    client: DanubeClient, cluster: FakeCluster
+) -> None:
+    producer = await client.create_producer(
+        T, max_pending_bytes=1000, batching_max_messages=2, batching_max_publish_delay_ms=0
+    )
+    cluster.ack_gate.clear()
+    futs = [await producer.send_async(b"a" * 300, properties={"k": "vv"}) for _ in range(3)]
+    assert producer.pending_bytes == 3 * 303  # payload and property bytes
+    blocked = asyncio.create_task(producer.send_async(b"b" * 300))  # 909 + 300 > 1000
+    await wait_until(lambda: len(cluster.frames) == 2, timeout_s=5, what="the 3 pending messages sent")
+    assert not blocked.done() and producer.pending == 3
+    cluster.ack_gate.set()
+    fourth = await blocked
+    assert [(await f).offset for f in futs] == [0, 1, 2]
+    assert (await fourth).offset == 3
+    await producer.flush()
+    assert producer.pending_bytes == 0 and producer.pending == 0
+
+
+async def test_a_message_larger_than_max_pending_bytes_goes_alone(
+    client: DanubeClient, cluster: FakeCluster
+) -> None:
+    producer = await client.create_producer(T, max_pending_bytes=100, batching_max_publish_delay_ms=0)
+    cluster.ack_gate.clear()
+    small = await producer.send_async(b"s" * 10)
+    big = asyncio.create_task(producer.send_async(b"B" * 500))  # waits for the pipe to drain
+    await wait_until(lambda: len(cluster.frames) == 1, timeout_s=5, what="the small message sent")
+    assert not big.done()
+    cluster.ack_gate.set()
+    assert (await small).offset == 0
+    assert (await (await big)).offset == 1
+    assert producer.pending_bytes == 0
+
+
+async def test_failed_messages_free_their_pending_bytes(client: DanubeClient, cluster: FakeCluster) -> None:
+    producer = await client.create_producer(T, max_pending_bytes=1000, send_timeout_s=0.3)
+    cluster.refuse_next.append(
+        pb.ErrorDetail(code="MESSAGE_TOO_LARGE", grpc_code=3, message="too big for policy", retryable=False)
+    )
+    with pytest.raises(MessageTooLarge):
+        await producer.send(b"y" * 800)
+    assert producer.pending_bytes == 0
+    assert (await producer.send(b"z" * 800)).offset == 0  # room again: it is not held back
+    cluster.ack_gate.clear()
+    with pytest.raises(Timeout):
+        await producer.send(b"x" * 800)
+    assert producer.pending_bytes == 0 and producer.pending == 0
+
+
 async def test_too_large_message_fails_alone(client: DanubeClient, cluster: FakeCluster) -> None:
     producer = await client.create_producer(T, batching_max_publish_delay_ms=60_000, enable_chunking=False)
     small1 = await producer.send_async(b"s1")
@@ -201,3 +251,8 @@ async def test_in_flight_batches_are_capped_and_the_open_batch_grows(
 def test_max_inflight_batches_must_be_positive() -> None:
     with pytest.raises(InvalidArgument, match="max_inflight_batches"):
         ProducerOptions(max_inflight_batches=0)
+
+
+def test_max_pending_bytes_must_not_be_negative() -> None:
+    with pytest.raises(InvalidArgument, match="max_pending_bytes"):
+        ProducerOptions(max_pending_bytes=-1)

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 #: Messages handed to ``send_async`` and not yet passed to the asyncio producer, at most (the
-#: calling threads block beyond it; the asyncio producer's ``max_pending_messages`` follows).
+#: calling threads block beyond it; the asyncio producer's ``max_pending_messages`` and
+#: ``max_pending_bytes`` follow).
 DEFAULT_MAX_QUEUED = 10_000
 
 _Item = tuple[Any, "dict[str, str] | None", "str | None", "concurrent.futures.Future[Any]"]
@@ -34,7 +35,8 @@ class Producer(Generic[T]):
     Messages from all threads go through one queue to one task on the SDK's loop, which hands
     them to the asyncio producer in the order they were queued: the messages one thread sends
     keep their order. ``send_async`` blocks only while ``max_queued`` messages wait to be handed
-    over (back-pressure); the asyncio producer then applies its own ``max_pending_messages``.
+    over (back-pressure); the asyncio producer then applies its own ``max_pending_messages`` and
+    ``max_pending_bytes``.
     """
 
     def __init__(
