@@ -8,7 +8,9 @@ clients over TLS (``https://``), optionally requiring client certificates
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import random
 import shutil
 import socket
 import ssl
@@ -19,11 +21,51 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+#: Where the kernel takes the local ports of outgoing connections (and of ``bind(port 0)``).
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+#: Ports :func:`free_port` chooses from lie in [PICK_FROM, the ephemeral range's start).
+PICK_FROM = 15000
+#: ... when that leaves at least this many; else it lets the kernel choose (``bind`` to port 0).
+MIN_PICK_SPAN = 2000
+_handed_out: collections.deque[int] = collections.deque(maxlen=4096)
+
+
+def ephemeral_range() -> tuple[int, int] | None:
+    """The kernel's ephemeral port range (Linux), or None where it cannot be read."""
+    try:
+        low, high = (int(x) for x in EPHEMERAL_RANGE_FILE.read_text().split()[:2])
+    except (OSError, ValueError):
+        return None
+    return low, high
+
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now, for a server started next.
+
+    Chosen at random below the kernel's ephemeral range when there is room (Linux: 15000-32767):
+    a port from ``bind(port 0)`` comes from the range outgoing connections take their local ports
+    from, so any connection opened meanwhile (a test's clients, a download next to it) could
+    take it before the server binds it ("address already in use"). Only another server can take
+    a port below the range. A port handed out recently by this process is not handed out again.
+    """
+    rng = ephemeral_range()
+    if rng is not None and rng[0] - PICK_FROM >= MIN_PICK_SPAN:
+        for _ in range(200):
+            port = random.randrange(PICK_FROM, rng[0])
+            if port in _handed_out:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue  # a server has it (or a closing connection still holds it)
+            _handed_out.append(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
-        return int(s.getsockname()[1])
+        port = int(s.getsockname()[1])
+    _handed_out.append(port)
+    return port
 
 
 class EtcdNotInstalled(RuntimeError):
