@@ -13,9 +13,16 @@ HOST = "127.0.0.1"
 
 
 def free_port(host: str = HOST) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A free port for a peer server, below the kernel's ephemeral range when the danube packages
+    are installed (danube_common.etcd_server.free_port: the harness's own connections cannot take
+    it before the server binds it); else whatever ``bind`` to port 0 gives."""
+    try:
+        from danube_common.etcd_server import free_port as below_ephemeral
+    except ImportError:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            return int(s.getsockname()[1])
+    return below_ephemeral(host)
 
 
 async def port_open(host: str, port: int) -> bool:
