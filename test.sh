@@ -73,9 +73,12 @@ step "import contract (scripts/check_imports.py)" "$BIN/python" scripts/check_im
 step "tests (pytest)" run_pytest "$@"
 # The whole cluster in Docker (deploy/docker-compose.yml with its test override): only in a full
 # run, since it installs and starts a Docker engine and builds images (about 5-7 minutes from
-# scratch; where no engine can be had, its tests are skipped with the reason).
+# scratch; where no engine can be had, its tests are skipped with the reason). The images are
+# kept as a build cache: the next run on this machine rebuilds only the project's own layers
+# (about 90 s less; `docker image rm danube-py:test danube-test-moto:bookworm
+# danube-test-etcd:bookworm` frees the space).
 if [ "$#" -eq 0 ]; then
-  step "compose (scripts/compose_test.sh)" bash scripts/compose_test.sh
+  step "compose (scripts/compose_test.sh --keep-images)" bash scripts/compose_test.sh --keep-images
 fi
 
 printf '\n==> summary\n'

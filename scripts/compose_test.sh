@@ -4,7 +4,8 @@
 #
 #   scripts/compose_test.sh                  # set up, build, run the tests, clean up
 #   scripts/compose_test.sh --build-only     # only set up the engine and build the images
-#   scripts/compose_test.sh --keep-images    # keep the built images (the next run builds in seconds)
+#   scripts/compose_test.sh --keep-images    # keep the built images as a build cache (./test.sh does):
+#                                            # the next run rebuilds only what changed
 #   scripts/compose_test.sh --secure         # the secured stack instead (docker-compose.secure.yml)
 #   scripts/compose_test.sh -k planner       # other arguments go to pytest
 #
@@ -24,7 +25,9 @@
 #      arguments are given). With --secure instead: pytest -m compose_secure, the secured stack
 #      (docker-compose.yml + .test.yml + .secure.yml + .secure-test.yml) in tests/e2e/test_compose.py;
 #   6. clean-up: no container, network or volume of the run is left; the three built images are
-#      removed unless --keep-images (danube-base:bookworm stays, as a cache).
+#      removed unless --keep-images (danube-base:bookworm stays, as a cache). With --keep-images,
+#      the images they replace (left untagged by the rebuild) are removed instead: only those
+#      built here, found by the label org.danube.compose-test.
 #
 # When no engine can be had (no root, dockerd does not start), step 5 still runs and the tests
 # are skipped with the reason, as a pytest warning; a failed image build fails the script.
@@ -209,7 +212,7 @@ build_image() { # TAG DOCKERFILE CONTEXT
   local tag=$1 dockerfile=$2 context=$3 start
   start=$(now)
   say "docker build $tag (log: $STATE/build-${tag%%:*}.log)"
-  docker build --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" \
+  docker build --network host --label org.danube.compose-test=1 --build-arg "BASE_IMAGE=$BASE_IMAGE" \
     --build-arg "EXTRA_CA_CERTS=$(extra_ca_certs)" \
     -f "$dockerfile" -t "$tag" "$context" >"$STATE/build-${tag%%:*}.log" 2>&1 || {
     tail -n 40 "$STATE/build-${tag%%:*}.log" >&2
@@ -237,7 +240,9 @@ build_images() {
 
 remove_images() {
   if [ "$keep_images" -eq 1 ]; then
-    say "keeping $ETCD_IMAGE $MOTO_IMAGE $PROJECT_IMAGE (--keep-images)"
+    # The images a rebuild replaced (untagged now), and only ours.
+    docker image prune --force --filter label=org.danube.compose-test=1 >/dev/null 2>&1
+    say "keeping $ETCD_IMAGE $MOTO_IMAGE $PROJECT_IMAGE as a build cache (--keep-images)"
     return 0
   fi
   docker image rm "$ETCD_IMAGE" "$MOTO_IMAGE" "$PROJECT_IMAGE" >/dev/null 2>&1

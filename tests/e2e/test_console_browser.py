@@ -75,7 +75,11 @@ def browser_or_skip() -> None:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     browser_or_skip()
     c = LocalCluster(
-        brokers=2, leaders=1, load_managers=1, workdir=tmp_path_factory.mktemp("console"), extra_env=CLUSTER_ENV
+        brokers=2,
+        leaders=1,
+        load_managers=1,
+        workdir=tmp_path_factory.mktemp("console"),
+        extra_env=CLUSTER_ENV,
     )
     c.start(timeout_s=90)
     try:
