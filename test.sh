@@ -16,8 +16,9 @@ DANUBE_SETUP_BROWSER=1 bash scripts/setup.sh || {
   exit 1
 }
 
-# The set-up's writes (a fresh virtualenv, Chromium) reach the disk before the tests start: left
-# to the kernel's write-back, they made a test etcd's first fsyncs wait seconds behind them.
+# The set-up's writes (a fresh virtualenv, Chromium) reach the disk before the tests start, so a
+# test etcd's first fsyncs do not queue behind their write-back (a CI run's etcd once stalled
+# 3.4 s on a sync just after the set-up).
 sync_start=$SECONDS
 sync
 echo "test.sh: set-up's writes flushed to disk ($((SECONDS - sync_start))s)"
@@ -75,7 +76,7 @@ step "tests (pytest)" run_pytest "$@"
 # run, since it installs and starts a Docker engine and builds images (about 5-7 minutes from
 # scratch; where no engine can be had, its tests are skipped with the reason). The images are
 # kept as a build cache: the next run on this machine rebuilds only the project's own layers
-# (about 90 s less; `docker image rm danube-py:test danube-test-moto:bookworm
+# (about 85 s less here; `docker image rm danube-py:test danube-test-moto:bookworm
 # danube-test-etcd:bookworm` frees the space).
 if [ "$#" -eq 0 ]; then
   step "compose (scripts/compose_test.sh --keep-images)" bash scripts/compose_test.sh --keep-images
