@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import grpc.aio
 
@@ -74,6 +74,8 @@ class DanubeDriver(Driver):
     wal_durability = "fsync"
     #: Run a WAL uploader next to each broker (object storage: a directory in the work dir).
     with_uploaders = False
+    #: Extra create_producer options (a variant driver's difference from ``danube``).
+    producer_kwargs: ClassVar[dict[str, Any]] = {}
     #: Start the cluster secured (TLS, mTLS, JWT, RBAC: LocalCluster(secure=True)).
     secure = False
     #: The SDK's multiplexed streams (one PublishMux and one ConsumeMux per broker for every
@@ -191,6 +193,7 @@ class DanubeDriver(Driver):
         p = await client.create_producer(
             NAMESPACE + topic,
             dispatch_strategy=DispatchStrategy.RELIABLE if reliable else DispatchStrategy.NON_RELIABLE,
+            **self.producer_kwargs,
         )
         return _Producer(p)
 
@@ -206,6 +209,15 @@ class DanubeDriver(Driver):
             initial_position=InitialPosition.EARLIEST if reliable else InitialPosition.LATEST,
         )
         return _Consumer(c)
+
+
+class DanubeLinger2Driver(DanubeDriver):
+    """``danube`` with the SDK's batching as before 29 Nov 2026: a partial batch goes after a
+    2 ms linger even while earlier ones are unacknowledged (``batching_max_publish_delay_ms=2``),
+    instead of waiting for their acks (up to 100 ms); for same-run comparisons."""
+
+    name = "danube-linger2"
+    producer_kwargs: ClassVar[dict[str, Any]] = {"batching_max_publish_delay_ms": 2.0}
 
 
 class DanubeNoneDriver(DanubeDriver):

@@ -41,7 +41,9 @@ class ProducerOptions:
     access_mode: AccessMode = AccessMode.SHARED
     batching_max_messages: int = 1000
     batching_max_bytes: int = 1024 * 1024
-    batching_max_publish_delay_ms: float = 2.0
+    #: How long a partial batch may wait for the partition's batches in flight to be
+    #: acknowledged (an idle partition sends at once; see libs/client/README.md, "Batching").
+    batching_max_publish_delay_ms: float = 100.0
     #: Batches written to the broker but not acknowledged yet, per partition. At the cap the
     #: open batch keeps filling until an ack frees a slot, so batches grow with the load
     #: instead of many small batches queueing at the broker (like Kafka's

@@ -1,9 +1,11 @@
 """The producer of one (partition) topic: batching, the publish stream, and reconnection.
 
 Messages are appended to an *open* batch as they are sent. The batch is sealed when it
-reaches ``batching_max_messages`` or ``batching_max_bytes``, when it has been open for
-``batching_max_publish_delay_ms``, or at once when no batch is in flight (an idle producer
-does not linger); sealed batches wait in ``ready`` for the sender. The sender
+reaches ``batching_max_messages`` or ``batching_max_bytes``, at once when no batch is in
+flight (an idle producer does not linger), when the batches in flight are all acknowledged
+(as Nagle's algorithm does: one partial batch per round trip, so batches grow with the
+broker's load), or when it has been open for ``batching_max_publish_delay_ms`` (the cap on
+that wait); sealed batches wait in ``ready`` for the sender. The sender
 writes them on the ``PublishBatches`` stream without waiting for acks, keeping them in
 ``inflight`` (ordered by ``batch_seq``) until the broker's ``PublishAck`` resolves them; with
 ``max_inflight_batches`` unacknowledged it waits for an ack (the open batch keeps filling).

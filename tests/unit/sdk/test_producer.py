@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
 
 import pytest
 
@@ -72,6 +74,40 @@ async def test_linger_seals_a_partial_batch_while_others_are_in_flight(
     cluster.ack_gate.set()
     ids = await asyncio.gather(first, *futs)
     assert [i.offset for i in ids] == [0, 1, 2, 3, 4, 5]
+
+
+async def test_a_partial_batch_goes_once_the_batches_in_flight_are_acked(
+    client: DanubeClient, cluster: FakeCluster
+) -> None:
+    producer = await client.create_producer(
+        T, batching_max_messages=1000, batching_max_publish_delay_ms=60_000
+    )
+    cluster.ack_gate.clear()
+    first = await producer.send_async(b"first")
+    await wait_until(lambda: len(cluster.frames) == 1, timeout_s=5, what="first batch in flight")
+    futs = []
+    for i in range(5):
+        futs.append(await producer.send_async(b"w%d" % i))
+        for _ in range(10):  # give the sender every chance to send early (it must not)
+            await asyncio.sleep(0)
+    assert len(cluster.frames) == 1  # a slot is free (max_inflight_batches=5): only the ack is awaited
+    cluster.ack_gate.set()
+    # The ack of the first batch seals the waiting one: not the 60 s cap.
+    ids = await asyncio.wait_for(asyncio.gather(first, *futs), 10)
+    assert [i.offset for i in ids] == [0, 1, 2, 3, 4, 5]
+    assert [f.count for f in cluster.frames] == [1, 5]
+
+
+def test_create_producer_defaults_are_the_options_defaults() -> None:
+    """DanubeClient.create_producer restates ProducerOptions' defaults in its signature: they
+    must not drift apart (e.g. the partial-batch wait, 100 ms since 29 Nov 2026)."""
+    params = inspect.signature(DanubeClient.create_producer).parameters
+    defaults = ProducerOptions()
+    checked = [f.name for f in dataclasses.fields(ProducerOptions) if f.name in params]
+    assert "batching_max_publish_delay_ms" in checked and "max_inflight_batches" in checked
+    for name in checked:
+        assert params[name].default == getattr(defaults, name), name
+    assert defaults.batching_max_publish_delay_ms == 100.0
 
 
 async def test_an_idle_producer_does_not_linger(client: DanubeClient, cluster: FakeCluster) -> None:
