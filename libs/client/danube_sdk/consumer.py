@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, cast
 
-from danube_common.aio import cancel_and_wait
+from danube_common.aio import LoopEvent, cancel_and_wait
 from danube_common.errors import DanubeError, InvalidArgument
 from danube_sdk.acks import AckBuffer
 from danube_sdk.connection import Connections
@@ -77,8 +77,8 @@ class Consumer(Generic[T]):
             for p in partitions
         }
         self._acks = AckBuffer()
-        self._ack_wake = asyncio.Event()
-        self._ack_full = asyncio.Event()
+        self._ack_wake = LoopEvent()
+        self._ack_full = LoopEvent()
         self._ack_task: asyncio.Task[None] | None = None
         self._chunk_task: asyncio.Task[None] | None = None
         self._closed: ClientClosed | None = None
@@ -129,7 +129,7 @@ class Consumer(Generic[T]):
                     raise ClientTimeout(f"no message received on {self.topic} within {timeout_s} s") from None
         if self._spans is not None:
             self._spans.received(msg)
-        return cast(Message[T], msg)
+        return cast("Message[T]", msg)
 
     async def receive_many(
         self, max_messages: int = 1000, timeout_s: float | None = None
@@ -139,7 +139,7 @@ class Consumer(Generic[T]):
         if max_messages < 1:
             raise InvalidArgument(f"max_messages must be at least 1, got {max_messages}")
         first = await self.receive(timeout_s)
-        rest = cast(list[Message[T]], self._queue.take(max_messages - 1))
+        rest = cast("list[Message[T]]", self._queue.take(max_messages - 1))
         if self._spans is not None:
             for msg in rest:
                 self._spans.received(msg)
@@ -155,7 +155,7 @@ class Consumer(Generic[T]):
             raise StopAsyncIteration from None
         if self._spans is not None:
             self._spans.received(msg)
-        return cast(Message[T], msg)
+        return cast("Message[T]", msg)
 
     # ------------------------------------------------------------------ acks
 

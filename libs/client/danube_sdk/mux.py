@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import grpc
 import grpc.aio
 
-from danube_common.aio import cancel_and_wait
+from danube_common.aio import LoopEvent, cancel_and_wait
 from danube_common.errors import DanubeError, Unavailable
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_sdk.batch import error_from_detail
@@ -72,7 +72,7 @@ class _Lane:
 
     def __init__(self, close: Callable[[_Lane], None]) -> None:
         self._events: collections.deque[object] = collections.deque()
-        self._wake = asyncio.Event()
+        self._wake = LoopEvent()
         self.error: DanubeError | None = None
         self._close = close
 
@@ -235,7 +235,7 @@ class PublishMux(_Shared):
         self._frames_sent = 0
         #: Frames the broker said it has read (None: it never said, so it does not pace us).
         self._frames_read: int | None = None
-        self._read_moved = asyncio.Event()
+        self._read_moved = LoopEvent()
         super().__init__(stubs.url, stubs.producer.PublishMux, on_end)
 
     def bind(self, producer_id: int, session: int) -> PublishLane:
@@ -331,7 +331,7 @@ class ConsumeMux(_Shared):
     def __init__(self, stubs: Stubs, on_end: Callable[[_Shared], None]) -> None:
         self._pending = pb.ConsumeMuxRequest()
         self._credits: dict[int, int] = {}
-        self._has_pending = asyncio.Event()
+        self._has_pending = LoopEvent()
         self._acks: dict[int, asyncio.Future[None]] = {}
         self._next_ack = 0
         self._loop = asyncio.get_running_loop()

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from danube_common.aio import cancel_and_wait
+from danube_common.aio import LoopEvent, cancel_and_wait
 from danube_common.compression import Compression, compress_if_smaller
 from danube_common.errors import DanubeError, InvalidArgument, MessageTooLarge
 from danube_sdk import delivery
@@ -73,7 +73,7 @@ class Producer(Generic[T]):
         self._max_pending = opts.max_pending_messages
         self._pending_bytes = 0
         self._max_pending_bytes = opts.max_pending_bytes or _NO_BYTE_BOUND
-        self._space = asyncio.Event()
+        self._space = LoopEvent()
         self._space.set()
         self._closed: ClientClosed | None = None
         #: Whether the caller numbers the messages (``send_async(sequence_id=)``); None: no send yet.

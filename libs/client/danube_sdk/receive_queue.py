@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 
+from danube_common.aio import LoopEvent
 from danube_sdk.types import Message
 
 
@@ -38,7 +39,7 @@ class ReceiveQueue:
         #: Partitions holding messages, in turn order (the front is taken from next).
         self._ring: collections.deque[str] = collections.deque()
         self._len = 0
-        self._not_empty = asyncio.Event()
+        self._not_empty = LoopEvent()
         #: Writers waiting for room, by partition, in the order they started waiting.
         self._waiting: dict[str, asyncio.Future[None]] = {}
         self._error: BaseException | None = None

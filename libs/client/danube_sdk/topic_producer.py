@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import grpc.aio
 
-from danube_common.aio import cancel_and_wait
+from danube_common.aio import LoopEvent, cancel_and_wait
 from danube_common.errors import DanubeError, Unavailable
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_sdk.batch import Batch, error_from_detail, fail_all
@@ -98,10 +98,10 @@ class TopicProducer:
         self.ready: collections.deque[Batch] = collections.deque()
         self.inflight: dict[int, Batch] = {}
         self._next_seq = 1
-        self._wake = asyncio.Event()
-        self._writes_allowed = asyncio.Event()
+        self._wake = LoopEvent()
+        self._writes_allowed = LoopEvent()
         #: Set when fewer than ``max_inflight_batches`` batches are unacknowledged.
-        self._slot_free = asyncio.Event()
+        self._slot_free = LoopEvent()
         self._retry_error: DanubeError | None = None
         self._refused: list[Batch] = []
         self._acked_in_session = False
@@ -460,13 +460,11 @@ class TopicProducer:
                 continue
             # Linger only while earlier batches are in flight: an idle pipe sends at once,
             # so a lone send() is not delayed, and batches grow exactly when load does.
-            delay = b.opened_at + self._linger_s - self._loop.time()
-            if delay <= 0 or not self.inflight:
+            due = b.opened_at + self._linger_s
+            if due <= self._loop.time() or not self.inflight:
                 self._seal()
                 continue
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
-                    await self._wake.wait()
+            await self._wake.wait_until(due)
 
     async def _read_loop(self, call: grpc.aio.StreamStreamCall | PublishLane, what: str) -> None:
         while True:

@@ -30,3 +30,68 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> BaseException |
         if exc is not None and first is None:
             first = exc
     return first
+
+
+class LoopEvent:
+    """An ``asyncio.Event`` for hot paths: the loop is looked up once, at the first wait, and
+    kept (``asyncio.Event`` asks for the running loop on every wait, which on CPython 3.11
+    costs a ``getpid()`` system call). Also waits with a deadline without ``asyncio.timeout``
+    (:meth:`wait_until`). Bound to the loop of its first wait, like ``asyncio.Event``; used
+    from that loop's thread only."""
+
+    __slots__ = ("_loop", "_set", "_waiters")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiters: list[asyncio.Future[bool]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        if self._set:
+            return
+        self._set = True
+        for fut in self._waiters:
+            if not fut.done():
+                fut.set_result(True)
+
+    def clear(self) -> None:
+        self._set = False
+
+    def _future(self) -> asyncio.Future[bool]:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        self._waiters.append(fut)
+        return fut
+
+    async def wait(self) -> bool:
+        """Until set (at once if it is); True."""
+        if self._set:
+            return True
+        fut = self._future()
+        try:
+            return await fut
+        finally:
+            self._waiters.remove(fut)
+
+    async def wait_until(self, deadline: float) -> bool:
+        """Until set or the loop's clock reaches ``deadline``: whether it was set."""
+        if self._set:
+            return True
+        fut = self._future()
+        assert self._loop is not None
+        timer = self._loop.call_at(deadline, _expire, fut)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            self._waiters.remove(fut)
+
+
+def _expire(fut: asyncio.Future[bool]) -> None:
+    if not fut.done():
+        fut.set_result(False)
