@@ -11,6 +11,7 @@ import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from danube_local.traces import (
     ReceivedSpan,
@@ -20,6 +21,9 @@ from danube_local.traces import (
     load_spans,
     message_traces,
 )
+
+if TYPE_CHECKING:
+    from danube_common.observability.tracing import TracingSetup
 
 TRACES_EPILOG = """\
 examples:
@@ -43,6 +47,8 @@ class LocalTracing:
 
     def __init__(self, *, workdir: Path, port: int, endpoint: str | None, host: str = "127.0.0.1") -> None:
         self.sink: TraceSink | None = None
+        #: This process's own exporter (the demo's SDK), shut down before the sink stops.
+        self.client: TracingSetup | None = None
         self._workdir = Path(workdir)
         if endpoint is None:
             self.sink = TraceSink(host, port, path=spans_file(workdir))
@@ -61,6 +67,11 @@ class LocalTracing:
         return self
 
     def stop(self) -> None:
+        # The demo's exporter first: its last spans reach the sink, and its connection is closed
+        # by us rather than refused by a stopping sink (gRPC logs that as a GOAWAY).
+        client, self.client = self.client, None
+        if client is not None:
+            client.shutdown()
         if self.sink is not None:
             self.sink.stop()
 
@@ -106,6 +117,7 @@ def trace_demo_client(tracing: LocalTracing) -> Callable[[], None]:
     setup = configure_tracing("danube-local-demo")
     if setup is None:
         return lambda: None
+    tracing.client = setup
     return lambda: setup.provider.force_flush()
 
 
