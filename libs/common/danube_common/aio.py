@@ -36,8 +36,9 @@ class LoopEvent:
     """An ``asyncio.Event`` for hot paths: the loop is looked up once, at the first wait, and
     kept (``asyncio.Event`` asks for the running loop on every wait, which on CPython 3.11
     costs a ``getpid()`` system call). Also waits with a deadline without ``asyncio.timeout``
-    (:meth:`wait_until`). Bound to the loop of its first wait, like ``asyncio.Event``; used
-    from that loop's thread only."""
+    (:meth:`wait_until`). Bound to the loop of its first wait and used from that loop's thread
+    only; unlike ``asyncio.Event`` a wait from another loop is not detected (it would never
+    wake), so an event belongs to objects that live on one loop."""
 
     __slots__ = ("_loop", "_set", "_waiters")
 
