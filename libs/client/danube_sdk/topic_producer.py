@@ -458,8 +458,8 @@ class TopicProducer:
             if b is None:
                 await self._wake.wait()
                 continue
-            # Linger only while earlier batches are in flight: an idle pipe sends at once,
-            # so a lone send() is not delayed, and batches grow exactly when load does.
+            # Wait only while earlier batches are in flight (an idle pipe sends at once, so a
+            # lone send() is not delayed): the last ack wakes us (_read_loop), the cap ends it.
             due = b.opened_at + self._linger_s
             if due <= self._loop.time() or not self.inflight:
                 self._seal()
