@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import typing
+from typing import Any
 
 import pytest
 
 from danube_common.errors import InvalidArgument, MessageTooLarge, Timeout
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_sdk import ClientClosed, DanubeClient, MessageId
-from danube_sdk.options import ProducerOptions
+from danube_sdk.options import ConsumerOptions, ProducerOptions
 from tests.support import wait_until
 from tests.unit.sdk.fake_broker import FakeCluster
 
@@ -98,16 +100,31 @@ async def test_a_partial_batch_goes_once_the_batches_in_flight_are_acked(
     assert [f.count for f in cluster.frames] == [1, 5]
 
 
-def test_create_producer_defaults_are_the_options_defaults() -> None:
-    """DanubeClient.create_producer restates ProducerOptions' defaults in its signature: they
-    must not drift apart (e.g. the partial-batch wait, 100 ms since 29 Nov 2026)."""
-    params = inspect.signature(DanubeClient.create_producer).parameters
-    defaults = ProducerOptions()
-    checked = [f.name for f in dataclasses.fields(ProducerOptions) if f.name in params]
-    assert "batching_max_publish_delay_ms" in checked and "max_inflight_batches" in checked
-    for name in checked:
-        assert params[name].default == getattr(defaults, name), name
-    assert defaults.batching_max_publish_delay_ms == 100.0
+@pytest.mark.parametrize(
+    ("method", "options"),
+    [
+        (DanubeClient.create_producer, ProducerOptions),
+        (DanubeClient.subscribe, ConsumerOptions),
+        (DanubeClient.subscribe_many, ConsumerOptions),
+    ],
+    ids=["create_producer", "subscribe", "subscribe_many"],
+)
+def test_signature_defaults_are_the_options_defaults(method: Any, options: type) -> None:
+    """DanubeClient restates ProducerOptions' and ConsumerOptions' defaults in its signatures,
+    and again in each typing overload (which nothing else checks): none may drift (e.g. the
+    partial-batch wait, 100 ms since 29 Nov 2026)."""
+    defaults = options()
+    fields = {f.name for f in dataclasses.fields(options)}
+    signatures = [inspect.signature(method)] + [inspect.signature(o) for o in typing.get_overloads(method)]
+    assert len(signatures) == (1 if method is DanubeClient.subscribe_many else 3)
+    for sig in signatures:
+        checked = [name for name in sig.parameters if name in fields]
+        assert len(checked) >= 7, (method.__name__, checked)
+        for name in checked:
+            expected = getattr(defaults, name)
+            got = sig.parameters[name].default
+            assert (tuple(got) if name == "key_filters" else got) == expected, (method.__name__, name)
+    assert ProducerOptions().batching_max_publish_delay_ms == 100.0
 
 
 async def test_an_idle_producer_does_not_linger(client: DanubeClient, cluster: FakeCluster) -> None:
