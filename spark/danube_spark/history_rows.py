@@ -35,8 +35,8 @@ from pyspark.sql.types import (
 )
 
 from danube_common.compression import Compression, decompress
-from danube_common.errors import CorruptData, UnsupportedCompression
-from danube_common.objstore import ObjectStore, open_object_store
+from danube_common.errors import CorruptData, DataLoss, UnsupportedCompression
+from danube_common.objstore import ObjectNotFound, ObjectStore, open_object_store
 from danube_common.packing import unpack
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.segment_objects import DAMAGE_ADVICE, Piece, decode_object
@@ -225,7 +225,15 @@ def read_task(task: ReadTask, opts: HistoryOptions, decode: DecodeSpec | None = 
         store = loop.run_until_complete(open_object_store(opts.object_store))
         rows = RowBuilder(task, opts, decode)
         for piece in task.pieces:
-            data = loop.run_until_complete(store.get(piece.obj.key))
+            try:
+                data = loop.run_until_complete(store.get(piece.obj.key))
+            except ObjectNotFound as exc:
+                raise DataLoss(
+                    f"topic {piece.obj.topic}: object {piece.obj.key} (offsets {piece.obj.start_offset}.."
+                    f"{piece.obj.next_offset - 1}) is gone from object storage: the topic's retention "
+                    "deleted it after this query listed the history. Run the query again (the history "
+                    "starts later now), or read from a later start_offset or start_time"
+                ) from exc
             rows.add_object(piece, data)
             if len(rows) >= BATCH_ROWS:
                 yield rows.take(schema)

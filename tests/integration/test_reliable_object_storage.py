@@ -22,6 +22,7 @@ from danube_common.log_state import LogState
 from danube_common.metadata.etcd import EtcdStore
 from danube_common.objstore import ObjectStore, ObjectStoreConfig, open_object_store
 from danube_common.pb import DanubeApi_pb2 as pb
+from danube_common.policies import topic_policies
 from danube_common.resources import Resources
 from danube_common.storage import SegmentDescriptor, find
 from danube_common.topic_name import TopicName
@@ -226,6 +227,65 @@ async def test_a_replay_from_earliest_reads_trimmed_history_from_s3_then_the_liv
     assert rt.history is not None and rt.history.end_offset == n
     assert await rt.uploaded_range() == (0, n + 2)
     print(f"\nreplayed {n} messages ({local_first} from S3) in {elapsed * 1000:.0f} ms")
+
+
+# ---------------------------------------------------------------- retention in S3
+async def test_retention_deletes_acknowledged_history_from_s3_beyond_the_size_limit(rig: Rig) -> None:
+    """A topic with retention_size_bytes: once its history is uploaded and acknowledged, the
+    oldest objects go from S3 (descriptors first, fenced on the owner's epoch in etcd), the
+    newest that fit stay, and a replay from the earliest offset starts at the first kept one."""
+    topic = f"/default/{unique('archive')}"
+    t = TopicName.parse(topic)
+    limit = 20_000  # two to three of its ~8 KB segments
+    node = await rig.start_node()
+    await rig.resources.create_topic(
+        t, dispatch_strategy="reliable", policies=topic_policies("reliable", retention_size_bytes=limit)
+    )
+    b = node.broker
+    n = 1000
+    pid = (await producer(b, topic)).producer_id
+    cid = await subscribe(b, topic, window=2000)
+    stream = b.consumers.ReceiveBatches(pb.ReceiveBatchRequest(consumer_id=cid))
+    await connected(b, cid)
+    pub = b.producers.PublishBatches()
+    for seq in range(n // 50):  # one batch per commit: a segment each
+        await pub.write(batch(pid, seq, [payload(i) for i in range(seq * 50, seq * 50 + 50)]))
+        assert not (await pub.read()).HasField("error")
+    await pub.done_writing()
+    got = await receive(stream, n)
+    stream.cancel()
+    rt = reliable(b, topic)
+    assert await node.uploader.upload(t, rt.local.durable_offset) == n
+    await rt.apply_retention()
+    uploaded = await rig.descriptors(t)
+    assert len(uploaded) >= 10 and len(await rig.objects.list(f"{t.namespace}/{t.local}/")) == len(uploaded)
+    assert rt.log.first_offset == 0, "nothing acknowledged yet: S3 keeps it all"
+
+    await ack_all(b, cid, got)
+    await wait_until(
+        lambda: _cursor_is(rig, rig.keys.subscription_cursor(t, "s"), n - 1), what="cursor persisted"
+    )
+    await rt.apply_retention()
+
+    kept = await rig.descriptors(t)
+    assert 0 < len(kept) < len(uploaded)
+    assert kept == uploaded[len(uploaded) - len(kept) :], "the oldest went, whole"
+    kept_bytes = sum(d.size_bytes for d in kept)
+    assert kept_bytes <= limit < kept_bytes + uploaded[-len(kept) - 1].size_bytes
+    in_s3 = [o.key for o in await rig.objects.list(f"{t.namespace}/{t.local}/")]
+    assert sorted(in_s3) == sorted(d.object_key for d in kept), "their objects are gone from S3"
+    first = kept[0].start_offset
+    stats = b.registry.stats()[topic]
+    assert stats.first_offset == first
+    assert stats.tiered is not None and stats.tiered.retention_deleted_segments == len(uploaded) - len(kept)
+
+    replay = await subscribe(b, topic, sub="replay", name="r", earliest=True, window=5000)
+    rstream = b.consumers.ReceiveBatches(pb.ReceiveBatchRequest(consumer_id=replay))
+    await connected(b, replay)
+    old = await receive(rstream, n - first)
+    assert [m.msg_id.topic_offset for m in old] == list(range(first, n))
+    assert [m.payload for m in old] == [payload(i) for i in range(first, n)]
+    rstream.cancel()
 
 
 async def _cursor_is(rig: Rig, key: str, value: int) -> bool:

@@ -419,6 +419,7 @@ class NamespaceLimits:
                 retention_time_s=now.retention_time_s,
                 retention_size_bytes=now.retention_size_bytes,
             )
+            rt.retention_changed()
             log.info(
                 "topic %s: retention now %ds / %d bytes (namespace policy)",
                 topic.name,

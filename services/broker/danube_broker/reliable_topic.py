@@ -57,7 +57,7 @@ from danube_broker.dispatch.reliable.meta import CursorState, FencedOut, Subscri
 from danube_broker.dispatch.reliable.policy import PolicyError, SubscriptionPolicy
 from danube_broker.dispatch.reliable.policy_watch import PolicyWatch
 from danube_broker.dispatch.reliable.recent import RecentMessages
-from danube_broker.dispatch.reliable.retention import estimated_segments, retention_point
+from danube_broker.dispatch.reliable.retention import archive_cut, estimated_segments, retention_point
 from danube_broker.producer import Producer
 from danube_broker.reader import READER_POLICY, ReaderStart, resolve_start
 from danube_broker.stats import TieredStats
@@ -1160,12 +1160,72 @@ class ReliableTopic:
 
     def retention_due(self) -> bool:
         """Only sealed segments are ever cut: a log with none (an idle topic's usual case) has
-        nothing for :meth:`apply_retention`."""
-        return self.local.segment_count > 1
+        nothing for :meth:`apply_retention`, unless retention limits apply to its uploaded
+        history (which always keeps its newest segment)."""
+        return self.local.segment_count > 1 or self._archive_due()
+
+    def _archive_due(self) -> bool:
+        h, pol, tiering = self.history, self.policies, self._ctx.tiering
+        return (
+            h is not None
+            and len(h.descriptors) > 1
+            and (pol.retention_time_s > 0 or pol.retention_size_bytes > 0)
+            and tiering is not None
+            and tiering.objects is not None
+        )
+
+    def retention_changed(self) -> None:
+        """The topic's retention limits changed: the periodic sweep looks at it again."""
+        self._ctx.maintenance.sealed(self)
 
     async def apply_retention(self) -> None:
         """Cut the local log below what every subscription durably acknowledged (retention
-        permitting; with object storage, never above the uploader's checkpoint)."""
+        permitting; with object storage, never above the uploader's checkpoint); then, with a
+        retention limit, the uploaded history (:meth:`_archive_retention`)."""
+        await self._local_retention()
+        if self._archive_due():
+            await self._archive_retention()
+
+    async def _archive_retention(self) -> None:
+        """Delete the uploaded segments retention lets go: their descriptors first, in a
+        transaction fenced on this broker's epoch (a former owner deletes nothing), then their
+        objects. An object left behind (a crash or a store error in between) is an orphan no
+        reader can reach; the next pass that deletes something removes it
+        (``Tiering.delete_history``)."""
+        history, tiering = self.history, self._ctx.tiering
+        assert history is not None and tiering is not None
+        pol = self.policies
+        acked = [c + 1 for c in self._persisted.values()]
+        victims = archive_cut(
+            history.descriptors,
+            acked_before=min(acked) if acked else None,
+            now_ms=int(time.time() * 1000),
+            retention_time_s=pol.retention_time_s,
+            retention_size_bytes=pol.retention_size_bytes,
+        )
+        if not victims:
+            return
+        keys = [self._ctx.resources.keys.segment(self.topic.topic_name, d.start_offset) for d in victims]
+        try:
+            await self._store.delete_keys(keys, f"deleting {len(keys)} segment descriptor(s) (retention)")
+        except FencedOut as exc:
+            log.info("%s: retention leaves object storage to the new owner", exc.message)
+            return
+        point = victims[-1].next_offset
+        history.cut_below(point, victims)
+        kept = history.descriptors[0] if history.descriptors else None
+        deleted = await tiering.delete_history(self.topic.topic_name, victims, kept)
+        log.info(
+            "topic %s: retention deleted offsets %d..%d from object storage (%d segment(s), %d bytes; %d object(s))",
+            self.topic.name,
+            victims[0].start_offset,
+            point - 1,
+            len(victims),
+            sum(d.size_bytes for d in victims),
+            deleted,
+        )
+
+    async def _local_retention(self) -> None:
         log_ = self.local
         if log_.segment_count <= 1:
             return  # nothing sealed: nothing to cut
@@ -1262,6 +1322,8 @@ class ReliableTopic:
             remote_bytes_fetched=h.bytes_fetched if h else 0,
             remote_errors=h.errors if h else 0,
             last_remote_error=h.last_error if h else "",
+            retention_deleted_segments=h.deleted_segments if h else 0,
+            retention_deleted_bytes=h.deleted_bytes if h else 0,
             cloud_uploaded_next_offset=c.uploaded_next_offset if c else None,
             cloud_waiting=c.waiting if c else 0,
             cloud_flushes=c.flushes if c else 0,

@@ -95,6 +95,9 @@ class TieredStats:
     #: Failed reads (gap, damaged object, store unreachable) and the last one's message.
     remote_errors: int = 0
     last_remote_error: str = ""
+    #: Segments (and bytes) retention deleted from object storage since this broker opened it.
+    retention_deleted_segments: int = 0
+    retention_deleted_bytes: int = 0
     #: ``cloud`` durability: offsets below this are confirmed uploaded (None: not a cloud topic).
     cloud_uploaded_next_offset: int | None = None
     #: Publishes waiting for object storage, Flush calls that succeeded / failed, last failure.

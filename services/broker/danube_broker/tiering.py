@@ -6,8 +6,9 @@ One :class:`Tiering` per broker (``app.run`` opens it when ``object_store`` or
 - ``history(topic)``: the topic's :class:`~danube_broker.wal.remote.RemoteHistory` (descriptors
   listed from etcd), sharing the broker's chunk cache;
 - ``retention_gate(topic, point)``: local segments are deleted only below the uploader's
-  checkpoint (``storage/{topic}/uploaded``): ``min(point, checkpoint)``. Object storage keeps
-  the full history (deleting objects by retention is not done);
+  checkpoint (``storage/{topic}/uploaded``): ``min(point, checkpoint)``;
+- ``delete_history(topic, deleted, kept)``: the objects of segments retention let go (their
+  descriptors are gone already), and any orphan below the oldest kept segment;
 - ``uploader``: the Flush client (``cloud`` acks, hand-overs, shutdown).
 """
 
@@ -23,12 +24,15 @@ from danube_common.errors import DanubeError
 from danube_common.objstore import ObjectStore, open_object_store
 from danube_common.resources import Resources
 from danube_common.service import internal_credentials
+from danube_common.storage import SegmentDescriptor, parse_object_key
 from danube_common.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 
 #: Topics flushed at once at shutdown.
 _SHUTDOWN_FLUSHES = 8
+#: Objects listed per pass when looking for orphans below a topic's oldest kept segment.
+_ORPHANS_LISTED = 1000
 
 
 class Tiering:
@@ -105,6 +109,44 @@ class Tiering:
         """Local segments may go only below the uploader's checkpoint."""
         checkpoint = await self.uploaded_next_offset(TopicName.parse(topic))
         return min(point, checkpoint)
+
+    async def delete_history(
+        self, topic: TopicName, deleted: list[SegmentDescriptor], kept: SegmentDescriptor | None
+    ) -> int:
+        """Delete the objects of ``deleted`` (descriptors retention removed from etcd already),
+        then every other object of the topic wholly below ``kept`` (the oldest segment kept):
+        objects an earlier pass could not delete, or that a crash left without a descriptor.
+        Returns how many objects were deleted; failures are logged (the next pass retries)."""
+        objects = self.objects
+        if objects is None:
+            return 0
+        done = 0
+        for d in deleted:
+            try:
+                await objects.delete(d.object_key)
+                done += 1
+            except DanubeError as exc:
+                log.warning(
+                    "topic %s: deleting object %s failed (%s); retried later", topic, d.object_key, exc
+                )
+        if kept is None:
+            return done
+        for prefix in sorted({d.object_key.rpartition("/")[0] + "/" for d in deleted}):
+            try:
+                listed = await objects.list(prefix, limit=_ORPHANS_LISTED)
+            except DanubeError as exc:
+                log.warning("topic %s: listing %s for orphans failed (%s)", topic, prefix, exc)
+                continue
+            for info in listed:
+                parsed = parse_object_key(info.key)
+                if parsed is None or parsed[0] != topic or parsed[2] > kept.start_offset:
+                    continue
+                try:
+                    await objects.delete(info.key)
+                    done += 1
+                except DanubeError as exc:
+                    log.warning("topic %s: deleting orphan %s failed (%s)", topic, info.key, exc)
+        return done
 
     async def uploaded_next_offset(self, topic: TopicName) -> int:
         value = await self._res.store.get_json(self._keys.upload_checkpoint(topic))

@@ -7,7 +7,13 @@ from dataclasses import replace
 import pytest
 
 from danube_broker.dispatch.reliable.policy import PolicyError, SubscriptionPolicy
-from danube_broker.dispatch.reliable.retention import estimated_segments, retention_point, size_point
+from danube_broker.dispatch.reliable.retention import (
+    archive_cut,
+    estimated_segments,
+    retention_point,
+    size_point,
+)
+from danube_common.storage import SegmentDescriptor
 
 pytestmark = pytest.mark.unit
 
@@ -110,3 +116,36 @@ def test_size_point_and_estimated_segments() -> None:
     assert size_point(SEGMENTS, 400, 40) == 0
     assert estimated_segments(0, 40, 400, 4) == SEGMENTS
     assert estimated_segments(5, 5, 0, 1) == []
+
+
+def _uploaded(times_ms: list[int]) -> list[SegmentDescriptor]:
+    """Segments of ten offsets and 100 bytes each, with these newest publish times."""
+    return [
+        SegmentDescriptor("t", 10 * i, 10 * i + 10, f"k{i}", 100, 0, max_publish_time_ms=ms)
+        for i, ms in enumerate(times_ms)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("acked_before", "time_s", "size", "expected"),
+    [
+        (40, 0, 0, []),  # no limit: object storage keeps everything
+        (None, 0, 250, [0, 10]),  # no subscription: the newest 200 bytes fit in 250
+        (15, 0, 250, [0]),  # a subscription at 15 holds the second segment
+        (40, 0, 1, [0, 10, 20]),  # the newest segment always stays
+        (None, 5, 0, [0, 10]),  # older than 5 s (now 10 s): the first two; the third is unknown
+        (None, 1, 0, [0, 10]),  # a segment of unknown age (0) is never old enough, nor what follows
+        (None, 100, 0, []),
+    ],
+)
+def test_archive_cut(acked_before: int | None, time_s: int, size: int, expected: list[int]) -> None:
+    descriptors = _uploaded([1_000, 4_000, 0, 9_500])
+    got = archive_cut(
+        descriptors,
+        acked_before=acked_before,
+        now_ms=10_000,
+        retention_time_s=time_s,
+        retention_size_bytes=size,
+    )
+    assert [d.start_offset for d in got] == expected
+    assert archive_cut([], acked_before=None, now_ms=1, retention_time_s=1, retention_size_bytes=1) == []

@@ -22,8 +22,9 @@ from danube_broker.wal.tiered import TieredLog
 from danube_common.errors import CorruptData
 from danube_common.keys import Keys
 from danube_common.metadata.memory import MemoryStore
-from danube_common.objstore import LocalObjectStore
+from danube_common.objstore import LocalObjectStore, ObjectNotFound
 from danube_common.pb import DanubeApi_pb2 as pb
+from danube_common.policies import topic_policies
 from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 from tests.support import wait_until
@@ -346,5 +347,176 @@ async def test_retention_keeps_local_segments_that_are_not_uploaded(
     assert await uploader.upload(T) == 45, "sealed segments only"
     await rt.apply_retention()
     assert rt.local.first_offset == 45, "the open segment is never cut"
+    reg.close_all("test over")
+    await reg.wait_closed()
+
+
+# ---------------------------------------------------------------- retention in object storage
+async def test_a_cut_moves_the_first_offset_and_an_older_listing_does_not_bring_it_back(
+    tmp_path: Path, objects: LocalObjectStore, memory_store: MemoryStore
+) -> None:
+    """0..9, 10..19, 20..39 in object storage, 40.. local, and a floor of 10 from the open (the
+    uploader's checkpoint then): retention cuts below 20."""
+    first = await put_history(objects, memory_store, KEYS, T, 0, [rec(i) for i in range(10)])
+    second = await put_history(objects, memory_store, KEYS, T, 10, [rec(i) for i in range(10, 20)])
+    await put_history(objects, memory_store, KEYS, T, 20, [rec(i) for i in range(20, 40)])
+    local = await open_log(tmp_path / "wal", initial_offset=40)
+    await local.append([rec(40)], [1])
+    h = await history(objects, memory_store)
+    log = TieredLog(local, h, floor=10)
+    assert log.first_offset == 0
+
+    stale = await history(objects, memory_store)  # listed before the descriptors go
+    for d in (first, second):
+        await memory_store.delete(KEYS.segment(T, d.start_offset))
+    h.cut_below(20, [first, second])
+    assert (log.first_offset, h.stats().deleted_segments) == (20, 2), "the floor no longer holds it down"
+    assert [e.offset for e in await log.read_async(0, 3)] == [20, 21, 22], "reads start past the cut"
+    h.descriptors = stale.descriptors  # a listing that raced the deletion...
+    await h.refresh()
+    assert h.first_offset == 20
+    h.descriptors = [first, *stale.descriptors[1:]]
+    h._cut_below = 0
+    await h.refresh()  # ...and one after it: etcd has no descriptor below 20 either
+    assert h.first_offset == 20
+    await local.aclose()
+
+
+async def test_a_read_of_an_object_deleted_elsewhere_lists_again_and_the_next_read_starts_past_it(
+    tmp_path: Path, objects: LocalObjectStore, memory_store: MemoryStore
+) -> None:
+    gone = await put_history(objects, memory_store, KEYS, T, 0, [rec(i) for i in range(10)])
+    await put_history(objects, memory_store, KEYS, T, 10, [rec(i) for i in range(10, 20)])
+    local = await open_log(tmp_path / "wal", initial_offset=20)
+    log = TieredLog(local, await history(objects, memory_store))
+    # Another broker's retention (the previous owner's) deleted the first segment meanwhile.
+    await memory_store.delete(KEYS.segment(T, 0))
+    await objects.delete(gone.object_key)
+    with pytest.raises(ObjectNotFound):
+        await log.read_async(0, 5)
+    assert [e.offset for e in await log.read_async(0, 5)] == [10, 11, 12, 13, 14]
+    await local.aclose()
+
+
+async def _retention_topic(
+    tmp_path: Path, objects: LocalObjectStore, resources: Resources, **retention: int
+) -> tuple[BrokerRegistry, Any, Path]:
+    """A reliable topic with ``retention``, ten one-segment publishes of five messages, all read."""
+    data_dir = tmp_path / "data"
+    cfg = config(cursor_flush_interval_ms=1, data_dir=str(data_dir), wal={"segment_max_bytes": 400})
+    reg = BrokerRegistry(cfg, resources, broker_url=BROKER_URL, clock=Clock(), id_seed=1)
+    reg.set_tiering(Tiering(cfg, resources, objects=objects, uploader=None))
+    await resources.create_topic(
+        T, dispatch_strategy="reliable", policies=topic_policies("reliable", **retention)
+    )
+    p = await reg.create_producer(TOPIC, "p", exclusive=False, dispatch_strategy="reliable")
+    c = await reg.subscribe(TOPIC, subscription="s", consumer_name="c", sub_type=SubType.EXCLUSIVE)
+    c.open_stream()
+    for i in range(10):
+        batch = [pb.StreamMessage(payload=f"m{i}-{j}".encode() * 4) for j in range(5)]
+        await reg.publish(p, batch, reg.payload_bytes(batch))
+    sub = reg.topics[TOPIC].subscriptions["s"]
+    await wait_until(lambda: sub.engine is not None and sub.engine.read_pos == 50, what="all read")
+    return reg, sub, data_dir
+
+
+async def _object_keys(objects: LocalObjectStore) -> list[str]:
+    return [o.key for o in await objects.list(f"{T.namespace}/{T.local}/")]
+
+
+async def test_retention_deletes_acknowledged_uploaded_segments_beyond_the_size_limit(
+    tmp_path: Path, objects: LocalObjectStore, memory_store: MemoryStore, resources: Resources
+) -> None:
+    reg, sub, data_dir = await _retention_topic(tmp_path, objects, resources, retention_size_bytes=1000)
+    rt = reg.topics[TOPIC].reliable
+    assert rt is not None
+    uploader = FakeUploader(data_dir, objects, memory_store, KEYS)
+    assert await uploader.upload(T) == 45, "nine sealed segments uploaded"
+    await rt.history.refresh()
+    sizes = [d.size_bytes for d in rt.history.descriptors]
+    assert len(sizes) == 9 and rt.retention_due()
+
+    await rt.apply_retention()
+    assert len(rt.history.descriptors) == 9, "nothing acknowledged: everything kept"
+
+    sub.engine.ack_through(34)  # offsets 0..34: the first seven segments
+    await rt.flush_cursors()
+    # An object no descriptor names (a crash between an earlier pass' two steps, or a former
+    # owner's upload of the same range under its own revision).
+    orphan = rt.history.descriptors[0].object_key.rpartition("/")[0] + f"/{0:020d}-{3:020d}.r77.wal"
+    await objects.put(orphan, b"orphaned")
+    await rt.apply_retention()
+
+    kept = rt.history.descriptors
+    assert kept[0].start_offset == 35, "acknowledged segments go, nothing unacknowledged"
+    assert sum(d.size_bytes for d in kept) > 1000, "the acknowledgements held it, not the size"
+
+    sub.engine.ack_through(49)
+    await rt.flush_cursors()
+    await rt.apply_retention()
+    kept = rt.history.descriptors
+    assert sum(d.size_bytes for d in kept) <= 1000 < sum(d.size_bytes for d in kept) + sizes[0], (
+        "the newest segments that fit in the size limit are kept"
+    )
+    listed = await _object_keys(objects)
+    assert listed == [d.object_key for d in kept], "the deleted segments' objects and the orphan are gone"
+    assert orphan not in listed
+    described = await memory_store.get_prefix(KEYS.segments_prefix(T))
+    assert len(described[0]) == len(kept)
+    stats = reg.stats()[TOPIC]
+    assert stats.first_offset == kept[0].start_offset
+    assert stats.tiered is not None and stats.tiered.retention_deleted_segments == 9 - len(kept)
+
+    # A new subscription from the earliest offset starts at the new first offset.
+    c2 = await reg.subscribe(
+        TOPIC,
+        subscription="late",
+        consumer_name="c2",
+        sub_type=SubType.EXCLUSIVE,
+        initial_position="earliest",
+    )
+    c2.open_stream()
+    got: list[int] = []
+
+    def offsets() -> list[int]:
+        got.extend(m.msg_id.topic_offset for m in c2.queue.take(1000))
+        return got
+
+    await wait_until(lambda: offsets() == list(range(kept[0].start_offset, 50)), what="the kept history")
+    reg.close_all("test over")
+    await reg.wait_closed()
+
+
+async def test_without_a_retention_limit_object_storage_keeps_everything(
+    tmp_path: Path, objects: LocalObjectStore, memory_store: MemoryStore, resources: Resources
+) -> None:
+    reg, sub, data_dir = await _retention_topic(tmp_path, objects, resources)
+    rt = reg.topics[TOPIC].reliable
+    assert rt is not None
+    assert await FakeUploader(data_dir, objects, memory_store, KEYS).upload(T) == 45
+    sub.engine.ack_through(49)
+    await rt.flush_cursors()
+    await rt.apply_retention()
+    assert rt.local.first_offset == 45, "the local log is cut below the checkpoint"
+    assert len(await _object_keys(objects)) == 9, "the archive keeps all of it"
+    assert rt.log.first_offset == 0
+    reg.close_all("test over")
+    await reg.wait_closed()
+
+
+async def test_a_broker_that_no_longer_owns_the_topic_deletes_nothing_from_object_storage(
+    tmp_path: Path, objects: LocalObjectStore, memory_store: MemoryStore, resources: Resources
+) -> None:
+    reg, sub, data_dir = await _retention_topic(tmp_path, objects, resources, retention_size_bytes=1)
+    rt = reg.topics[TOPIC].reliable
+    assert rt is not None
+    assert await FakeUploader(data_dir, objects, memory_store, KEYS).upload(T) == 45
+    sub.engine.ack_through(49)
+    await rt.flush_cursors()
+    await rt.history.refresh()
+    await memory_store.put(KEYS.owner(T), b'{"broker_id": "someone-else"}')  # the epoch moved on
+    await rt.apply_retention()
+    assert len(await _object_keys(objects)) == 9
+    assert len((await memory_store.get_prefix(KEYS.segments_prefix(T)))[0]) == 9
     reg.close_all("test over")
     await reg.wait_closed()

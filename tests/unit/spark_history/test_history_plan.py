@@ -3,10 +3,14 @@ executor builds from an object's bytes."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 
 from danube_common.compression import Compression, compress
-from danube_common.errors import ConfigError, CorruptData, InvalidTopicName
+from danube_common.errors import ConfigError, CorruptData, DataLoss, InvalidTopicName
+from danube_common.objstore import open_object_store
 from danube_common.packing import pack
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.segment_objects import HistoryObject, Piece
@@ -15,7 +19,7 @@ from danube_common.wal.codec import encode_frames
 from danube_common.wal.segment import encode_header
 from danube_spark.history_options import parse_options
 from danube_spark.history_plan import ReadTask, plan_reads
-from danube_spark.history_rows import RowBuilder
+from danube_spark.history_rows import RowBuilder, read_task
 
 pytestmark = pytest.mark.unit
 
@@ -179,3 +183,37 @@ def test_a_pack_is_a_row_per_message_or_one_row_as_stored() -> None:
     assert stored.add_object(piece, data) == 2
     assert stored.cols[11] == [None, None] and stored.cols[14] == [3, None]
     assert stored.cols[6][0] == pb.StreamMessage.FromString(pack_rec).payload
+
+
+def test_an_object_deleted_after_the_plan_is_a_data_loss_that_says_what_to_do(tmp_path: Path) -> None:
+    """Retention may delete an object between the driver's listing and an executor's read."""
+    data = encode_header(0, 1) + encode_frames(0, [msg(0), msg(1)], [100, 200])
+    (tmp_path / "o").mkdir()
+    kept = Piece(
+        HistoryObject(
+            str(T), "default/orders/00000000000000000000-00000000000000000002.wal", 0, 2, len(data)
+        ),
+        0,
+        2,
+    )
+    gone = Piece(
+        HistoryObject(
+            str(T), "default/orders/00000000000000000002-00000000000000000004.wal", 2, 4, len(data)
+        ),
+        2,
+        4,
+    )
+    options = parse_options({"topic": str(T), "object_store.local_dir": str(tmp_path / "o")})
+
+    async def put() -> None:
+        store = await open_object_store(options.object_store)
+        await store.put(kept.obj.key, data)
+        await store.aclose()
+
+    asyncio.run(put())
+    batches = list(read_task(ReadTask(str(T), None, (kept,)), options))
+    assert sum(b.num_rows for b in batches) == 2
+    with pytest.raises(
+        DataLoss, match=r"offsets 2\.\.3\) is gone .* retention deleted it .* Run the query again"
+    ):
+        list(read_task(ReadTask(str(T), None, (kept, gone)), options))

@@ -17,6 +17,11 @@ topic) are read from there:
    there instead of scanning the object from its start again.
 
 An offset no descriptor holds is a :class:`~danube_broker.wal.errors.HistoryGap`.
+
+Retention may delete the oldest objects (``ReliableTopic``'s archive retention: descriptors
+first, then objects): :meth:`RemoteHistory.cut_below` drops them from the list at once, and a
+read that finds its object gone lists the descriptors again, so the next read starts at the new
+first offset.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from danube_common.errors import CorruptData
 from danube_common.keys import Keys
 from danube_common.log_state import AcceptedGap, LogRecords
 from danube_common.metadata.store import MetadataStore
-from danube_common.objstore import InvalidObjectRange, ObjectStore
+from danube_common.objstore import InvalidObjectRange, ObjectNotFound, ObjectStore
 from danube_common.segment_objects import load_descriptors
 from danube_common.storage import SegmentDescriptor, find
 from danube_common.topic_name import TopicName
@@ -171,6 +176,9 @@ class RemoteReadStats:
     #: Reads that failed (gap, damage, store errors) and the last one's message.
     errors: int
     last_error: str
+    #: Segments (and their bytes) retention deleted from object storage on this broker.
+    deleted_segments: int = 0
+    deleted_bytes: int = 0
 
 
 class RemoteHistory:
@@ -207,6 +215,12 @@ class RemoteHistory:
         self.bytes_fetched = 0
         self.errors = 0
         self.last_error = ""
+        #: Offsets below this were deleted by retention (a listing older than the deletion
+        #: must not bring their descriptors back).
+        self._cut_below = 0
+        #: What retention deleted from object storage: segments and bytes.
+        self.deleted_segments = 0
+        self.deleted_bytes = 0
 
     @classmethod
     async def open(
@@ -266,8 +280,18 @@ class RemoteHistory:
             if self._loads != seen:
                 return
             self.gaps = await LogRecords(self._meta, self._keys).gaps(self.topic)
-            self.descriptors = await load_descriptors(self._meta, self._keys, self.topic)
+            listed = await load_descriptors(self._meta, self._keys, self.topic)
+            cut = self._cut_below
+            self.descriptors = [d for d in listed if d.next_offset > cut] if cut else listed
             self._loads += 1
+
+    def cut_below(self, point: int, deleted: list[SegmentDescriptor]) -> None:
+        """Retention deleted ``deleted`` (every descriptor below ``point``) from etcd: reads
+        start at ``point`` from now on."""
+        self._cut_below = max(self._cut_below, point)
+        self.descriptors = [d for d in self.descriptors if d.next_offset > self._cut_below]
+        self.deleted_segments += len(deleted)
+        self.deleted_bytes += sum(d.size_bytes for d in deleted)
 
     # ------------------------------------------------------------------ reads
     async def read(
@@ -284,7 +308,13 @@ class RemoteHistory:
                 d = self.find(from_offset)
             if d is None:
                 raise HistoryGap(self._gap_message(from_offset, local_first))
-            entries = await self._read_object(d, from_offset, max(1, max_entries), max_bytes)
+            try:
+                entries = await self._read_object(d, from_offset, max(1, max_entries), max_bytes)
+            except ObjectNotFound:
+                # Deleted by retention (on this broker or, after a move, on the previous owner):
+                # listed again, the next read starts past it.
+                await self.refresh()
+                raise
         except Exception as exc:
             self.errors += 1
             self.last_error = str(exc)
@@ -430,4 +460,6 @@ class RemoteHistory:
             bytes_fetched=self.bytes_fetched,
             errors=self.errors,
             last_error=self.last_error,
+            deleted_segments=self.deleted_segments,
+            deleted_bytes=self.deleted_bytes,
         )

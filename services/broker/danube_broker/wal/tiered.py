@@ -40,6 +40,8 @@ class TieredLog:
         #: The history starts at or below this even if object storage does not say so yet: the
         #: previous owner's tail may still be on its way there (its uploader records the log's
         #: end first, then uploads). Reads of those offsets stall until they arrive, never skip.
+        #: Dropped once object storage holds everything below it (from then on retention may
+        #: delete the oldest objects, and the first offset follows).
         self.floor = floor
 
     # ------------------------------------------------------------------ offsets
@@ -50,8 +52,13 @@ class TieredLog:
         remote_first = self.history.first_offset
         if remote_first is not None:
             first = min(first, remote_first)
-        if self.floor is not None:
-            first = min(first, self.floor)
+        floor = self.floor
+        if floor is not None:
+            end = self.history.end_offset
+            if end is not None and end >= floor:
+                self.floor = None  # arrived: object storage's first offset says the rest
+            else:
+                first = min(first, floor)
         return first
 
     @property

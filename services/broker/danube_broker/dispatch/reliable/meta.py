@@ -179,6 +179,11 @@ class SubscriptionStore:
         if ops:
             await self._fenced(ops, "writing cursors")
 
+    async def delete_keys(self, keys: list[str], what: str) -> None:
+        """Delete ``keys`` (e.g. segment descriptors retention let go), fenced: FencedOut if
+        this broker no longer owns the topic."""
+        await self._fenced([Op.delete(k) for k in keys], what)
+
     async def delete(self, name: str) -> None:
         """Unsubscribe: metadata and cursor go; an admin-set policy stays."""
         await self._fenced(
