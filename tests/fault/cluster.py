@@ -56,6 +56,8 @@ ENV = {
     **CONTROL_PLANE_ENV,
     "DANUBE_BROKER_WAL__SEGMENT_MAX_BYTES": str(256 * 1024),
     "DANUBE_BROKER_CLOUD_FLUSH_INTERVAL_MS": "50",
+    # Retention every second (the scenario retention_under_faults deletes from object storage).
+    "DANUBE_BROKER_RETENTION_CHECK_INTERVAL_S": "1",
     "DANUBE_BROKER_TOPIC_OPEN_CLIENT_WAIT_S": "2",
     "DANUBE_BROKER_ETCD__REQUEST_TIMEOUT_S": "2",
     "DANUBE_WAL_UPLOADER_SCAN_INTERVAL_S": "0.2",
@@ -240,12 +242,19 @@ class FaultCluster:
             raise AssertionError(f"danube-admin {' '.join(args)} failed: {out.decode()} {err.decode()}")
         return out.decode() + err.decode()
 
-    async def create_topic(self, topic: str, *, durability: str = "fsync") -> None:
-        """A reliable topic keeping an hour of history (the final read starts at offset 0).
-        Set-up, so straight through the admin API (what ``danube-admin topics create`` calls),
-        without a CLI process to start."""
+    async def create_topic(
+        self, topic: str, *, durability: str = "fsync", retention_size_bytes: int | None = None
+    ) -> None:
+        """A reliable topic keeping an hour of history (the final read starts at offset 0), or
+        with ``retention_size_bytes``: that much acknowledged history (retention deletes from
+        object storage). Set-up, so straight through the admin API (what ``danube-admin topics
+        create`` calls), without a CLI process to start."""
         req = apb.CreateTopicRequest(
-            name=topic, dispatch_strategy="reliable", durability=durability, retention_time_s=3600
+            name=topic,
+            dispatch_strategy="reliable",
+            durability=durability,
+            retention_time_s=3600 if retention_size_bytes is None else 0,
+            retention_size_bytes=retention_size_bytes or 0,
         )
         async with grpc.aio.insecure_channel(self.admin_addr) as channel:
             await apb_grpc.TopicAdminStub(channel).CreateTopic(req, timeout=60)

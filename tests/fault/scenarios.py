@@ -20,7 +20,10 @@ owner and etcd; an etcd restart; object storage refusing then timing out; the WA
 move and a broker drain under load; the owner paused in the middle of a move or of a drain; a
 graceful stop (SIGTERM: the lame duck hands the topics over); a load manager paused and resumed; and
 the owner's machine lost (broker and uploader killed) with an operator's recorded, unclean takeover
-(its accepted gap is the only loss the checker allows).
+(its accepted gap is the only loss the checker allows); and retention deleting the topics' oldest
+history from object storage while the owner is killed and the topics move (their final read
+starts where retention left the history; every subscription must have received every
+acknowledged message: :func:`undelivered`).
 """
 
 from __future__ import annotations
@@ -97,6 +100,20 @@ class Ctx:
             return all(s is not None and s.open and s.writer != self.victim for s in states)
 
         await wait_until(taken, timeout_s=timeout_s, interval_s=0.1, what="the logs taken over")
+
+    async def first_described(self, topic: str) -> int:
+        """Where the topic's history in object storage starts (0: nothing uploaded or cut yet)."""
+        return await _first_described(self.res, topic)
+
+    async def history_cut(self, past: dict[str, int], timeout_s: float = 60.0) -> dict[str, int]:
+        """Wait until retention deleted uploaded history of every topic past ``past[topic]``."""
+        await wait_until(
+            lambda: _all_past(self.res, past),
+            timeout_s=timeout_s,
+            interval_s=0.2,
+            what=f"retention deleting uploaded history past {past}",
+        )
+        return {t: await self.first_described(t) for t in self.topics}
 
     async def owned_elsewhere(self, topic: str, than: str, timeout_s: float = 60.0) -> str:
         async def moved() -> str | None:
@@ -282,6 +299,30 @@ async def machine_lost(ctx: Ctx) -> None:
     await ctx.fc.restart(ctx.victim)
 
 
+async def retention_under_faults(ctx: Ctx) -> None:
+    """The topics keep :data:`RETENTION_SIZE_BYTES` of acknowledged history: retention deletes
+    their oldest objects from S3 on the victim, which is then killed; the new owner deletes
+    more; the topics move under load, and the next owner deletes more again."""
+    cut = await ctx.history_cut({t: 0 for t in ctx.topics})
+    ctx.notes.append(f"history cut by the first owner: {cut}")
+    await ctx.fc.kill(ctx.victim)
+    owner = await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
+    await ctx.acks_flow()
+    await ctx.fc.restart(ctx.victim)
+    cut = await ctx.history_cut(cut)
+    ctx.notes.append(f"history cut after the takeover: {cut}")
+    for topic in ctx.topics:
+        await ctx.fc.admin("topics", "move", topic)
+    for topic in ctx.topics:
+        await ctx.owned_elsewhere(topic, owner)
+    await ctx.acks_flow()
+    cut = await ctx.history_cut(cut)
+    ctx.notes.append(f"history cut after the move: {cut}")
+
+
+#: Scenarios whose topics keep only this much acknowledged history (the others keep an hour).
+RETENTION_SIZE_BYTES: dict[str, int] = {"retention_under_faults": 64 * 1024}
+
 SCENARIOS: dict[str, Scenario] = {
     "kill9_owner": kill9_owner,
     "pause_past_lease": pause_past_lease,
@@ -296,6 +337,7 @@ SCENARIOS: dict[str, Scenario] = {
     "graceful_stop": graceful_stop,
     "load_manager_pause": load_manager_pause,
     "machine_lost": machine_lost,
+    "retention_under_faults": retention_under_faults,
 }
 
 
@@ -312,10 +354,13 @@ class Outcome:
     lost_in_accepted_gaps: int
     took_s: float
     notes: list[str]
+    #: Acknowledged messages some subscription never received (checked where retention cuts
+    #: the history: the final read cannot show those).
+    undelivered: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.verdict.ok and not self.chain_violations
+        return self.verdict.ok and not self.chain_violations and not self.undelivered
 
     def summary(self) -> str:
         gaps = ", ".join(f"{t.rsplit('/', 1)[-1]} {s:.2f}s" for t, s in self.longest_ack_gap_s.items())
@@ -326,8 +371,65 @@ class Outcome:
         if self.chain_violations:
             lines.append("log record chain violations:")
             lines += [f"  {v}" for v in self.chain_violations[:20]]
+        if self.undelivered:
+            lines.append(
+                f"undelivered: {len(self.undelivered)} acknowledged message(s) a subscription never got:"
+            )
+            lines += [f"  {v}" for v in self.undelivered[:20]]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+async def _first_described(res: Resources, topic: str) -> int:
+    kvs, _ = await res.store.get_prefix(res.keys.segments_prefix(TopicName.parse(topic)))
+    return min((int(kv.json()["start_offset"]) for kv in kvs), default=0)
+
+
+async def _all_past(res: Resources, past: dict[str, int]) -> bool:
+    for t, at in past.items():
+        if await _first_described(res, t) <= at:
+            return False
+    return True
+
+
+async def _settled_history_start(
+    res: Resources, topics: list[str], *, quiet_s: float = 3.0
+) -> dict[str, int]:
+    """Each topic's first described offset once retention stopped moving it for ``quiet_s``
+    (nothing is written any more: what the limits keep stays)."""
+    last = {t: await _first_described(res, t) for t in topics}
+    since = time.monotonic()
+
+    async def settled() -> bool:
+        nonlocal last, since
+        now = {t: await _first_described(res, t) for t in topics}
+        if now != last:
+            last, since = now, time.monotonic()
+        return time.monotonic() - since >= quiet_s
+
+    await wait_until(settled, timeout_s=60, interval_s=0.2, what="retention settled")
+    return last
+
+
+def undelivered(
+    history: History, subscriptions: list[str], gaps: dict[str, list[tuple[int, int]]]
+) -> list[str]:
+    """Every acknowledged send (outside accepted gaps) must have been delivered on every
+    subscription of its topic: one line per (topic, subscription, message) that was not."""
+    acked: dict[str, dict[object, int | None]] = {}
+    got: dict[tuple[str, str], set[object]] = {}
+    for e in history.events:
+        if e.kind == "send" and e.phase == "ok":
+            if not (e.offset is not None and any(a <= e.offset < b for a, b in gaps.get(e.topic, []))):
+                acked.setdefault(e.topic, {})[e.msg] = e.offset
+        elif e.kind == "deliver" and e.subscription is not None:
+            got.setdefault((e.topic, e.subscription), set()).add(e.msg)
+    out: list[str] = []
+    for topic, msgs in acked.items():
+        for sub in subscriptions:
+            have = got.get((topic, sub), set())
+            out += [f"{topic} {sub}: {m} (acked at offset {o})" for m, o in msgs.items() if m not in have]
+    return out
 
 
 async def _state(res: Resources, topic: str) -> LogState | None:
@@ -447,8 +549,9 @@ async def run_scenario(
     log.info("%s: creating the topics", name)
     tag = name.replace("_", "-")
     topics = [f"/default/{unique(f'{tag}-fsync')}", f"/default/{unique(f'{tag}-cloud')}"]
-    await fc.create_topic(topics[0], durability="fsync")
-    await fc.create_topic(topics[1], durability="cloud")
+    retention = RETENTION_SIZE_BYTES.get(name)
+    await fc.create_topic(topics[0], durability="fsync", retention_size_bytes=retention)
+    await fc.create_topic(topics[1], durability="cloud", retention_size_bytes=retention)
     history = History()
     workload = Workload(
         fc.service_url,
@@ -489,6 +592,16 @@ async def run_scenario(
         for t in topics:
             gaps, _ = await res.store.get_prefix(res.keys.storage_gaps_prefix(TopicName.parse(t)))
             allowed[t] = [(int(kv.json()["start_offset"]), int(kv.json()["next_offset"])) for kv in gaps]
+        missed: list[str] = []
+        if retention is not None:
+            # Every subscription got every acknowledged message (what retention deleted, too);
+            # the final read starts where retention left the history.
+            missed = undelivered(history, [s for s, _ in DEFAULT_SUBSCRIPTIONS], allowed)
+            starts = await _settled_history_start(res, topics)
+            notes.append(f"the history starts at {starts} after retention")
+            for t, first in starts.items():
+                if first > 0:
+                    allowed[t] = [(0, first), *allowed[t]]
         expected = _expected_reads(history, allowed)
         reads = dict(
             zip(
@@ -525,4 +638,5 @@ async def run_scenario(
         lost_in_accepted_gaps=verdict.counts.lost_in_allowed_gaps,
         took_s=time.monotonic() - t0,
         notes=notes,
+        undelivered=missed,
     )

@@ -653,3 +653,25 @@ def test_dropping_one_acked_message_from_the_final_read_is_caught(
 
     assert not v.ok
     assert any(str(dropped) in line for line in v.by_kind.get("lost", [])), v.summary()
+
+
+# ------------------------------------------------------------------------------ deliveries (retention)
+
+
+def test_an_acknowledged_message_a_subscription_never_got_is_undelivered() -> None:
+    """Where retention cuts the history the final read cannot show a loss: the scenario checks
+    instead that every subscription received every acknowledged message (tests/fault/scenarios.py)."""
+    from tests.fault.scenarios import undelivered
+
+    sim = Sim()
+    for seq in range(1, 5):
+        sim.send("producer-1", seq)
+    sim.send("producer-1", 5, outcome="info", stored=False)  # outcome unknown, never delivered: not required
+    sim.consume(T, "shared")
+    assert undelivered(sim.history, ["shared"], {}) == []
+
+    sim.consume(T, "excl")
+    sim.history = History(e for e in sim.history.events if not (e.subscription == "excl" and e.offset == 2))
+    missing = undelivered(sim.history, ["shared", "excl"], {})
+    assert missing == [f"{T} excl: {MsgId('producer-1', 3)} (acked at offset 2)"]
+    assert undelivered(sim.history, ["shared", "excl"], {T: [(2, 3)]}) == [], "inside an accepted gap"
