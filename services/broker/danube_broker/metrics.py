@@ -203,6 +203,8 @@ class BrokerEvents:
         self._wal_round_latency = mn.WAL_ROUND_LATENCY.histogram(registry)
         self._wal_rotations = mn.WAL_SEGMENT_ROTATIONS.counter(registry)
         self._wal_idle_closed = mn.WAL_IDLE_FILES_CLOSED.counter(registry)
+        self._history_deleted = mn.RETENTION_OBJECTS_DELETED.counter(registry)
+        self._history_deleted_bytes = mn.RETENTION_OBJECT_BYTES_DELETED.counter(registry)
         self._acquired = mn.OWNERSHIP_ACQUIRED.counter(registry)
         self._moves = mn.TOPIC_MOVES.counter(registry)
         self._mux = mn.MUX_STREAMS.gauge(registry)
@@ -235,6 +237,10 @@ class BrokerEvents:
 
     def rotated(self) -> None:
         self._wal_rotations.inc()
+
+    def history_deleted(self, segments: int, nbytes: int) -> None:
+        self._history_deleted.inc(segments)
+        self._history_deleted_bytes.inc(nbytes)
 
     # ---- the WAL's CommitGroup (RoundObserver)
     def round_committed(self, logs: int, nbytes: int, seconds: float) -> None:

@@ -1214,6 +1214,9 @@ class ReliableTopic:
         point = victims[-1].next_offset
         history.cut_below(point, victims)
         kept = history.descriptors[0] if history.descriptors else None
+        nbytes = sum(d.size_bytes for d in victims)
+        if self._ctx.wal_observer is not None:
+            self._ctx.wal_observer.history_deleted(len(victims), nbytes)
         deleted = await tiering.delete_history(self.topic.topic_name, victims, kept)
         log.info(
             "topic %s: retention deleted offsets %d..%d from object storage (%d segment(s), %d bytes; %d object(s))",
@@ -1221,7 +1224,7 @@ class ReliableTopic:
             victims[0].start_offset,
             point - 1,
             len(victims),
-            sum(d.size_bytes for d in victims),
+            nbytes,
             deleted,
         )
 

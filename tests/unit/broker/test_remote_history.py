@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from danube_broker.dispatch.base import SubType
+from danube_broker.metrics import BrokerEvents
 from danube_broker.registry import BrokerRegistry
 from danube_broker.tiering import Tiering
 from danube_broker.wal import Durability, TopicLog, WalConfig
@@ -399,12 +401,23 @@ async def test_a_read_of_an_object_deleted_elsewhere_lists_again_and_the_next_re
 
 
 async def _retention_topic(
-    tmp_path: Path, objects: LocalObjectStore, resources: Resources, **retention: int
+    tmp_path: Path,
+    objects: LocalObjectStore,
+    resources: Resources,
+    metrics: CollectorRegistry | None = None,
+    **retention: int,
 ) -> tuple[BrokerRegistry, Any, Path]:
     """A reliable topic with ``retention``, ten one-segment publishes of five messages, all read."""
     data_dir = tmp_path / "data"
     cfg = config(cursor_flush_interval_ms=1, data_dir=str(data_dir), wal={"segment_max_bytes": 400})
-    reg = BrokerRegistry(cfg, resources, broker_url=BROKER_URL, clock=Clock(), id_seed=1)
+    reg = BrokerRegistry(
+        cfg,
+        resources,
+        broker_url=BROKER_URL,
+        clock=Clock(),
+        id_seed=1,
+        events=BrokerEvents(metrics or CollectorRegistry()),
+    )
     reg.set_tiering(Tiering(cfg, resources, objects=objects, uploader=None))
     await resources.create_topic(
         T, dispatch_strategy="reliable", policies=topic_policies("reliable", **retention)
@@ -427,7 +440,10 @@ async def _object_keys(objects: LocalObjectStore) -> list[str]:
 async def test_retention_deletes_acknowledged_uploaded_segments_beyond_the_size_limit(
     tmp_path: Path, objects: LocalObjectStore, memory_store: MemoryStore, resources: Resources
 ) -> None:
-    reg, sub, data_dir = await _retention_topic(tmp_path, objects, resources, retention_size_bytes=1000)
+    metrics = CollectorRegistry()
+    reg, sub, data_dir = await _retention_topic(
+        tmp_path, objects, resources, metrics, retention_size_bytes=1000
+    )
     rt = reg.topics[TOPIC].reliable
     assert rt is not None
     uploader = FakeUploader(data_dir, objects, memory_store, KEYS)
@@ -466,6 +482,10 @@ async def test_retention_deletes_acknowledged_uploaded_segments_beyond_the_size_
     stats = reg.stats()[TOPIC]
     assert stats.first_offset == kept[0].start_offset
     assert stats.tiered is not None and stats.tiered.retention_deleted_segments == 9 - len(kept)
+    deleted_bytes = sum(sizes) - sum(d.size_bytes for d in kept)
+    assert stats.tiered.retention_deleted_bytes == deleted_bytes
+    assert metrics.get_sample_value("danube_retention_deleted_segments_total") == 9 - len(kept)
+    assert metrics.get_sample_value("danube_retention_deleted_bytes_total") == deleted_bytes
 
     # A new subscription from the earliest offset starts at the new first offset.
     c2 = await reg.subscribe(

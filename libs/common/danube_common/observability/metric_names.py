@@ -140,6 +140,17 @@ WAL_IDLE_FILES_CLOSED = MetricDef(
     "Active WAL segment files closed because their topic was idle (wal.idle_fd_close_s, or over "
     "wal.max_open_segment_files); the next write reopens the file.",
 )
+RETENTION_OBJECTS_DELETED = MetricDef(
+    "danube_retention_deleted_segments",
+    "counter",
+    "Uploaded segments of reliable topics that retention deleted from object storage (topics with a "
+    "retention limit; descriptor and object).",
+)
+RETENTION_OBJECT_BYTES_DELETED = MetricDef(
+    "danube_retention_deleted_bytes",
+    "counter",
+    "Bytes of the uploaded segments retention deleted from object storage.",
+)
 WAL_DISK_BYTES = MetricDef(
     "danube_wal_disk_bytes", "gauge", "Bytes of write-ahead log on this broker's disk (topics loaded here)."
 )
@@ -389,6 +400,8 @@ SECTIONS: tuple[tuple[str, tuple[MetricDef, ...]], ...] = (
             WAL_SEGMENT_ROTATIONS,
             WAL_IDLE_FILES_CLOSED,
             WAL_DISK_BYTES,
+            RETENTION_OBJECTS_DELETED,
+            RETENTION_OBJECT_BYTES_DELETED,
         ),
     ),
     ("Broker: fixed costs", (ASYNCIO_TASKS, ETCD_WATCHES)),

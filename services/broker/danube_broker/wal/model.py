@@ -80,3 +80,6 @@ class WalObserver(Protocol):
 
     def rotated(self) -> None:
         """The active segment was sealed and a new one started."""
+
+    def history_deleted(self, segments: int, nbytes: int) -> None:
+        """Retention deleted ``segments`` uploaded segments (``nbytes``) from object storage."""
