@@ -7,9 +7,10 @@ loop did before), and writes the cursors of every dirty topic in shared etcd tra
 epoch, at most ``max_txn_ops`` operations per transaction). Then retention runs on the topics
 written. Every ``retention_interval_s`` retention runs on every topic that has something it
 could cut (time-based retention moves with the clock alone): the topics with a sealed segment,
-known without walking the others (a topic is added when it registers with one and when its
-log seals one, and dropped once retention leaves it none), so thousands of idle topics with
-only their active segment cost the periodic sweep nothing.
+or with two or more uploaded segments and a retention limit (object storage), known without
+walking the others (a topic is added when it registers with one, when its log seals one and
+when its retention changes, and dropped once retention leaves it none), so thousands of idle
+topics with only their active segment cost the periodic sweep nothing.
 
 A shared transaction lands whole or not at all. If it is refused (some topic's fence failed:
 that topic moved on), each of its topics writes alone, through its own fenced path: the others
@@ -119,7 +120,8 @@ class Maintenance:
             self._retainable.pop(topic.name, None)
 
     def sealed(self, topic: Maintained) -> None:
-        """``topic``'s log sealed a segment: the periodic sweep looks at it from now on."""
+        """``topic``'s log sealed a segment (or its retention changed): the periodic sweep looks
+        at it from now on."""
         if self._topics.get(topic.name) is topic:
             self._retainable[topic.name] = topic
 
