@@ -335,14 +335,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         metavar="N",
         help="reliable topics: keep acknowledged messages N seconds (0, default: until every "
-        "subscription acknowledged them)",
+        "subscription acknowledged them; with object storage, a limit bounds what it keeps too, "
+        "which with no limit is everything)",
     )
     p.add_argument(
         "--retention-size-bytes",
         type=non_negative_int,
         default=0,
         metavar="N",
-        help="reliable topics: keep up to N bytes of acknowledged messages (0: none)",
+        help="reliable topics: keep up to N bytes of acknowledged messages (0: none; with object "
+        "storage, a limit bounds what it keeps too)",
     )
     p.add_argument(
         "--unclean-takeover-after-s",
