@@ -43,6 +43,7 @@ from danube_common.log_state import LogState
 from danube_common.placement import LOAD_MANAGER_ROLE
 from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
+from danube_sdk import SubType
 from tests.fault.cluster import LEADERSHIP_TTL_S, REGISTRATION_TTL_S, FaultCluster
 from tests.fault.history import History, Verdict, check
 from tests.fault.workload import DEFAULT_SUBSCRIPTIONS, Workload, final_read
@@ -300,9 +301,20 @@ async def machine_lost(ctx: Ctx) -> None:
 
 
 async def retention_under_faults(ctx: Ctx) -> None:
-    """The topics keep :data:`RETENTION_SIZE_BYTES` of acknowledged history: retention deletes
-    their oldest objects from S3 on the victim, which is then killed; the new owner deletes
-    more; the topics move under load, and the next owner deletes more again."""
+    """The topics keep :data:`RETENTION_SIZE_BYTES` of acknowledged history. A subscription that
+    received nothing yet (:data:`HELD`) holds it all back until three segments are uploaded
+    (retention deleting them anyway would show as messages it never gets); released, it reads
+    them from S3. Then retention deletes the oldest objects on the victim, which is killed; the
+    new owner deletes more; the topics move under load, and the next owner deletes more again."""
+    await wait_until(
+        lambda: _uploaded_at_least(ctx.res, ctx.topics, 3),
+        timeout_s=60,
+        interval_s=0.2,
+        what="three uploaded segments on every topic",
+    )
+    held = {t: await ctx.first_described(t) for t in ctx.topics}
+    ctx.notes.append(f"history start while a subscription held it: {held}")
+    ctx.workload.release_held()
     cut = await ctx.history_cut({t: 0 for t in ctx.topics})
     ctx.notes.append(f"history cut by the first owner: {cut}")
     await ctx.fc.kill(ctx.victim)
@@ -322,6 +334,10 @@ async def retention_under_faults(ctx: Ctx) -> None:
 
 #: Scenarios whose topics keep only this much acknowledged history (the others keep an hour).
 RETENTION_SIZE_BYTES: dict[str, int] = {"retention_under_faults": 64 * 1024}
+#: Their extra subscription, which receives nothing until the scenario releases it.
+HELD = (("held-sub", SubType.EXCLUSIVE),)
+#: Their sends per second per producer (segments fill faster: a shorter run).
+RETENTION_RATE_PER_PRODUCER_S = 400.0
 
 SCENARIOS: dict[str, Scenario] = {
     "kill9_owner": kill9_owner,
@@ -383,6 +399,14 @@ class Outcome:
 async def _first_described(res: Resources, topic: str) -> int:
     kvs, _ = await res.store.get_prefix(res.keys.segments_prefix(TopicName.parse(topic)))
     return min((int(kv.json()["start_offset"]) for kv in kvs), default=0)
+
+
+async def _uploaded_at_least(res: Resources, topics: list[str], n: int) -> bool:
+    for t in topics:
+        kvs, _ = await res.store.get_prefix(res.keys.segments_prefix(TopicName.parse(t)))
+        if len(kvs) < n:
+            return False
+    return True
 
 
 async def _all_past(res: Resources, past: dict[str, int]) -> bool:
@@ -559,10 +583,11 @@ async def run_scenario(
         history=history,
         producers=4,
         consumers=4,
-        rate_per_producer_s=rate_per_producer_s,
+        rate_per_producer_s=rate_per_producer_s if retention is None else RETENTION_RATE_PER_PRODUCER_S,
         payload_bytes=100,
         send_timeout_s=120,
         operation_timeout_s=120,
+        held=HELD if retention is not None else (),
     )
     stop_sampling = asyncio.Event()
     async with fc.etcd() as res:
@@ -596,7 +621,7 @@ async def run_scenario(
         if retention is not None:
             # Every subscription got every acknowledged message (what retention deleted, too);
             # the final read starts where retention left the history.
-            missed = undelivered(history, [s for s, _ in DEFAULT_SUBSCRIPTIONS], allowed)
+            missed = undelivered(history, [s for s, _ in (*DEFAULT_SUBSCRIPTIONS, *HELD)], allowed)
             starts = await _settled_history_start(res, topics)
             notes.append(f"the history starts at {starts} after retention")
             for t, first in starts.items():

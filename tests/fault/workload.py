@@ -113,6 +113,8 @@ class Workload:
     out of that queue, and a smaller queue narrows the window the ``delivery-after-ack``
     caveat describes (see tests/fault/history.py). ``run_id`` prefixes the SDK producer and
     consumer names (unique per workload by default, so broker-side sequence ids never clash).
+    ``held``: subscriptions made at start, each with one consumer that receives nothing until
+    :meth:`release_held` (a subscription far behind, holding retention back).
     """
 
     def __init__(
@@ -130,6 +132,7 @@ class Workload:
         operation_timeout_s: float = 60.0,
         receiver_queue_size: int = 200,
         run_id: str | None = None,
+        held: Sequence[tuple[str, SubType]] = (),
     ) -> None:
         if not topics:
             raise ValueError("a workload needs at least one topic")
@@ -139,8 +142,10 @@ class Workload:
         self.topics = list(topics)
         self.history = history
         self.n_producers = producers
-        self.assignment = assign_consumers(consumers, subscriptions)
-        self.subscriptions = [name for name, _ in subscriptions]
+        self.assignment = assign_consumers(consumers, subscriptions) + list(held)
+        self.subscriptions = [name for name, _ in (*subscriptions, *held)]
+        self._held = {name for name, _ in held}
+        self._released = asyncio.Event()
         self.rate_per_producer_s = rate_per_producer_s
         self.payload_bytes = payload_bytes
         self.send_timeout_s = send_timeout_s
@@ -200,6 +205,7 @@ class Workload:
         Returns whether the consumers caught up. Re-raises the first unexpected error of a loop.
         """
         self._stop_producing.set()
+        self._released.set()
         producer_results = await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._pending:
             await asyncio.wait(set(self._pending), timeout=drain_timeout_s or self.send_timeout_s + 10)
@@ -220,6 +226,10 @@ class Workload:
             if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                 raise result
         return caught_up
+
+    def release_held(self) -> None:
+        """The ``held`` subscriptions' consumers start receiving."""
+        self._released.set()
 
     async def _close_clients(self) -> None:
         for client in self._clients:
@@ -343,6 +353,8 @@ class Workload:
     async def _consume(self, process: str, subscription: str, topic: str, consumer: Consumer) -> None:
         delivered = self._delivered[(subscription, topic)]
         history = self.history
+        if subscription in self._held:
+            await self._released.wait()
         while not self._stop_consuming.is_set():
             try:
                 msgs = await consumer.receive_many(500, timeout_s=0.2)
