@@ -161,6 +161,23 @@ def payload(i: int) -> bytes:
     return f"message-{i:06d}-".encode() * 4
 
 
+async def publish_segments(b: Broker, topic: str, n: int) -> tuple[int, int, list[pb.StreamMessage]]:
+    """Publish ``n`` messages to ``topic`` in batches of 50 (one commit, one WAL segment each),
+    received by subscription "s": (producer id, consumer id, the messages received)."""
+    pid = (await producer(b, topic)).producer_id
+    cid = await subscribe(b, topic, window=2000)
+    stream = b.consumers.ReceiveBatches(pb.ReceiveBatchRequest(consumer_id=cid))
+    await connected(b, cid)
+    pub = b.producers.PublishBatches()
+    for seq in range(n // 50):
+        await pub.write(batch(pid, seq, [payload(i) for i in range(seq * 50, seq * 50 + 50)]))
+        assert not (await pub.read()).HasField("error")
+    await pub.done_writing()
+    got = await receive(stream, n)
+    stream.cancel()
+    return pid, cid, got
+
+
 # ---------------------------------------------------------------- replay from S3
 async def test_a_replay_from_earliest_reads_trimmed_history_from_s3_then_the_live_tail(rig: Rig) -> None:
     node = await rig.start_node()
@@ -168,18 +185,8 @@ async def test_a_replay_from_earliest_reads_trimmed_history_from_s3_then_the_liv
     topic = f"/default/{unique('replay')}"
     t = TopicName.parse(topic)
     n = 1500
-    pid = (await producer(b, topic)).producer_id
-    cid = await subscribe(b, topic, window=2000)
-    stream = b.consumers.ReceiveBatches(pb.ReceiveBatchRequest(consumer_id=cid))
-    await connected(b, cid)
-    pub = b.producers.PublishBatches()
-    for seq in range(n // 50):  # one batch per commit: a segment each
-        await pub.write(batch(pid, seq, [payload(i) for i in range(seq * 50, seq * 50 + 50)]))
-        assert not (await pub.read()).HasField("error")
-    await pub.done_writing()
-    got = await receive(stream, n)
+    pid, cid, got = await publish_segments(b, topic, n)
     await ack_all(b, cid, got)
-    stream.cancel()
     rt = reliable(b, topic)
     assert rt.local.stats().segments >= 20, "many segments rolled"
     cursor_key = rig.keys.subscription_cursor(t, "s")
@@ -243,17 +250,7 @@ async def test_retention_deletes_acknowledged_history_from_s3_beyond_the_size_li
     )
     b = node.broker
     n = 1000
-    pid = (await producer(b, topic)).producer_id
-    cid = await subscribe(b, topic, window=2000)
-    stream = b.consumers.ReceiveBatches(pb.ReceiveBatchRequest(consumer_id=cid))
-    await connected(b, cid)
-    pub = b.producers.PublishBatches()
-    for seq in range(n // 50):  # one batch per commit: a segment each
-        await pub.write(batch(pid, seq, [payload(i) for i in range(seq * 50, seq * 50 + 50)]))
-        assert not (await pub.read()).HasField("error")
-    await pub.done_writing()
-    got = await receive(stream, n)
-    stream.cancel()
+    _, cid, got = await publish_segments(b, topic, n)
     rt = reliable(b, topic)
     assert await node.uploader.upload(t, rt.local.durable_offset) == n
     await rt.apply_retention()
