@@ -353,6 +353,30 @@ async def test_retention_defaults_reach_running_reliable_topics(env: Env) -> Non
     await env.set(retention_time_s=60)
     await wait_until(lambda: retention(later) == (60, 1000), timeout_s=5, what="the change followed")
 
+    # One topic's own retention (topics set-policies) wins over what it was created with and
+    # over its namespace's, on the running topic; cleared, the created one holds again.
+    resp = await env.topics.SetTopicPolicies(
+        apb.SetTopicPoliciesRequest(name=by_admin, policies=apb.NamespacePolicies(retention_time_s=120)),
+        timeout=5,
+    )
+    assert (resp.own.retention_time_s, resp.effective.retention_time_s) == (120, 120)
+    assert resp.effective.retention_size_bytes == 1000, "the size it was created with"
+    await wait_until(
+        lambda: retention(by_admin) == (120, 1000), timeout_s=5, what="the topic's own retention"
+    )
+    assert retention(later) == (60, 1000), "other topics keep theirs"
+    await env.topics.SetTopicPolicies(
+        apb.SetTopicPoliciesRequest(name=by_admin, clear=["retention_time_s"]), timeout=5
+    )
+    await wait_until(lambda: retention(by_admin) == (0, 1000), timeout_s=5, what="the created retention back")
+    with pytest.raises(grpc.aio.AioRpcError, match="non_reliable topic, which keeps nothing"):
+        plain = f"/{NS}/{unique('plain')}"
+        await env.topics.CreateTopic(apb.CreateTopicRequest(name=plain), timeout=10)
+        await env.topics.SetTopicPolicies(
+            apb.SetTopicPoliciesRequest(name=plain, policies=apb.NamespacePolicies(retention_size_bytes=1)),
+            timeout=5,
+        )
+
 
 async def test_a_topic_overrides_its_namespace_limits_on_the_running_topic(
     lookup: ServiceReady, env: Env

@@ -146,20 +146,20 @@ class NamespacePolicies:
 
     def only_limits(self) -> NamespacePolicies:
         """InvalidArgument unless every policy set here is one a topic may override."""
-        other = [k for k in self.to_json() if k not in LIMIT_NAMES]
+        other = [k for k in self.to_json() if k not in TOPIC_NAMES]
         if other:
             raise InvalidArgument(
                 f"{', '.join(other)}: only the namespace can set {'these' if len(other) > 1 else 'this'}; "
-                f"a topic may override {', '.join(LIMIT_NAMES)}"
+                f"a topic may override {', '.join(TOPIC_NAMES)}"
             )
         return self
 
     def with_topic_overrides(self, topic_policies: dict[str, Any] | None) -> NamespacePolicies:
-        """The limits a topic sees: these, with any limit its own record's ``policies`` set
-        (same key) taking precedence."""
+        """The limits (and retention) a topic sees: these, with any its own record's
+        ``policies`` (or its own policies) set (same key) taking precedence."""
         if not topic_policies:
             return self
-        own = {k: topic_policies[k] for k in LIMIT_NAMES if topic_policies.get(k) is not None}
+        own = {k: topic_policies[k] for k in TOPIC_NAMES if topic_policies.get(k) is not None}
         return replace(self, **own) if own else self
 
 
@@ -182,6 +182,11 @@ LIMIT_NAMES: tuple[str, ...] = (
     "message_ttl_s",
     "dispatch_rate_msgs_per_s",
 )
+#: Reliable topics' retention: a namespace default, a topic's record (set at creation), or
+#: the topic's own policies (``topics set-policies``), the later taking precedence.
+RETENTION_NAMES: tuple[str, ...] = ("retention_time_s", "retention_size_bytes")
+#: Policies one topic may set over its namespace's (``topics set-policies``).
+TOPIC_NAMES: tuple[str, ...] = LIMIT_NAMES + RETENTION_NAMES
 
 #: One line per policy: the admin CLI's help and the docs say the same.
 DESCRIPTIONS: dict[str, str] = {
@@ -198,8 +203,10 @@ DESCRIPTIONS: dict[str, str] = {
     "message_ttl_s": "reliable topics: unacknowledged messages older than this are expired (acknowledged, "
     "counted)",
     "dispatch_rate_msgs_per_s": "reliable topics: deliveries per second per subscription (averaged)",
-    "retention_time_s": "reliable topics without their own: keep acknowledged messages this long",
-    "retention_size_bytes": "reliable topics without their own: keep acknowledged messages up to this size",
+    "retention_time_s": "reliable topics without their own: keep acknowledged messages this long (with "
+    "object storage, there too)",
+    "retention_size_bytes": "reliable topics without their own: keep acknowledged messages up to this size "
+    "(with object storage, there too)",
     "default_dispatch_strategy": "new topics created without one: non_reliable or reliable",
     "default_durability": "new reliable topics created without one: fsync, none or cloud",
 }

@@ -22,7 +22,7 @@ from danube_common.errors import (
 )
 from danube_common.keys import Keys
 from danube_common.metadata.store import Compare, MetadataStore, Op
-from danube_common.namespace_policies import FIELD_NAMES, LIMIT_NAMES, NamespacePolicies
+from danube_common.namespace_policies import FIELD_NAMES, RETENTION_NAMES, TOPIC_NAMES, NamespacePolicies
 from danube_common.ownership import OwnershipTxns
 from danube_common.policies import SubscriptionPolicyRecord, validate_subscription_name
 from danube_common.records import BrokerRecord, TopicRecord, check_dispatch, now_ms
@@ -289,18 +289,25 @@ class Resources(OwnershipTxns):
     async def update_topic_policies(
         self, topic: TopicName, changes: dict[str, Any], clear: list[str] | tuple[str, ...] = ()
     ) -> NamespacePolicies:
-        """Set ``changes`` and unset ``clear`` among the topic's own limits (only the per-topic
-        limits, ``LIMIT_NAMES``), at the topic's key and, for a partitioned topic, at each
-        partition's (the brokers own partitions). A compare-and-swap on the topic's key, retried
-        when a concurrent write won; all unset = the key is deleted (everything inherited)."""
+        """Set ``changes`` and unset ``clear`` among the topic's own policies (the per-topic
+        limits and retention, ``TOPIC_NAMES``), at the topic's key and, for a partitioned topic,
+        at each partition's (the brokers own partitions). A compare-and-swap on the topic's key,
+        retried when a concurrent write won; all unset = the key is deleted (everything
+        inherited). Retention is for reliable topics only."""
         rec = await self.get_topic(topic)
         if rec is None:
             raise TopicNotFound(f"topic {topic} does not exist")
-        not_limits = [n for n in (*changes, *clear) if n in FIELD_NAMES and n not in LIMIT_NAMES]
+        not_limits = [n for n in (*changes, *clear) if n in FIELD_NAMES and n not in TOPIC_NAMES]
         if not_limits:
             raise InvalidArgument(
                 f"{', '.join(not_limits)}: only a namespace sets {'these' if len(not_limits) > 1 else 'this'}; "
-                f"a topic may override {', '.join(LIMIT_NAMES)}"
+                f"a topic may override {', '.join(TOPIC_NAMES)}"
+            )
+        retention = [n for n in changes if n in RETENTION_NAMES]
+        if retention and rec.dispatch_strategy != "reliable":
+            raise InvalidArgument(
+                f"{', '.join(retention)}: {topic} is a non_reliable topic, which keeps nothing; retention "
+                "applies to reliable topics only"
             )
         names = [topic, *(topic.partition(i) for i in range(rec.partitions))]
         keys = [self.keys.topic_policies(t) for t in names]

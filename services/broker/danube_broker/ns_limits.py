@@ -46,7 +46,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from danube_broker.dispatch.base import Msg
-from danube_broker.reliable_topic import TopicPolicies
 from danube_common.errors import (
     DanubeError,
     MessageTooLarge,
@@ -402,30 +401,23 @@ class NamespaceLimits:
             self._with_ttl[topic.name] = topic
         elif self._with_ttl.get(topic.name) is topic:
             del self._with_ttl[topic.name]
-        self._retention(topic)
+        self._retention(topic, policies)
 
-    def _retention(self, topic: Topic) -> None:
-        rt, record = topic.reliable, topic.record
-        if rt is None or record is None:
+    def _retention(self, topic: Topic, policies: NamespacePolicies) -> None:
+        """A reliable topic's retention: its own policies', else its record's, else its
+        namespace's, else the broker's defaults."""
+        rt = topic.reliable
+        if rt is None:
             return
-        ns = self._view.get(topic.topic_name.namespace)
-        now = TopicPolicies.of(record, self._cfg, ns.topic_defaults())
-        if (now.retention_time_s, now.retention_size_bytes) != (
-            rt.policies.retention_time_s,
-            rt.policies.retention_size_bytes,
-        ):
-            rt.policies = replace(
-                rt.policies,
-                retention_time_s=now.retention_time_s,
-                retention_size_bytes=now.retention_size_bytes,
-            )
+        time_s, size = policies.retention_time_s, policies.retention_size_bytes
+        now = (
+            max(0, int(time_s if time_s is not None else self._cfg.retention_time_s)),
+            max(0, int(size if size is not None else self._cfg.retention_size_bytes)),
+        )
+        if now != (rt.policies.retention_time_s, rt.policies.retention_size_bytes):
+            rt.policies = replace(rt.policies, retention_time_s=now[0], retention_size_bytes=now[1])
             rt.retention_changed()
-            log.info(
-                "topic %s: retention now %ds / %d bytes (namespace policy)",
-                topic.name,
-                now.retention_time_s,
-                now.retention_size_bytes,
-            )
+            log.info("topic %s: retention now %ds / %d bytes (policies)", topic.name, now[0], now[1])
 
     def namespaces_changed(self, namespaces: set[str]) -> None:
         """The view saw these namespaces' policies change: refresh their loaded topics."""

@@ -77,7 +77,7 @@ from danube_common.errors import (
 )
 from danube_common.log_state import LogRecords, LogState, Reservation, checkpoint_of, merge_sequences
 from danube_common.metadata.lease import KeptLease
-from danube_common.namespace_policies import NamespacePolicies
+from danube_common.namespace_policies import RETENTION_NAMES, NamespacePolicies
 from danube_common.ownership import LogClose
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.records import TopicRecord
@@ -162,12 +162,17 @@ class TopicPolicies:
 
     @classmethod
     def of(
-        cls, record: TopicRecord, cfg: BrokerConfig, namespace_policies: dict[str, Any] | None = None
+        cls,
+        record: TopicRecord,
+        cfg: BrokerConfig,
+        namespace_policies: dict[str, Any] | None = None,
+        own: dict[str, Any] | None = None,
     ) -> TopicPolicies:
-        """The topic's own policies (written by admin at creation: every key it has wins, 0
-        included), else its namespace's, else the broker defaults (e.g. a topic auto-created by
-        its first producer)."""
-        p = {**(namespace_policies or {}), **(record.policies or {})}
+        """The topic's own policies (``topics set-policies``: retention), else its record's
+        (written by admin at creation: every key it has wins, 0 included), else its namespace's,
+        else the broker defaults (e.g. a topic auto-created by its first producer)."""
+        mine = {k: own[k] for k in RETENTION_NAMES if own and own.get(k) is not None}
+        p = {**(namespace_policies or {}), **(record.policies or {}), **mine}
         try:
             return cls(
                 durability=Durability(p.get("durability") or cfg.default_durability),
@@ -280,7 +285,8 @@ class ReliableTopic:
         None) and restore the subscriptions."""
         name = topic.topic_name
         ns = NamespacePolicies.from_json(await ctx.resources.namespace_policies(name.namespace))
-        policies = TopicPolicies.of(record, cfg, ns.topic_defaults())
+        own = await ctx.resources.store.get(ctx.resources.keys.topic_policies(name))
+        policies = TopicPolicies.of(record, cfg, ns.topic_defaults(), own.json() if own is not None else None)
         directory = cfg.data_path / name.namespace / name.local
         history = await ctx.tiering.history(name) if ctx.tiering is not None else None
         opening = LogOpening(

@@ -25,7 +25,7 @@ from danube_common.leadership import LeaderInfo, read_leaders
 from danube_common.load import LoadReport
 from danube_common.log_state import AcceptedGap, LogRecords, LogState
 from danube_common.metadata.store import Compare, Op
-from danube_common.namespace_policies import FIELD_NAMES, LIMIT_NAMES, NamespacePolicies
+from danube_common.namespace_policies import FIELD_NAMES, TOPIC_NAMES, NamespacePolicies
 from danube_common.observability import record_context
 from danube_common.placement import Resolver
 from danube_common.policies import SubscriptionPolicyRecord, topic_policies
@@ -374,7 +374,14 @@ class Catalog:
         """(what the topic sets itself, what its brokers apply)."""
         topic = TopicName.parse(name)
         own = await self._res.get_topic_policies(topic)
-        return own, (await self._res.get_namespace_policies(topic.namespace)).overridden_by(own)
+        return own, await self._effective(topic, own)
+
+    async def _effective(self, topic: TopicName, own: NamespacePolicies) -> NamespacePolicies:
+        """What the topic's brokers apply: its namespace's policies, over them what its record
+        set at creation (retention), over those its own policies."""
+        rec = await self._res.get_topic(topic)
+        ns = await self._res.get_namespace_policies(topic.namespace)
+        return ns.with_topic_overrides(rec.policies if rec is not None else None).overridden_by(own)
 
     async def set_topic_policies(
         self, name: str, changes: dict[str, Any], clear: list[str]
@@ -382,14 +389,14 @@ class Catalog:
         if not changes and not clear:
             raise InvalidArgument(
                 "nothing to change: give at least one policy to set or one to clear "
-                f"(a topic may set: {', '.join(LIMIT_NAMES)})"
+                f"(a topic may set: {', '.join(TOPIC_NAMES)})"
             )
         topic = TopicName.parse(name)
         own = await self._res.update_topic_policies(topic, changes, clear)
         log.info(
             "topic %s policies: set %s, cleared %s; now %s", name, changes, clear or "none", own.to_json()
         )
-        return own, (await self._res.get_namespace_policies(topic.namespace)).overridden_by(own)
+        return own, await self._effective(topic, own)
 
     # ------------------------------------------------------------------ topics
     async def list_topics(self, namespace: str = "") -> list[TopicView]:

@@ -13,7 +13,10 @@ from danube_broker.dispatch.reliable.retention import (
     retention_point,
     size_point,
 )
+from danube_broker.reliable_topic import TopicPolicies
+from danube_common.records import TopicRecord
 from danube_common.storage import SegmentDescriptor
+from tests.unit.broker.helpers import config
 
 pytestmark = pytest.mark.unit
 
@@ -149,3 +152,29 @@ def test_archive_cut(acked_before: int | None, time_s: int, size: int, expected:
     )
     assert [d.start_offset for d in got] == expected
     assert archive_cut([], acked_before=None, now_ms=1, retention_time_s=1, retention_size_bytes=1) == []
+
+
+def test_a_topics_policies_come_from_its_own_then_its_record_then_its_namespace() -> None:
+    """What a reliable topic opens with (ReliableTopic.open): the broker's defaults, under its
+    namespace's, under what its record was created with, under its own (topics set-policies)."""
+    cfg = config(retention_time_s=1, retention_size_bytes=2)
+    record = TopicRecord(
+        name="/default/t", dispatch_strategy="reliable", policies={"retention_size_bytes": 1000}
+    )
+    assert (
+        TopicPolicies.of(TopicRecord(name="/default/t", dispatch_strategy="reliable"), cfg).retention_time_s
+        == 1
+    )
+    ns = {"retention_time_s": 60, "retention_size_bytes": 500, "durability": "none"}
+    p = TopicPolicies.of(record, cfg, ns)
+    assert (p.retention_time_s, p.retention_size_bytes, p.durability.value) == (60, 1000, "none")
+    own = {
+        "retention_time_s": 3600,
+        "retention_size_bytes": None,
+        "max_producers_per_topic": 3,
+        "durability": "fsync",
+    }
+    p = TopicPolicies.of(record, cfg, ns, own)
+    assert (p.retention_time_s, p.retention_size_bytes, p.durability.value) == (3600, 1000, "none"), (
+        "only retention is a topic's own policy; durability stays the record's or namespace's"
+    )

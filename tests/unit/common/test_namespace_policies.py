@@ -61,6 +61,18 @@ def test_topics_inherit_limits_unless_their_record_overrides_them() -> None:
     assert ns.with_topic_overrides({"max_topics": 99}).max_topics == 3  # not a per-topic policy
 
 
+def test_retention_comes_from_the_topics_own_policies_then_its_record_then_its_namespace() -> None:
+    ns = NamespacePolicies(retention_time_s=60, retention_size_bytes=500)
+    record = {"durability": "fsync", "retention_time_s": 0, "retention_size_bytes": 1000}
+    created = ns.with_topic_overrides(record)
+    assert (created.retention_time_s, created.retention_size_bytes) == (0, 1000)
+    own = NamespacePolicies(retention_time_s=3600).only_limits()
+    seen = created.overridden_by(own)
+    assert (seen.retention_time_s, seen.retention_size_bytes) == (3600, 1000)
+    with pytest.raises(InvalidArgument, match="only the namespace can set"):
+        NamespacePolicies(default_durability="none").only_limits()
+
+
 def test_reliable_topic_defaults_use_the_topic_record_keys() -> None:
     ns = NamespacePolicies(
         default_durability="none", retention_time_s=60, default_dispatch_strategy="reliable"

@@ -106,6 +106,13 @@ async def test_a_topic_may_override_only_the_per_topic_limits(
     with pytest.raises(InvalidArgument, match="must be between"):
         await res.update_topic_policies(topic, {"max_producers_per_topic": 0})
     assert (await res.get_topic_policies(topic)).is_empty()
+    # Retention too, on a reliable topic only (a non-reliable one keeps nothing).
+    with pytest.raises(InvalidArgument, match="non_reliable topic, which keeps nothing"):
+        await res.update_topic_policies(topic, {"retention_time_s": 60})
+    kept = TopicName.parse("/a/kept")
+    await res.create_topic(kept, dispatch_strategy="reliable")
+    own = await res.update_topic_policies(kept, {"retention_time_s": 60, "retention_size_bytes": 1 << 20})
+    assert (own.retention_time_s, own.retention_size_bytes) == (60, 1 << 20)
 
 
 async def synced_key(res: Resources, view: NamespaceView, key: str) -> None:

@@ -1,5 +1,6 @@
 """``danube-admin namespaces get-policies / set-policies``: a namespace's limits and defaults;
-``danube-admin topics get-policies / set-policies``: the limits one topic sets over them.
+``danube-admin topics get-policies / set-policies``: the limits (and retention) one topic sets
+over them.
 
 One flag per policy (``--max-producers-per-topic N`` ...), named after the policy with dashes;
 ``--clear NAME`` (repeatable) unsets one. The policies, their units and meaning come from
@@ -18,7 +19,8 @@ from danube_common.namespace_policies import (
     DISPATCH_STRATEGIES,
     DURABILITIES,
     FIELD_NAMES,
-    LIMIT_NAMES,
+    RETENTION_NAMES,
+    TOPIC_NAMES,
 )
 from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_sdk.cli.admin_commands import Admin
@@ -88,20 +90,25 @@ def add_topic_policy_parsers(subs: argparse._SubParsersAction[Any], leaf: Leaf) 
     p = leaf(
         subs,
         "set-policies",
-        "set (or --clear) limits of one topic over its namespace's; the others are kept. Only the per-topic "
-        "limits can be set here (topics, retention and defaults are the namespace's). Brokers apply a change "
-        "to the running topic within a second",
+        "set (or --clear) limits and retention of one topic over its namespace's (and, for retention, over "
+        "what the topic was created with); the others are kept. max_topics and the defaults for new topics "
+        "are the namespace's. Brokers apply a change to the running topic within a second",
         topics_set_policies,
         [
             "danube-admin topics set-policies /analytics/clicks --max-producers-per-topic 50",
             "danube-admin topics set-policies /analytics/clicks --publish-rate-msgs-per-s 20000",
+            "danube-admin topics set-policies /analytics/clicks --retention-time-s 604800",
             "danube-admin topics set-policies /analytics/clicks --clear publish_rate_msgs_per_s",
         ],
     )
     p.add_argument(
         "name", help="topic name (/namespace/topic); a partitioned topic's name covers its partitions"
     )
-    _policy_flags(p, LIMIT_NAMES, "unset this limit (the namespace's applies again)")
+    _policy_flags(
+        p,
+        TOPIC_NAMES,
+        "unset this policy (the namespace's applies again; for retention, the topic's creation's)",
+    )
 
 
 def _policy_flags(p: argparse.ArgumentParser, names: tuple[str, ...], clear_help: str) -> None:
@@ -112,7 +119,7 @@ def _policy_flags(p: argparse.ArgumentParser, names: tuple[str, ...], clear_help
         elif name in _FLOATS:
             p.add_argument(flag, dest=name, type=positive_float, metavar="N", help=DESCRIPTIONS[name])
         else:
-            p.add_argument(flag, dest=name, type=non_negative_int, metavar="N", help=DESCRIPTIONS[name])
+            p.add_argument(flag, dest=name, type=non_negative_int, metavar="N", help=_help(name, names))
     p.add_argument(
         "--clear",
         action="append",
@@ -121,6 +128,12 @@ def _policy_flags(p: argparse.ArgumentParser, names: tuple[str, ...], clear_help
         choices=names,
         help=f"{clear_help}; repeatable. POLICY is one of: " + ", ".join(names),
     )
+
+
+def _help(name: str, names: tuple[str, ...]) -> str:
+    if name in RETENTION_NAMES and names == TOPIC_NAMES:  # one topic's own retention
+        return DESCRIPTIONS[name].replace("reliable topics without their own: ", "reliable topics: ")
+    return DESCRIPTIONS[name]
 
 
 def policies_dict(p: apb.NamespacePolicies) -> dict[str, Any]:
@@ -158,7 +171,7 @@ def topics_get_policies(admin: Admin, args: argparse.Namespace) -> None:
 
 
 def topics_set_policies(admin: Admin, args: argparse.Namespace) -> None:
-    given = {name: getattr(args, name) for name in LIMIT_NAMES if getattr(args, name, None) is not None}
+    given = {name: getattr(args, name) for name in TOPIC_NAMES if getattr(args, name, None) is not None}
     req = apb.SetTopicPoliciesRequest(
         name=args.name, policies=apb.NamespacePolicies(**given), clear=list(args.clear)
     )
@@ -178,15 +191,15 @@ def _show_topic(resp: apb.TopicPoliciesResponse, args: argparse.Namespace, title
             "policy": k,
             "own": "-" if own[k] is None else _text(own[k]),
             "effective": "-" if effective[k] is None else _text(effective[k]),
-            "meaning": DESCRIPTIONS[k],
+            "meaning": _help(k, TOPIC_NAMES),
         }
-        for k in LIMIT_NAMES
+        for k in TOPIC_NAMES
     ]
     emit(rows, fmt="table", columns=("policy", "own", "effective", "meaning"))
 
 
 def _limits(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: d[k] for k in LIMIT_NAMES}
+    return {k: d[k] for k in TOPIC_NAMES}
 
 
 def namespaces_set_policies(admin: Admin, args: argparse.Namespace) -> None:
