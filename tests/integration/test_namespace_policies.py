@@ -365,6 +365,16 @@ async def test_retention_defaults_reach_running_reliable_topics(env: Env) -> Non
         lambda: retention(by_admin) == (120, 1000), timeout_s=5, what="the topic's own retention"
     )
     assert retention(later) == (60, 1000), "other topics keep theirs"
+    # What describe and list say is what the brokers apply (own, created, namespace's).
+    shown = {}
+    for name in (by_admin, by_producer, later):
+        info = await env.topics.DescribeTopic(apb.DescribeTopicRequest(name=name), timeout=5)
+        shown[name] = (info.retention_time_s, info.retention_size_bytes)
+    assert shown == {by_admin: (120, 1000), by_producer: (60, 5000), later: (60, 1000)}
+    listed = await env.topics.ListTopics(apb.ListTopicsRequest(namespace=NS), timeout=5)
+    assert {
+        t.name: (t.retention_time_s, t.retention_size_bytes) for t in listed.topics if t.name in shown
+    } == shown
     await env.topics.SetTopicPolicies(
         apb.SetTopicPoliciesRequest(name=by_admin, clear=["retention_time_s"]), timeout=5
     )

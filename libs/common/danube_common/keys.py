@@ -193,7 +193,11 @@ class Keys:
     def topic_policies(self, topic: TopicName) -> str:
         """A topic's own limits over its namespace's (under the namespace, so the brokers'
         namespace policy watch carries them)."""
-        return f"/{self.cluster}/namespaces/{topic.namespace}/topic_policies/{topic.local}"
+        return f"{self.topic_policies_prefix(topic.namespace)}{topic.local}"
+
+    def topic_policies_prefix(self, ns: str) -> str:
+        """Every topic's own limits in namespace ``ns`` (the key ends with the topic's local name)."""
+        return f"/{self.cluster}/namespaces/{ns}/topic_policies/"
 
     def topics_prefix(self, ns: str | None = None) -> str:
         return f"/{self.cluster}/topics/{ns}/" if ns else f"/{self.cluster}/topics/"

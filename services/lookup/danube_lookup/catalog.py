@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ from danube_common.leadership import LeaderInfo, read_leaders
 from danube_common.load import LoadReport
 from danube_common.log_state import AcceptedGap, LogRecords, LogState
 from danube_common.metadata.store import Compare, Op
-from danube_common.namespace_policies import FIELD_NAMES, TOPIC_NAMES, NamespacePolicies
+from danube_common.namespace_policies import FIELD_NAMES, RETENTION_NAMES, TOPIC_NAMES, NamespacePolicies
 from danube_common.observability import record_context
 from danube_common.placement import Resolver
 from danube_common.policies import SubscriptionPolicyRecord, topic_policies
@@ -49,6 +49,8 @@ class TopicView:
     created_at_ms: int = 0
     #: Reliable topics: "fsync" | "none" | "cloud" ("" for non-reliable topics).
     durability: str = ""
+    #: Reliable topics: the retention in force (the topic's own policies, else what it was
+    #: created with, else its namespace's default; 0 = not set).
     retention_time_s: int = 0
     retention_size_bytes: int = 0
 
@@ -61,9 +63,16 @@ class TopicView:
         broker_id: str = "",
         partition_topics: tuple[TopicView, ...] = (),
         subscriptions: tuple[str, ...] = (),
+        effective: NamespacePolicies | None = None,
     ) -> TopicView:
-        """A view of ``rec``: name, dispatch strategy, creation time and policies."""
-        pol = rec.policies
+        """A view of ``rec``: name, dispatch strategy, creation time and policies (retention:
+        ``effective``'s when given, see :meth:`Catalog.effective_policies`)."""
+        pol = dict(rec.policies)
+        if effective is not None and rec.dispatch_strategy == "reliable":
+            for key in RETENTION_NAMES:
+                value = getattr(effective, key)
+                if value is not None:
+                    pol[key] = value
         return cls(
             rec.name,
             rec.dispatch_strategy,
@@ -102,8 +111,13 @@ def _partition_index(name: str) -> int:
     return TopicName.parse(name).partition_index or 0
 
 
-def group_topics(records: Iterable[TopicRecord], owners: Mapping[str, Ownership]) -> list[TopicView]:
-    """Topic records -> top-level views, partitions nested under their parent, sorted by name."""
+def group_topics(
+    records: Iterable[TopicRecord],
+    owners: Mapping[str, Ownership],
+    effective: Callable[[TopicRecord], NamespacePolicies | None] = lambda _: None,
+) -> list[TopicView]:
+    """Topic records -> top-level views, partitions nested under their parent, sorted by name
+    (``effective``: each record's policies in force, for its retention)."""
     recs = list(records)
     parents = {r.name for r in recs if r.partitions > 0}
     children: dict[str, list[TopicRecord]] = {}
@@ -116,14 +130,19 @@ def group_topics(records: Iterable[TopicRecord], owners: Mapping[str, Ownership]
 
     def leaf(r: TopicRecord) -> TopicView:
         own = owners.get(r.name)
-        return TopicView.of(r, broker_id=own.broker_id if own else "")
+        return TopicView.of(r, broker_id=own.broker_id if own else "", effective=effective(r))
 
     out: list[TopicView] = []
     for r in sorted(top, key=lambda r: r.name):
         if r.partitions > 0:
             parts = sorted(children.get(r.name, []), key=lambda c: _partition_index(c.name))
             out.append(
-                TopicView.of(r, partitions=r.partitions, partition_topics=tuple(leaf(c) for c in parts))
+                TopicView.of(
+                    r,
+                    partitions=r.partitions,
+                    partition_topics=tuple(leaf(c) for c in parts),
+                    effective=effective(r),
+                )
             )
         else:
             out.append(leaf(r))
@@ -405,7 +424,27 @@ class Catalog:
             await self._res.require_namespace(namespace)
         records = await self._res.list_topics(namespace or None)
         owners, _ = await self._res.list_owners()
-        return group_topics(records, owners)
+        return group_topics(records, owners, await self.effective_policies({r.name for r in records}))
+
+    async def effective_policies(self, names: Iterable[str]) -> Callable[[TopicRecord], NamespacePolicies]:
+        """For topics ``names``: a record's policies in force (its namespace's, over them what
+        it was created with, over those its own), one read per namespace and one per topic
+        that has policies of its own (a prefix read)."""
+        spaces = {TopicName.parse(n).namespace for n in names}
+        ns = {s: await self._res.get_namespace_policies(s) for s in spaces}
+        own: dict[str, NamespacePolicies] = {}
+        for s in spaces:
+            prefix = self._res.keys.topic_policies_prefix(s)
+            kvs, _ = await self._res.store.get_prefix(prefix)
+            own.update(
+                {f"/{s}/{kv.key[len(prefix) :]}": NamespacePolicies.from_json(kv.json()) for kv in kvs}
+            )
+
+        def effective(rec: TopicRecord) -> NamespacePolicies:
+            space = TopicName.parse(rec.name).namespace
+            return ns[space].with_topic_overrides(rec.policies).overridden_by(own.get(rec.name))
+
+        return effective
 
     async def create_topic(
         self,
@@ -477,25 +516,33 @@ class Catalog:
         rec = await self._res.get_topic(topic)
         if rec is None:
             raise TopicNotFound(f"topic {topic} does not exist; see `danube-admin topics list`")
+        effective = await self.effective_policies([str(topic)])
         if rec.partitions == 0:
-            return await self._leaf(topic, rec)
+            return await self._leaf(topic, rec, effective)
         parts: list[TopicView] = []
         for i in range(rec.partitions):
             part = topic.partition(i)
             part_rec = await self._res.get_topic(part)
             if part_rec is not None:
-                parts.append(await self._leaf(part, part_rec))
+                parts.append(await self._leaf(part, part_rec, effective))
         subs = sorted({s for p in parts for s in p.subscriptions})
         return TopicView.of(
-            rec, partitions=rec.partitions, partition_topics=tuple(parts), subscriptions=tuple(subs)
+            rec,
+            partitions=rec.partitions,
+            partition_topics=tuple(parts),
+            subscriptions=tuple(subs),
+            effective=effective(rec),
         )
 
-    async def _leaf(self, topic: TopicName, rec: TopicRecord) -> TopicView:
+    async def _leaf(
+        self, topic: TopicName, rec: TopicRecord, effective: Callable[[TopicRecord], NamespacePolicies]
+    ) -> TopicView:
         own = await self._res.get_owner(topic)
         return TopicView.of(
             rec,
             broker_id=own.broker_id if own else "",
             subscriptions=tuple(await self.subscriptions(topic)),
+            effective=effective(rec),
         )
 
     async def subscriptions(self, topic: TopicName) -> list[str]:
