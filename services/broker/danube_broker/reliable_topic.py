@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -239,6 +240,11 @@ class ReliableTopic:
         self._defaults = cfg.default_subscription_policy()
         #: Cursor last written to etcd, per subscription.
         self._persisted: dict[str, int] = {}
+        #: Object storage retention found nothing to delete in this state (acknowledgements,
+        #: descriptors, limits) and nothing will be before this wall-clock time (ms): passes
+        #: until then skip the computation (an idle topic in the periodic sweep).
+        self._archive_quiet: tuple[Any, ...] | None = None
+        self._archive_quiet_until_ms = 0.0
         #: The acked ranges above each persisted cursor, as written with it.
         self._persisted_acked: dict[str, Ranges] = {}
         self._flush_lock = asyncio.Lock()
@@ -1202,15 +1208,38 @@ class ReliableTopic:
         assert history is not None and tiering is not None
         pol = self.policies
         acked = [c + 1 for c in self._persisted.values()]
+        acked_before = min(acked) if acked else None
+        descs = history.descriptors
+        now_ms = time.time() * 1000
+        state = (
+            acked_before,
+            len(descs),
+            descs[0].start_offset,
+            descs[-1].next_offset,
+            pol.retention_time_s,
+            pol.retention_size_bytes,
+        )
+        if state == self._archive_quiet and now_ms < self._archive_quiet_until_ms:
+            return
         victims = archive_cut(
-            history.descriptors,
-            acked_before=min(acked) if acked else None,
-            now_ms=int(time.time() * 1000),
+            descs,
+            acked_before=acked_before,
+            now_ms=int(now_ms),
             retention_time_s=pol.retention_time_s,
             retention_size_bytes=pol.retention_size_bytes,
         )
         if not victims:
+            # Only the clock can change the answer, and only while the oldest segment is
+            # younger than the time limit (else an acknowledgement, an upload or the limits
+            # hold it back: all in ``state``).
+            oldest = descs[0].max_publish_time_ms
+            due = (
+                oldest + pol.retention_time_s * 1000 if pol.retention_time_s > 0 and oldest > 0 else math.inf
+            )
+            self._archive_quiet = state
+            self._archive_quiet_until_ms = due if due > now_ms else math.inf
             return
+        self._archive_quiet = None
         keys = [self._ctx.resources.keys.segment(self.topic.topic_name, d.start_offset) for d in victims]
         try:
             await self._store.delete_keys(keys, f"deleting {len(keys)} segment descriptor(s) (retention)")

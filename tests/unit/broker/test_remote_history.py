@@ -540,3 +540,62 @@ async def test_a_broker_that_no_longer_owns_the_topic_deletes_nothing_from_objec
     assert len((await memory_store.get_prefix(KEYS.segments_prefix(T)))[0]) == 9
     reg.close_all("test over")
     await reg.wait_closed()
+
+
+async def test_the_time_rule_deletes_a_segment_once_it_is_old_and_idle_passes_cost_nothing_before(
+    tmp_path: Path,
+    objects: LocalObjectStore,
+    memory_store: MemoryStore,
+    resources: Resources,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """History uploaded by an earlier owner, published 120 s, 30 s and 0 s before now; the topic
+    keeps 60 s and has no subscription."""
+    import danube_broker.reliable_topic as reliable_topic
+
+    now_s = 2_000_000_000.0
+    monkeypatch.setattr(reliable_topic.time, "time", lambda: now_s)
+    for start, age_s in ((0, 120), (10, 30), (20, 0)):
+        ms = int((now_s - age_s) * 1000)
+        await put_history(
+            objects,
+            memory_store,
+            KEYS,
+            T,
+            start,
+            [rec(i) for i in range(start, start + 10)],
+            publish_times_ms=[ms] * 10,
+        )
+    cfg = config(data_dir=str(tmp_path / "data"))
+    reg = BrokerRegistry(cfg, resources, broker_url=BROKER_URL, clock=Clock(), id_seed=1)
+    reg.set_tiering(Tiering(cfg, resources, objects=objects, uploader=None))
+    await resources.create_topic(
+        T, dispatch_strategy="reliable", policies=topic_policies("reliable", retention_time_s=60)
+    )
+    await reg.create_producer(TOPIC, "p", exclusive=False, dispatch_strategy="reliable")
+    rt = reg.topics[TOPIC].reliable
+    assert rt is not None and rt.history is not None and rt.retention_due()
+    cuts = 0
+    real_cut = reliable_topic.archive_cut
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        nonlocal cuts
+        cuts += 1
+        return real_cut(*args, **kw)
+
+    monkeypatch.setattr(reliable_topic, "archive_cut", counted)
+
+    await rt.apply_retention()
+    assert [d.start_offset for d in rt.history.descriptors] == [10, 20], "the 120 s old segment went"
+    await rt.apply_retention()  # nothing old enough: remembered until the next segment is 60 s old
+    await rt.apply_retention()
+    assert cuts == 2 and rt.retention_due()
+    now_s += 29
+    await rt.apply_retention()
+    assert cuts == 2, "still 1 s to go: the idle pass did not compute"
+    now_s += 2
+    await rt.apply_retention()
+    assert [d.start_offset for d in rt.history.descriptors] == [20], "old now: deleted"
+    assert len(await _object_keys(objects)) == 1
+    reg.close_all("test over")
+    await reg.wait_closed()
