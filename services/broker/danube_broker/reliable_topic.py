@@ -245,6 +245,8 @@ class ReliableTopic:
         #: until then skip the computation (an idle topic in the periodic sweep).
         self._archive_quiet: tuple[Any, ...] | None = None
         self._archive_quiet_until_ms = 0.0
+        #: One retention pass at a time (made at the first pass).
+        self._retention_lock: asyncio.Lock | None = None
         #: The acked ranges above each persisted cursor, as written with it.
         self._persisted_acked: dict[str, Ranges] = {}
         self._flush_lock = asyncio.Lock()
@@ -1193,10 +1195,14 @@ class ReliableTopic:
     async def apply_retention(self) -> None:
         """Cut the local log below what every subscription durably acknowledged (retention
         permitting; with object storage, never above the uploader's checkpoint); then, with a
-        retention limit, the uploaded history (:meth:`_archive_retention`)."""
-        await self._local_retention()
-        if self._archive_due():
-            await self._archive_retention()
+        retention limit, the uploaded history (:meth:`_archive_retention`). One pass at a time:
+        a call during another waits for it (its deletions included), then looks again."""
+        if self._retention_lock is None:
+            self._retention_lock = asyncio.Lock()
+        async with self._retention_lock:
+            await self._local_retention()
+            if self._archive_due():
+                await self._archive_retention()
 
     async def _archive_retention(self) -> None:
         """Delete the uploaded segments retention lets go: their descriptors first, in a
