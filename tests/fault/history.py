@@ -32,7 +32,8 @@ The invariants (each violation kind is a stable name, see :data:`VIOLATION_KINDS
 ----------------------------------------------------------------------------------
 
 1. ``lost``: every acknowledged send (phase ``ok``) appears in the final read of its topic,
-   unless its acked offset lies in an allowed gap.
+   unless its acked offset lies in an allowed gap (for a send acknowledged without an offset, a
+   duplicate whose original offset the broker did not know: the offsets it was delivered at).
 2. ``offset-mismatch``: a send acknowledged with offset ``o`` is found *at* ``o`` in the final
    read. A different message at ``o`` is a forked history (a new owner reused offsets); the
    message found only elsewhere while ``o`` is absent means the ack lied about where it went.
@@ -574,7 +575,7 @@ def check(
     sends, send_counts = _index_sends(events)
     reads = {topic: _Read(entries) for topic, entries in final_reads.items()}
 
-    lost_in_gaps = _check_acked(sends, reads, gaps, report)
+    lost_in_gaps = _check_acked(sends, reads, gaps, report, _delivered_offsets(events))
     _check_phantoms(events, sends, final_reads, report)
     _check_producer_order(sends, final_reads, report)
     _check_offsets(final_reads, gaps, report)
@@ -633,11 +634,21 @@ def _index_sends(events: Sequence[Event]) -> tuple[dict[tuple[str, MsgId], _Send
     return sends, counts
 
 
+def _delivered_offsets(events: Sequence[Event]) -> dict[tuple[str, MsgId], set[int]]:
+    """Where each message was delivered, per topic (any subscription)."""
+    out: dict[tuple[str, MsgId], set[int]] = defaultdict(set)
+    for e in events:
+        if e.kind == "deliver" and e.msg is not None and e.offset is not None:
+            out[(e.topic, e.msg)].add(e.offset)
+    return out
+
+
 def _check_acked(
     sends: dict[tuple[str, MsgId], _Send],
     reads: dict[str, _Read],
     gaps: dict[str, _Gaps],
     report: _Report,
+    delivered_at: Mapping[tuple[str, MsgId], set[int]],
 ) -> int:
     """Invariants 1 (lost) and 2 (offset-mismatch). Returns the losses inside allowed gaps."""
     lost_in_gaps = 0
@@ -648,7 +659,9 @@ def _check_acked(
         topic_gaps = gaps.get(topic, _NO_GAPS)
         found = read.where.get(msg)
         if found is None:
-            acked_at = [ok.offset for ok in s.oks if ok.offset is not None]
+            acked_at = [ok.offset for ok in s.oks if ok.offset is not None] or sorted(
+                delivered_at.get((topic, msg), ())
+            )
             if acked_at and all(topic_gaps.covers(off) for off in acked_at):
                 lost_in_gaps += 1
             else:

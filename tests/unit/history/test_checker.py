@@ -424,6 +424,28 @@ def test_losses_inside_an_allowed_gap_are_counted_not_violations() -> None:
     assert "producer-1#5" in narrower.by_kind["lost"][0]
 
 
+def test_a_send_acked_without_an_offset_is_judged_by_where_it_was_delivered() -> None:
+    """A resend acknowledged as a duplicate whose original offset the broker did not know (offset
+    None), stored at 1, before a retention cut at 3 the final read starts after."""
+    sim = Sim()
+    sim.send("producer-1", 1)
+    resent = MsgId("producer-1", 2)
+    handle = sim.history.send_invoked("producer-1", T, resent)
+    assert sim.store(T, resent) == 1
+    sim.history.send_ok(handle, None)  # the only ack says no offset
+    for seq in range(3, 6):
+        sim.send("producer-1", seq)
+    final = sim.final()
+    del final[T][:3]
+    cut = {T: [(0, 3)]}
+    assert kinds(sim.check(final, allowed_gaps=cut)) == {"lost"}, "never delivered: no proof where it was"
+
+    sim.consume(T, "s")
+    v = sim.check(final, allowed_gaps=cut)
+    assert v.ok, v.summary()
+    assert v.counts.lost_in_allowed_gaps == 3
+
+
 def test_a_bad_allowed_gap_is_refused() -> None:
     with pytest.raises(ValueError, match="half-open"):
         Sim().check(allowed_gaps={T: [(5, 5)]})
