@@ -498,11 +498,16 @@ async def _sample_cursors(res: Resources, history: History, topics: list[str], s
 
 def _expected_reads(history: History, gaps: dict[str, list[tuple[int, int]]]) -> dict[str, int]:
     """Acknowledged messages per topic that a final read must find (those acked at an offset an
-    accepted gap gave up are not expected)."""
+    accepted gap gave up are not expected; one acked without an offset: where it was delivered)."""
+    delivered: dict[tuple[str, object], list[int]] = {}
+    for e in history.events:
+        if e.kind == "deliver" and e.offset is not None:
+            delivered.setdefault((e.topic, e.msg), []).append(e.offset)
     seen: dict[str, set[object]] = {}
     for e in history.events:
         if e.kind == "send" and e.phase == "ok":
-            lost = e.offset is not None and any(a <= e.offset < b for a, b in gaps.get(e.topic, []))
+            at = [e.offset] if e.offset is not None else delivered.get((e.topic, e.msg), [])
+            lost = bool(at) and all(any(a <= o < b for a, b in gaps.get(e.topic, [])) for o in at)
             if not lost:
                 seen.setdefault(e.topic, set()).add(e.msg)
     return {t: len(msgs) for t, msgs in seen.items()}
