@@ -245,6 +245,12 @@ async def test_pages_show_the_admin_apis_numbers_and_actions_work(cluster: Local
                 assert await text(page, "[data-test=log] [data-field=next_offset]") == shown(
                     stats.next_offset
                 )
+                here = await text(page, "[data-test=log] [data-field=object_storage]")
+                if stats.has_uploaded:  # reads back and retention deletions (GetTopicStats' own)
+                    assert here.startswith(f"{shown(stats.remote_entries)} message(s) read back"), here
+                    assert f"retention deleted {shown(stats.retention_deleted_segments)} segment(s)" in here
+                else:
+                    assert here == "\u2013", here
 
                 # ---- move a topic through the UI, behind its confirmation
                 origin = (await admin.describe(moving)).broker_id

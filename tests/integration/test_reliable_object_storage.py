@@ -221,6 +221,8 @@ async def test_a_replay_from_earliest_reads_trimmed_history_from_s3_then_the_liv
         "served from S3 below the local log"
     )
     assert tiered.remote_errors == 0
+    shown = topic_proto(b.registry.stats()[topic], "1")
+    assert (shown.remote_entries, shown.remote_gets) == (tiered.remote_entries, tiered.remote_gets)
 
     pub2 = b.producers.PublishBatches()
     await pub2.write(batch(pid, 999, [b"live-1", b"live-2"]))
@@ -278,6 +280,12 @@ async def test_retention_deletes_acknowledged_history_from_s3_beyond_the_size_li
     stats = b.registry.stats()[topic]
     assert stats.first_offset == first
     assert stats.tiered is not None and stats.tiered.retention_deleted_segments == len(uploaded) - len(kept)
+    shown = topic_proto(stats, "1", uploaded=await rt.uploaded_range())  # GetTopicStats' answer
+    assert (shown.retention_deleted_segments, shown.uploaded_first_offset) == (
+        len(uploaded) - len(kept),
+        first,
+    )
+    assert shown.retention_deleted_bytes == sum(d.size_bytes for d in uploaded) - kept_bytes
 
     replay = await subscribe(b, topic, sub="replay", name="r", earliest=True, window=5000)
     rstream = b.consumers.ReceiveBatches(pb.ReceiveBatchRequest(consumer_id=replay))

@@ -54,6 +54,7 @@ def topic_proto(
     t: TopicStats, broker_id: str, *, uploaded: tuple[int, int] | None = None
 ) -> admin.TopicStats:
     """``uploaded``: offsets [first, next) in object storage (None: none, or no object storage)."""
+    tiered = t.tiered
     return admin.TopicStats(
         name=t.topic,
         broker_id=broker_id,
@@ -84,6 +85,20 @@ def topic_proto(
             )
             for a, b, why, who, at, writer in t.accepted_gaps
         ],
+        **(
+            {
+                "remote_reads": tiered.remote_reads,
+                "remote_entries": tiered.remote_entries,
+                "remote_gets": tiered.remote_gets,
+                "remote_bytes_fetched": tiered.remote_bytes_fetched,
+                "remote_errors": tiered.remote_errors,
+                "last_remote_error": tiered.last_remote_error,
+                "retention_deleted_segments": tiered.retention_deleted_segments,
+                "retention_deleted_bytes": tiered.retention_deleted_bytes,
+            }
+            if tiered is not None
+            else {}
+        ),
     )
 
 

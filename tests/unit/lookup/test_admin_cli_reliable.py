@@ -143,7 +143,11 @@ def test_stats_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     topics = _Topics(GetTopicStats=st)
     run(admin_commands.topics_stats, topics, "topics", "stats", "/d/t")
     out = capsys.readouterr().out
-    assert "offsets kept       10 .. 109" in out and "4096 bytes in 2 segment(s)" in out
+    assert "offsets kept       10 .. 109" in out and "4096 bytes in 2 segment(s), from offset 60" in out
+    assert (
+        "object storage     offsets 10 .. 99; 3 read(s) of 50 message(s) (4 GETs, 5000 bytes), 0 failed; "
+        "retention deleted 6 segment(s), 60000 bytes" in out
+    )
     lines = out.splitlines()
     header = next(i for i, ln in enumerate(lines) if ln.startswith("SUBSCRIPTION"))
     assert lines[header].split() == [c.upper() for c in admin_commands.SUBSCRIPTION_COLUMNS]
@@ -165,6 +169,8 @@ def test_stats_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     run(admin_commands.topics_stats, topics, "topics", "stats", "/d/t", "-o", "json")
     doc = json.loads(capsys.readouterr().out)
     assert doc["next_offset"] == 110 and doc["durability"] == "fsync"
+    assert doc["uploaded"] == {"first_offset": 10, "next_offset": 100}
+    assert (doc["retention_deleted_segments"], doc["remote_entries"]) == (6, 50)
     assert doc["subscriptions"][0]["redelivered_total"] == 4
     assert doc["subscriptions"][1]["cursor"] is None
     assert [r.name for r in topics.requests] == ["/d/t", "/d/t"]

@@ -393,6 +393,20 @@ def topic_stats_dict(st: apb.TopicStats) -> dict[str, Any]:
         "next_offset": st.next_offset,
         "wal_bytes": st.wal_bytes,
         "wal_segments": st.wal_segments,
+        "local_first_offset": st.local_first_offset,
+        "uploaded": (
+            {"first_offset": st.uploaded_first_offset, "next_offset": st.uploaded_next_offset}
+            if st.has_uploaded
+            else None
+        ),
+        "remote_reads": st.remote_reads,
+        "remote_entries": st.remote_entries,
+        "remote_gets": st.remote_gets,
+        "remote_bytes_fetched": st.remote_bytes_fetched,
+        "remote_errors": st.remote_errors,
+        "last_remote_error": st.last_remote_error,
+        "retention_deleted_segments": st.retention_deleted_segments,
+        "retention_deleted_bytes": st.retention_deleted_bytes,
         "msgs_in_total": st.msgs_in_total,
         "bytes_in_total": st.bytes_in_total,
         "msg_rate_in": st.msg_rate_in,
@@ -436,13 +450,29 @@ def topics_stats(admin: Admin, args: argparse.Namespace) -> None:
         {"field": "durability", "value": st.durability},
         {"field": "offsets kept", "value": kept},
         {"field": "next offset", "value": st.next_offset},
-        {"field": "wal", "value": f"{st.wal_bytes} bytes in {st.wal_segments} segment(s)"},
+        {
+            "field": "wal",
+            "value": f"{st.wal_bytes} bytes in {st.wal_segments} segment(s)"
+            + (f", from offset {st.local_first_offset}" if st.local_first_offset > st.first_offset else ""),
+        },
         {"field": "messages in", "value": f"{st.msgs_in_total} ({st.bytes_in_total} bytes)"},
         {"field": "rate in", "value": f"{_rate(st.msg_rate_in)} msg, {_rate(st.bytes_rate_in)} bytes"},
         {"field": "producers", "value": st.producers},
     ]
     if st.state:
         fields.insert(2, {"field": "state", "value": st.state})
+    if st.has_uploaded:
+        fields.append(
+            {
+                "field": "object storage",
+                "value": f"offsets {st.uploaded_first_offset} .. {st.uploaded_next_offset - 1}; "
+                f"{st.remote_reads} read(s) of {st.remote_entries} message(s) ({st.remote_gets} GETs, "
+                f"{st.remote_bytes_fetched} bytes), {st.remote_errors} failed"
+                + (f" (last: {st.last_remote_error})" if st.remote_errors else "")
+                + f"; retention deleted {st.retention_deleted_segments} segment(s), "
+                f"{st.retention_deleted_bytes} bytes",
+            }
+        )
     if st.log_writer:
         fields.append(
             {

@@ -424,7 +424,7 @@ class AcceptedGap(_message.Message):
     def __init__(self, start_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., reason: _Optional[str] = ..., decided_by: _Optional[str] = ..., at_ms: _Optional[int] = ..., writer: _Optional[str] = ...) -> None: ...
 
 class TopicStats(_message.Message):
-    __slots__ = ("name", "broker_id", "dispatch_strategy", "durability", "first_offset", "next_offset", "wal_bytes", "wal_segments", "msgs_in_total", "bytes_in_total", "msg_rate_in", "bytes_rate_in", "producers", "subscriptions", "log_writer", "log_epoch", "log_start_offset", "reserved_to", "state", "accepted_gaps", "local_first_offset", "has_uploaded", "uploaded_first_offset", "uploaded_next_offset")
+    __slots__ = ("name", "broker_id", "dispatch_strategy", "durability", "first_offset", "next_offset", "wal_bytes", "wal_segments", "msgs_in_total", "bytes_in_total", "msg_rate_in", "bytes_rate_in", "producers", "subscriptions", "log_writer", "log_epoch", "log_start_offset", "reserved_to", "state", "accepted_gaps", "local_first_offset", "has_uploaded", "uploaded_first_offset", "uploaded_next_offset", "remote_reads", "remote_entries", "remote_gets", "remote_bytes_fetched", "remote_errors", "last_remote_error", "retention_deleted_segments", "retention_deleted_bytes")
     NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_STRATEGY_FIELD_NUMBER: _ClassVar[int]
@@ -449,6 +449,14 @@ class TopicStats(_message.Message):
     HAS_UPLOADED_FIELD_NUMBER: _ClassVar[int]
     UPLOADED_FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     UPLOADED_NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_READS_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_GETS_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_BYTES_FETCHED_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    LAST_REMOTE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_DELETED_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_DELETED_BYTES_FIELD_NUMBER: _ClassVar[int]
     name: str
     broker_id: str
     dispatch_strategy: str
@@ -473,7 +481,15 @@ class TopicStats(_message.Message):
     has_uploaded: bool
     uploaded_first_offset: int
     uploaded_next_offset: int
-    def __init__(self, name: _Optional[str] = ..., broker_id: _Optional[str] = ..., dispatch_strategy: _Optional[str] = ..., durability: _Optional[str] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., wal_segments: _Optional[int] = ..., msgs_in_total: _Optional[int] = ..., bytes_in_total: _Optional[int] = ..., msg_rate_in: _Optional[float] = ..., bytes_rate_in: _Optional[float] = ..., producers: _Optional[int] = ..., subscriptions: _Optional[_Iterable[_Union[SubscriptionStats, _Mapping]]] = ..., log_writer: _Optional[str] = ..., log_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., reserved_to: _Optional[int] = ..., state: _Optional[str] = ..., accepted_gaps: _Optional[_Iterable[_Union[AcceptedGap, _Mapping]]] = ..., local_first_offset: _Optional[int] = ..., has_uploaded: _Optional[bool] = ..., uploaded_first_offset: _Optional[int] = ..., uploaded_next_offset: _Optional[int] = ...) -> None: ...
+    remote_reads: int
+    remote_entries: int
+    remote_gets: int
+    remote_bytes_fetched: int
+    remote_errors: int
+    last_remote_error: str
+    retention_deleted_segments: int
+    retention_deleted_bytes: int
+    def __init__(self, name: _Optional[str] = ..., broker_id: _Optional[str] = ..., dispatch_strategy: _Optional[str] = ..., durability: _Optional[str] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., wal_segments: _Optional[int] = ..., msgs_in_total: _Optional[int] = ..., bytes_in_total: _Optional[int] = ..., msg_rate_in: _Optional[float] = ..., bytes_rate_in: _Optional[float] = ..., producers: _Optional[int] = ..., subscriptions: _Optional[_Iterable[_Union[SubscriptionStats, _Mapping]]] = ..., log_writer: _Optional[str] = ..., log_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., reserved_to: _Optional[int] = ..., state: _Optional[str] = ..., accepted_gaps: _Optional[_Iterable[_Union[AcceptedGap, _Mapping]]] = ..., local_first_offset: _Optional[int] = ..., has_uploaded: _Optional[bool] = ..., uploaded_first_offset: _Optional[int] = ..., uploaded_next_offset: _Optional[int] = ..., remote_reads: _Optional[int] = ..., remote_entries: _Optional[int] = ..., remote_gets: _Optional[int] = ..., remote_bytes_fetched: _Optional[int] = ..., remote_errors: _Optional[int] = ..., last_remote_error: _Optional[str] = ..., retention_deleted_segments: _Optional[int] = ..., retention_deleted_bytes: _Optional[int] = ...) -> None: ...
 
 class BrokerStatsRequest(_message.Message):
     __slots__ = ()

@@ -135,6 +135,14 @@ export function logFacts(s) {
       s.has_uploaded ? offsetRange(s.uploaded_first_offset, s.uploaded_next_offset) : "nothing yet (or no object storage)",
       "uploaded",
     ],
+    [
+      "Object storage here",
+      s.has_uploaded
+        ? `${fmt.int(s.remote_entries)} message(s) read back (${fmt.int(s.remote_errors)} failed reads) \u00b7 ` +
+          `retention deleted ${fmt.int(s.retention_deleted_segments)} segment(s), ${fmt.bytes(s.retention_deleted_bytes)}`
+        : "\u2013",
+      "object_storage",
+    ],
     ["Durability", s.durability || "\u2013", "durability"],
     ["Log writer", s.log_writer ? `broker ${s.log_writer}, epoch ${fmt.int(s.log_epoch)}, from offset ${fmt.int(s.log_start_offset)}` : "\u2013", "writer"],
     ["Offsets reserved up to", s.reserved_to ? fmt.int(s.reserved_to) : "\u2013", "reserved_to"],
