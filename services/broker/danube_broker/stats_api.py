@@ -55,7 +55,7 @@ def topic_proto(
 ) -> admin.TopicStats:
     """``uploaded``: offsets [first, next) in object storage (None: none, or no object storage)."""
     tiered = t.tiered
-    return admin.TopicStats(
+    msg = admin.TopicStats(
         name=t.topic,
         broker_id=broker_id,
         dispatch_strategy=t.dispatch_strategy,
@@ -85,21 +85,17 @@ def topic_proto(
             )
             for a, b, why, who, at, writer in t.accepted_gaps
         ],
-        **(
-            {
-                "remote_reads": tiered.remote_reads,
-                "remote_entries": tiered.remote_entries,
-                "remote_gets": tiered.remote_gets,
-                "remote_bytes_fetched": tiered.remote_bytes_fetched,
-                "remote_errors": tiered.remote_errors,
-                "last_remote_error": tiered.last_remote_error,
-                "retention_deleted_segments": tiered.retention_deleted_segments,
-                "retention_deleted_bytes": tiered.retention_deleted_bytes,
-            }
-            if tiered is not None
-            else {}
-        ),
     )
+    if tiered is not None:
+        msg.remote_reads = tiered.remote_reads
+        msg.remote_entries = tiered.remote_entries
+        msg.remote_gets = tiered.remote_gets
+        msg.remote_bytes_fetched = tiered.remote_bytes_fetched
+        msg.remote_errors = tiered.remote_errors
+        msg.last_remote_error = tiered.last_remote_error
+        msg.retention_deleted_segments = tiered.retention_deleted_segments
+        msg.retention_deleted_bytes = tiered.retention_deleted_bytes
+    return msg
 
 
 def disk_free_bytes(cfg: BrokerConfig) -> int:
