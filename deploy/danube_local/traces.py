@@ -141,6 +141,10 @@ class _Servicer(trace_service_pb2_grpc.TraceServiceServicer):
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
+#: How long a stopping sink lets exports in flight finish.
+STOP_GRACE_S = 1.0
+
+
 class TraceSink:
     """Collects the spans exported to it; ``endpoint`` is what ``OTEL_EXPORTER_OTLP_ENDPOINT``
     takes. With ``path``, every span is also appended to that JSON-lines file; with
@@ -183,7 +187,9 @@ class TraceSink:
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.stop(grace=None)
+            # Graceful: an export in flight finishes (its spans are kept) instead of being
+            # cancelled, which its client logs as a GOAWAY ("Cancelling all calls").
+            self._server.stop(grace=STOP_GRACE_S).wait()
             self._server = None
         with self._lock:
             if self._file is not None:
