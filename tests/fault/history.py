@@ -575,7 +575,7 @@ def check(
     sends, send_counts = _index_sends(events)
     reads = {topic: _Read(entries) for topic, entries in final_reads.items()}
 
-    lost_in_gaps = _check_acked(sends, reads, gaps, report, _delivered_offsets(events))
+    lost_in_gaps = _check_acked(sends, reads, gaps, report, delivered_offsets(events))
     _check_phantoms(events, sends, final_reads, report)
     _check_producer_order(sends, final_reads, report)
     _check_offsets(final_reads, gaps, report)
@@ -634,7 +634,7 @@ def _index_sends(events: Sequence[Event]) -> tuple[dict[tuple[str, MsgId], _Send
     return sends, counts
 
 
-def _delivered_offsets(events: Sequence[Event]) -> dict[tuple[str, MsgId], set[int]]:
+def delivered_offsets(events: Iterable[Event]) -> dict[tuple[str, MsgId], set[int]]:
     """Where each message was delivered, per topic (any subscription)."""
     out: dict[tuple[str, MsgId], set[int]] = defaultdict(set)
     for e in events:

@@ -45,7 +45,7 @@ from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 from danube_sdk import SubType
 from tests.fault.cluster import LEADERSHIP_TTL_S, REGISTRATION_TTL_S, FaultCluster
-from tests.fault.history import History, Verdict, check
+from tests.fault.history import History, Verdict, check, delivered_offsets
 from tests.fault.workload import DEFAULT_SUBSCRIPTIONS, Workload, final_read
 from tests.support import unique, wait_until
 from tests.unit.wal_uploader.helpers import UploaderClient
@@ -396,15 +396,19 @@ class Outcome:
         return "\n".join(lines)
 
 
-async def _first_described(res: Resources, topic: str) -> int:
+async def _described(res: Resources, topic: str) -> list[int]:
+    """The start offsets of the topic's uploaded segments (their descriptors in etcd)."""
     kvs, _ = await res.store.get_prefix(res.keys.segments_prefix(TopicName.parse(topic)))
-    return min((int(kv.json()["start_offset"]) for kv in kvs), default=0)
+    return [int(kv.json()["start_offset"]) for kv in kvs]
+
+
+async def _first_described(res: Resources, topic: str) -> int:
+    return min(await _described(res, topic), default=0)
 
 
 async def _uploaded_at_least(res: Resources, topics: list[str], n: int) -> bool:
     for t in topics:
-        kvs, _ = await res.store.get_prefix(res.keys.segments_prefix(TopicName.parse(t)))
-        if len(kvs) < n:
+        if len(await _described(res, t)) < n:
             return False
     return True
 
@@ -499,14 +503,11 @@ async def _sample_cursors(res: Resources, history: History, topics: list[str], s
 def _expected_reads(history: History, gaps: dict[str, list[tuple[int, int]]]) -> dict[str, int]:
     """Acknowledged messages per topic that a final read must find (those acked at an offset an
     accepted gap gave up are not expected; one acked without an offset: where it was delivered)."""
-    delivered: dict[tuple[str, object], list[int]] = {}
-    for e in history.events:
-        if e.kind == "deliver" and e.offset is not None:
-            delivered.setdefault((e.topic, e.msg), []).append(e.offset)
+    delivered = delivered_offsets(history.events)
     seen: dict[str, set[object]] = {}
     for e in history.events:
         if e.kind == "send" and e.phase == "ok":
-            at = [e.offset] if e.offset is not None else delivered.get((e.topic, e.msg), [])
+            at = [e.offset] if e.offset is not None else sorted(delivered.get((e.topic, e.msg), ()))
             lost = bool(at) and all(any(a <= o < b for a, b in gaps.get(e.topic, [])) for o in at)
             if not lost:
                 seen.setdefault(e.topic, set()).add(e.msg)

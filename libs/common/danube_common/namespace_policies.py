@@ -144,6 +144,13 @@ class NamespacePolicies:
             return self
         return self.with_topic_overrides(own.to_json())
 
+    def for_topic(
+        self, record_policies: dict[str, Any] | None, own: NamespacePolicies | None
+    ) -> NamespacePolicies:
+        """What one topic's brokers apply: these (its namespace's), over them what its record
+        set at creation (retention), over those its own policies (``topics set-policies``)."""
+        return self.with_topic_overrides(record_policies).overridden_by(own)
+
     def only_limits(self) -> NamespacePolicies:
         """InvalidArgument unless every policy set here is one a topic may override."""
         other = [k for k in self.to_json() if k not in TOPIC_NAMES]

@@ -377,10 +377,10 @@ class NamespaceLimits:
         self._with_ttl: dict[str, Topic] = {}
 
     def policies_of(self, topic: Topic) -> NamespacePolicies:
-        ns = self._view.get(topic.topic_name.namespace)
         record = topic.record
-        inherited = ns.with_topic_overrides(record.policies if record is not None else None)
-        return inherited.overridden_by(self._view.of_topic(topic.name))
+        return self._view.get(topic.topic_name.namespace).for_topic(
+            record.policies if record is not None else None, self._view.of_topic(topic.name)
+        )
 
     def refresh(self, topic: Topic) -> None:
         """Compute ``topic.limits`` (and a reliable topic's retention defaults) anew."""

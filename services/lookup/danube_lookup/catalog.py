@@ -400,7 +400,7 @@ class Catalog:
         set at creation (retention), over those its own policies."""
         rec = await self._res.get_topic(topic)
         ns = await self._res.get_namespace_policies(topic.namespace)
-        return ns.with_topic_overrides(rec.policies if rec is not None else None).overridden_by(own)
+        return ns.for_topic(rec.policies if rec is not None else None, own)
 
     async def set_topic_policies(
         self, name: str, changes: dict[str, Any], clear: list[str]
@@ -442,7 +442,7 @@ class Catalog:
 
         def effective(rec: TopicRecord) -> NamespacePolicies:
             space = TopicName.parse(rec.name).namespace
-            return ns[space].with_topic_overrides(rec.policies).overridden_by(own.get(rec.name))
+            return ns[space].for_topic(rec.policies, own.get(rec.name))
 
         return effective
 
