@@ -251,6 +251,12 @@ async def test_pages_show_the_admin_apis_numbers_and_actions_work(cluster: Local
                     assert f"retention deleted {shown(stats.retention_deleted_segments)} segment(s)" in here
                 else:
                     assert here == "\u2013", here
+                compacted = await text(page, "[data-test=log] [data-field=compaction]")
+                if stats.has_compaction:  # the compacted view (GetTopicStats' own)
+                    want_view = f"below offset {shown(stats.compaction.horizon)}: {shown(stats.compaction.keys)} key(s)"
+                    assert compacted.startswith(want_view), compacted
+                else:
+                    assert compacted == "never compacted", compacted
 
                 # ---- move a topic through the UI, behind its confirmation
                 origin = (await admin.describe(moving)).broker_id

@@ -6,6 +6,8 @@ a WAL uploader per broker, load managers and leader replicas as processes, real 
   object storage, then live messages.
 - A ``cloud`` topic's broker is killed (``kill -9``) together with its uploader and its data
   directory is deleted: the topic's new owner serves every acknowledged message.
+- A keyed topic compacted with ``danube-admin topics compact``: an SDK subscription with
+  ``read_compacted`` gets each key's newest value, then the live log.
 """
 
 from __future__ import annotations
@@ -177,4 +179,50 @@ async def test_cloud_topic_survives_losing_its_broker_and_disk(cluster: LocalClu
     assert json.loads(r.stdout)["broker_id"] != victim
     print(
         f"\ncloud topic: broker {victim} and its disk lost; all 2000 acked messages served {served_after:.1f}s later"
+    )
+
+
+async def test_a_compacted_topic_gives_each_keys_newest_value_through_the_cli_and_the_sdk(
+    cluster: LocalCluster,
+) -> None:
+    """`danube-admin topics compact` on the owning broker (through the lookup), then an SDK
+    subscription with read_compacted: below the horizon the newest value of each key (a
+    tombstone drops its key, a keyless message is left out), then the live log."""
+    topic = f"/default/{unique('table')}"
+    r = admin(cluster, "topics", "create", topic, "--dispatch-strategy", "reliable")
+    assert r.returncode == 0, r.stderr
+    async with DanubeClient(cluster.service_url) as client:
+        producer = await client.create_producer(
+            topic, producer_name=unique("p"), dispatch_strategy=DispatchStrategy.RELIABLE, send_timeout_s=60
+        )
+        futures = [await producer.send_async(f"v{i}".encode(), key=f"k{i % 30}") for i in range(300)]
+        futures.append(await producer.send_async(b"", key="k0"))  # a tombstone: k0 is deleted
+        futures.append(await producer.send_async(b"no key"))
+        await asyncio.gather(*futures)
+
+        r = admin(cluster, "-o", "json", "topics", "compact", topic)
+        assert r.returncode == 0, r.stderr
+        info = json.loads(r.stdout)
+        assert (info["horizon"], info["keys"]) == (302, 29), info
+        r = admin(cluster, "-o", "json", "topics", "stats", topic)
+        assert json.loads(r.stdout)["compaction"]["horizon"] == 302
+
+        consumer = await client.subscribe(
+            topic, subscription="view", initial_position=InitialPosition.EARLIEST, read_compacted=True
+        )
+        await (await producer.send_async(b"after", key="k0"))
+        newest: dict[str | None, bytes] = {}
+        offsets: list[int] = []
+        deadline = time.monotonic() + 30
+        while newest.get("k0") != b"after":
+            assert time.monotonic() < deadline, f"compacted read incomplete: {sorted(offsets)}"
+            for msg in await consumer.receive_many(100, timeout_s=10):
+                newest[msg.key] = msg.payload
+                offsets.append(msg.offset)
+                await consumer.ack(msg)
+        await consumer.close()
+        await producer.close()
+    assert newest == {**{f"k{k}": f"v{270 + k}".encode() for k in range(1, 30)}, "k0": b"after"}
+    assert offsets == sorted(offsets) and offsets[-1] == 302 and len(offsets) < 300, (
+        "only the view, then the tail"
     )

@@ -45,7 +45,7 @@ from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 from danube_sdk import SubType
 from tests.fault.cluster import LEADERSHIP_TTL_S, REGISTRATION_TTL_S, FaultCluster
-from tests.fault.history import History, Verdict, check, delivered_offsets
+from tests.fault.history import History, MsgId, Verdict, check, delivered_offsets
 from tests.fault.workload import DEFAULT_SUBSCRIPTIONS, Workload, final_read
 from tests.support import unique, wait_until
 from tests.unit.wal_uploader.helpers import UploaderClient
@@ -318,7 +318,7 @@ async def retention_under_faults(ctx: Ctx) -> None:
     cut = await ctx.history_cut({t: 0 for t in ctx.topics})
     ctx.notes.append(f"history cut by the first owner: {cut}")
     await ctx.fc.kill(ctx.victim)
-    owner = await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
+    owners = {t: await ctx.owned_elsewhere(t, ctx.victim) for t in ctx.topics}  # not always the same one
     await ctx.acks_flow()
     await ctx.fc.restart(ctx.victim)
     cut = await ctx.history_cut(cut)
@@ -326,7 +326,7 @@ async def retention_under_faults(ctx: Ctx) -> None:
     for topic in ctx.topics:
         await ctx.fc.admin("topics", "move", topic)
     for topic in ctx.topics:
-        await ctx.owned_elsewhere(topic, owner)
+        await ctx.owned_elsewhere(topic, owners[topic])
     await ctx.acks_flow()
     cut = await ctx.history_cut(cut)
     ctx.notes.append(f"history cut after the move: {cut}")
@@ -338,6 +338,65 @@ RETENTION_SIZE_BYTES: dict[str, int] = {"retention_under_faults": 64 * 1024}
 HELD = (("held-sub", SubType.EXCLUSIVE),)
 #: Their sends per second per producer (segments fill faster: a shorter run).
 RETENTION_RATE_PER_PRODUCER_S = 400.0
+#: Scenarios whose topics are compacted by their owner (the ``compaction_threshold_bytes``
+#: policy) and whose sends carry routing keys (:func:`compaction_key`); a compacted read of each
+#: topic at the end must hold every key's newest acknowledged value (:func:`compaction_problems`).
+COMPACTION_THRESHOLD_BYTES: dict[str, int] = {"retention_under_faults": 16 * 1024}
+#: A producer's first sends each have a key of their own (written once, early: once retention
+#: deleted them, only the compacted view has them); its later sends cycle through a few keys.
+COLD_SENDS = 100
+HOT_KEYS = 8
+
+
+def compaction_key(process: str, seq: int) -> str:
+    return f"{process}-cold-{seq}" if seq <= COLD_SENDS else f"{process}-hot-{seq % HOT_KEYS}"
+
+
+def compaction_problems(
+    history: History,
+    reads: dict[str, list[tuple[int, MsgId | None]]],
+    key_for: Callable[[str, int], str | None],
+) -> list[str]:
+    """A compacted read of each topic (``reads``: offset order) against the history: for every
+    key, the last value read must be the key's newest acknowledged send or a newer send of it
+    (a send whose outcome was unknown may have been stored); every value read was sent (no
+    phantom), once per offset, offsets increasing. One line per problem."""
+    newest_acked: dict[tuple[str, str], int] = {}
+    sent: set[tuple[str, MsgId]] = set()
+    for e in history.events:
+        if e.kind != "send" or e.msg is None:
+            continue
+        if e.phase == "invoke":
+            sent.add((e.topic, e.msg))
+        elif e.phase == "ok":
+            key = key_for(e.msg.producer, e.msg.seq)
+            if key is not None:
+                k = (e.topic, key)
+                newest_acked[k] = max(newest_acked.get(k, 0), e.msg.seq)
+    out: list[str] = []
+    last: dict[tuple[str, str], int] = {}
+    for topic, entries in reads.items():
+        previous = -1
+        for offset, msg in entries:
+            if offset <= previous:
+                out.append(f"{topic}: offset {offset} read after {previous}")
+            previous = offset
+            if msg is None or (topic, msg) not in sent:
+                out.append(f"{topic}: offset {offset} holds {msg}, which was never sent")
+                continue
+            key = key_for(msg.producer, msg.seq)
+            if key is not None:
+                last[(topic, key)] = msg.seq
+    for (topic, key), seq in sorted(newest_acked.items()):
+        got = last.get((topic, key))
+        if got is None:
+            out.append(f"{topic} key {key}: newest acknowledged send #{seq} missing from the compacted read")
+        elif got < seq:
+            out.append(
+                f"{topic} key {key}: the compacted read ends at send #{got}, older than acknowledged #{seq}"
+            )
+    return out
+
 
 SCENARIOS: dict[str, Scenario] = {
     "kill9_owner": kill9_owner,
@@ -373,10 +432,14 @@ class Outcome:
     #: Acknowledged messages some subscription never received (checked where retention cuts
     #: the history: the final read cannot show those).
     undelivered: list[str] = field(default_factory=list)
+    #: What a compacted read of the topics got wrong (compacted scenarios only).
+    compaction: list[str] = field(default_factory=list)
+    #: Messages the compacted reads received, per topic (compacted scenarios only).
+    compacted_reads: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return self.verdict.ok and not self.chain_violations and not self.undelivered
+        return self.verdict.ok and not self.chain_violations and not self.undelivered and not self.compaction
 
     def summary(self) -> str:
         gaps = ", ".join(f"{t.rsplit('/', 1)[-1]} {s:.2f}s" for t, s in self.longest_ack_gap_s.items())
@@ -392,6 +455,11 @@ class Outcome:
                 f"undelivered: {len(self.undelivered)} acknowledged message(s) a subscription never got:"
             )
             lines += [f"  {v}" for v in self.undelivered[:20]]
+        if self.compacted_reads:
+            lines.append(f"compacted reads: {self.compacted_reads} message(s)")
+        if self.compaction:
+            lines.append(f"compacted view: {len(self.compaction)} problem(s):")
+            lines += [f"  {v}" for v in self.compaction[:20]]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -580,6 +648,7 @@ async def run_scenario(
     tag = name.replace("_", "-")
     topics = [f"/default/{unique(f'{tag}-fsync')}", f"/default/{unique(f'{tag}-cloud')}"]
     retention = RETENTION_SIZE_BYTES.get(name)
+    compaction = COMPACTION_THRESHOLD_BYTES.get(name)
     await fc.create_topic(topics[0], durability="fsync", retention_size_bytes=retention)
     await fc.create_topic(topics[1], durability="cloud", retention_size_bytes=retention)
     history = History()
@@ -594,9 +663,15 @@ async def run_scenario(
         send_timeout_s=120,
         operation_timeout_s=120,
         held=HELD if retention is not None else (),
+        key_for=compaction_key if compaction is not None else None,
     )
     stop_sampling = asyncio.Event()
     async with fc.etcd() as res:
+        if compaction is not None:
+            for t in topics:
+                await res.update_topic_policies(
+                    TopicName.parse(t), {"compaction_threshold_bytes": compaction}
+                )
         await workload.start()
         sampler = asyncio.create_task(_sample_cursors(res, history, topics, stop_sampling))
         notes: list[str] = []
@@ -653,6 +728,18 @@ async def run_scenario(
                 strict=True,
             )
         )
+        compacted: dict[str, list[tuple[int, MsgId | None]]] = {}
+        if compaction is not None:
+            for t in topics:
+                compacted[t] = await final_read(
+                    fc.service_url,
+                    t,
+                    expect_at_least=0,
+                    timeout_s=60,
+                    idle_s=1.5,
+                    admin_addr=fc.admin_addr,
+                    read_compacted=True,
+                )
         log.info("%s: checking %d events", name, len(history.events))
         verdict = check(history, final_reads=reads, allowed_gaps=allowed, idempotent=True)
         records = await read_log_chain(res, topics)
@@ -670,4 +757,6 @@ async def run_scenario(
         took_s=time.monotonic() - t0,
         notes=notes,
         undelivered=missed,
+        compaction=compaction_problems(history, compacted, compaction_key) if compacted else [],
+        compacted_reads={t: len(r) for t, r in compacted.items()},
     )

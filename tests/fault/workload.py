@@ -48,7 +48,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 
 import grpc
@@ -133,6 +133,7 @@ class Workload:
         receiver_queue_size: int = 200,
         run_id: str | None = None,
         held: Sequence[tuple[str, SubType]] = (),
+        key_for: Callable[[str, int], str | None] | None = None,
     ) -> None:
         if not topics:
             raise ValueError("a workload needs at least one topic")
@@ -145,6 +146,8 @@ class Workload:
         self.assignment = assign_consumers(consumers, subscriptions) + list(held)
         self.subscriptions = [name for name, _ in (*subscriptions, *held)]
         self._held = {name for name, _ in held}
+        #: The routing key of a producer process' send number (None: no keys).
+        self.key_for = key_for
         self._released = asyncio.Event()
         self.rate_per_producer_s = rate_per_producer_s
         self.payload_bytes = payload_bytes
@@ -303,8 +306,9 @@ class Workload:
             seq += 1
             msg = MsgId(process, seq)
             handle = self.history.send_invoked(process, topic, msg)
+            key = self.key_for(process, seq) if self.key_for is not None else None
             try:
-                fut = await producers[topic].send_async(encode_payload(msg, self.payload_bytes))
+                fut = await producers[topic].send_async(encode_payload(msg, self.payload_bytes), key=key)
             except DanubeError as err:  # raised before the message was handed to a batch
                 self.history.send_failed(handle, err, definite=True)
                 continue
@@ -409,6 +413,7 @@ async def final_read(
     subscription: str | None = None,
     admin_addr: str | None = None,
     past_end_idle_s: float = 0.25,
+    read_compacted: bool = False,
 ) -> list[tuple[int, MsgId | None]]:
     """Everything ``topic`` keeps, as a new exclusive subscription from ``earliest`` receives it.
 
@@ -420,6 +425,7 @@ async def final_read(
     came for ``past_end_idle_s`` (if the end is never reached, the idle rule above still ends
     it). A repeated offset holding the same message (a redelivery after the reader's own
     reconnect) is dropped; a repeated offset holding another message is kept for the checker.
+    ``read_compacted``: the subscription reads the topic's compacted view below its horizon.
     The subscription is deleted at the end.
     """
     out: list[tuple[int, MsgId | None]] = []
@@ -432,6 +438,7 @@ async def final_read(
             consumer_name=f"reader-{uuid.uuid4().hex[:8]}",
             sub_type=SubType.EXCLUSIVE,
             initial_position=InitialPosition.EARLIEST,
+            read_compacted=read_compacted,
         )
         end = None
         if admin_addr is not None:

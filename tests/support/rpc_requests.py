@@ -209,7 +209,10 @@ REQUESTS: dict[str, Builder] = {
     f"{_ADMIN}TopicAdmin/ForceTakeover": lambda e: apb.ForceTakeoverRequest(
         name=e.missing_topic, reason="authz probe"
     ),
+    f"{_ADMIN}TopicAdmin/CompactTopic": lambda e: apb.CompactTopicRequest(name=e.topic),
     f"{_ADMIN}BrokerStatsService/GetTopicStats": lambda e: apb.TopicStatsRequest(name=e.topic),
+    # The probe topic is non_reliable: a permitted compaction is refused (FAILED_PRECONDITION).
+    f"{_ADMIN}BrokerStatsService/CompactTopic": lambda e: apb.CompactTopicRequest(name=e.topic),
     # A campaign for a role nobody else uses: won at once, resigned when the probe cancels.
     "/danube.leader.v1.LeaderElection/Campaign": lambda e: lpb.CampaignRequest(
         role=PROBE_ROLE, candidate_id="authz-probe", ttl_s=5

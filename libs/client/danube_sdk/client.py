@@ -236,6 +236,7 @@ class DanubeClient:
         max_unacked_messages: int = 0,
         chunked_message_timeout_s: float = 60.0,
         max_pending_chunked_messages: int = 100,
+        read_compacted: bool = False,
     ) -> Consumer[T]: ...
 
     @overload
@@ -255,6 +256,7 @@ class DanubeClient:
         max_unacked_messages: int = 0,
         chunked_message_timeout_s: float = 60.0,
         max_pending_chunked_messages: int = 100,
+        read_compacted: bool = False,
     ) -> Consumer[bytes]: ...
 
     async def subscribe(
@@ -273,6 +275,7 @@ class DanubeClient:
         max_unacked_messages: int = 0,
         chunked_message_timeout_s: float = 60.0,
         max_pending_chunked_messages: int = 100,
+        read_compacted: bool = False,
     ) -> Consumer[Any]:
         """Subscribe to an existing ``topic`` (all its partitions) as ``subscription``.
 
@@ -286,6 +289,11 @@ class DanubeClient:
         A chunked message with no new chunk for ``chunked_message_timeout_s``, or beyond
         ``max_pending_chunked_messages`` incomplete ones per partition, is dropped (counted in
         ``consumer.chunked_dropped``; its chunks acknowledged).
+        ``read_compacted`` (reliable topics): read the topic's compacted view, only the newest
+        message of each routing key below its compaction horizon (offsets jump over the rest),
+        then everything from the horizon on. It is fixed when the subscription is created: an
+        existing subscription keeps the value it was created with, whatever is passed here.
+        A non-reliable topic refuses it (FailedPrecondition).
         """
         self._check_open()
         TopicName.parse(topic)
@@ -301,6 +309,7 @@ class DanubeClient:
             max_unacked_messages=max_unacked_messages,
             chunked_message_timeout_s=chunked_message_timeout_s,
             max_pending_chunked_messages=max_pending_chunked_messages,
+            read_compacted=bool(read_compacted),
         )
         partitions = await self.topic_partitions(topic)
         if not partitions:
@@ -335,6 +344,7 @@ class DanubeClient:
         reader_name: str | None = None,
         schema: Schema[Any] | None = None,
         receiver_queue_size: int = 1000,
+        read_compacted: bool = False,
     ) -> Reader[Any]:
         """Read the reliable ``topic`` from ``start`` without a durable subscription.
 
@@ -344,6 +354,9 @@ class DanubeClient:
         is stored in etcd and retention does not wait for the reader; it follows the live tail
         and continues after a topic move from the next offset it has not received (see
         :mod:`danube_sdk.reader`). A non-reliable topic is refused (FailedPrecondition).
+        ``read_compacted``: read the topic's compacted view (only the newest message of each
+        routing key below its compaction horizon, then everything from the horizon on); asked
+        for again on every re-attach.
         """
         self._check_open()
         TopicName.parse(topic)
@@ -364,6 +377,7 @@ class DanubeClient:
             sub_type=SubType.EXCLUSIVE,
             receiver_queue_size=receiver_queue_size,
             max_unacked_messages=receiver_queue_size,
+            read_compacted=bool(read_compacted),
         )
         consumer: Consumer[Any] = Consumer(
             self._conns,
@@ -396,12 +410,14 @@ class DanubeClient:
         ack_flush_interval_ms: float = 5.0,
         initial_position: InitialPosition = InitialPosition.LATEST,
         max_unacked_messages: int = 0,
+        read_compacted: bool = False,
         refresh_interval_s: float = multi_consumer.DEFAULT_REFRESH_INTERVAL_S,
     ) -> multi_consumer.MultiTopicConsumer[Any]:
         """Subscribe to many topics as one consumer: a list (``topics``, each must exist), or every
         topic of one namespace matching ``pattern`` (``/namespace/REGEX``), followed as topics are
         created and deleted (listed every ``refresh_interval_s``). Messages of all topics are
-        merged fairly; options as :meth:`subscribe`. See :mod:`danube_sdk.multi_consumer`.
+        merged fairly; options as :meth:`subscribe` (``read_compacted`` applies to every topic,
+        those found later included). See :mod:`danube_sdk.multi_consumer`.
         """
         self._check_open()
         if not subscription:
@@ -416,6 +432,7 @@ class DanubeClient:
             ack_flush_interval_ms=ack_flush_interval_ms,
             initial_position=InitialPosition(initial_position),
             max_unacked_messages=max_unacked_messages,
+            read_compacted=bool(read_compacted),
         )
         consumer = await multi_consumer.create(
             self._conns,

@@ -99,6 +99,11 @@ class ConsumerOptions:
     chunked_message_timeout_s: float = 60.0
     #: Incomplete chunked messages held per partition; past it the oldest is dropped.
     max_pending_chunked_messages: int = 100
+    #: Read the topic's compacted view (reliable topics; ``ConsumerRequest.read_compacted``):
+    #: below its compaction horizon only the newest message of each routing key, so offsets
+    #: jump over what compaction left out. A durable subscription keeps the value of the
+    #: Subscribe that created it; a reader sends it on every attach.
+    read_compacted: bool = False
 
     def __post_init__(self) -> None:
         _require(self.receiver_queue_size >= 1, "receiver_queue_size must be >= 1")

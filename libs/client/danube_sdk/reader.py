@@ -11,6 +11,12 @@ anything below it that still arrives: the application sees every message once, i
 partition, with no gap, unless the topic no longer keeps those offsets (retention cut them, or
 a move without object storage left them on the old broker); those are reported in
 :attr:`Reader.skipped`, as for a consumer.
+
+A reader created with ``read_compacted=True`` reads the topic's compacted view: below the
+compaction horizon only the newest message of each routing key arrives (offsets jump over the
+rest), then every message from the horizon on. The flag is sent on
+every (re)attach, and a re-attach asks for the offset after the last one received, which is
+right whatever the gaps before it.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ class Reader(Generic[T]):
         self.topic = consumer.topic
         #: The reader's name (its non-durable subscription's name at the broker).
         self.reader_name = consumer.subscription
+        #: Whether the reader reads the topic's compacted view.
+        self.read_compacted = consumer._opts.read_compacted
 
     async def receive(self, timeout_s: float | None = None) -> Message[T]:
         """The next message; ClientTimeout after ``timeout_s`` (None: wait indefinitely)."""

@@ -114,6 +114,7 @@ class TopicConsumer:
                     ),
                     max_unacked_messages=self._opts.max_unacked_messages,
                     reader=self._reader_start(),
+                    read_compacted=self._opts.read_compacted,
                 ),
                 timeout=self._client_opts.rpc_timeout_s,
             )

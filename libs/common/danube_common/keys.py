@@ -274,6 +274,11 @@ class Keys:
         """``{"next_offset": N}``: every offset below N is in object storage (the WAL uploader)."""
         return f"/{self.cluster}/storage/{topic.namespace}/{topic.local}/uploaded"
 
+    def compaction(self, topic: TopicName) -> str:
+        """The topic's compacted view (``danube_broker.compaction.CompactionInfo``): its horizon,
+        size, CRC32C and object key; written by the owner, fenced on its epoch."""
+        return f"/{self.cluster}/storage/{topic.namespace}/{topic.local}/compaction"
+
     def storage_prefix(self) -> str:
         return f"/{self.cluster}/storage/"
 

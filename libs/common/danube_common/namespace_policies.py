@@ -57,6 +57,9 @@ class NamespacePolicies:
     #: Reliable topics: retention defaults for topics that do not set their own.
     retention_time_s: int | None = None
     retention_size_bytes: int | None = None
+    #: Reliable topics: the owning broker compacts a topic once this many bytes were published
+    #: to it since its last compaction (0: never automatically).
+    compaction_threshold_bytes: int | None = None
     #: Defaults for topics created from now on without saying (admin ``topics create``).
     default_dispatch_strategy: str | None = None
     default_durability: str | None = None
@@ -111,6 +114,7 @@ class NamespacePolicies:
         bounded("dispatch_rate_msgs_per_s", self.dispatch_rate_msgs_per_s, 1e-3, _MAX_RATE)
         bounded("retention_time_s", self.retention_time_s, 0, _MAX_SECONDS)
         bounded("retention_size_bytes", self.retention_size_bytes, 0, _MAX_BYTES)
+        bounded("compaction_threshold_bytes", self.compaction_threshold_bytes, 0, _MAX_BYTES)
         _one_of("backlog_quota_policy", self.backlog_quota_policy, BACKLOG_POLICIES)
         _one_of("default_dispatch_strategy", self.default_dispatch_strategy, DISPATCH_STRATEGIES)
         _one_of("default_durability", self.default_durability, DURABILITIES)
@@ -128,7 +132,8 @@ class NamespacePolicies:
 
     def topic_defaults(self) -> dict[str, Any]:
         """What a reliable topic's policies fall back to (keys of the topic record's
-        ``policies``): retention, and durability for a topic whose record has none."""
+        ``policies``): retention, the compaction threshold, and durability for a topic whose
+        record has none."""
         out: dict[str, Any] = {}
         if self.default_durability is not None:
             out["durability"] = self.default_durability
@@ -136,6 +141,8 @@ class NamespacePolicies:
             out["retention_time_s"] = self.retention_time_s
         if self.retention_size_bytes is not None:
             out["retention_size_bytes"] = self.retention_size_bytes
+        if self.compaction_threshold_bytes is not None:
+            out["compaction_threshold_bytes"] = self.compaction_threshold_bytes
         return out
 
     def overridden_by(self, own: NamespacePolicies | None) -> NamespacePolicies:
@@ -162,7 +169,7 @@ class NamespacePolicies:
         return self
 
     def with_topic_overrides(self, topic_policies: dict[str, Any] | None) -> NamespacePolicies:
-        """The limits (and retention) a topic sees: these, with any its own record's
+        """The limits (retention, compaction threshold) a topic sees: these, with any its own record's
         ``policies`` (or its own policies) set (same key) taking precedence."""
         if not topic_policies:
             return self
@@ -192,8 +199,10 @@ LIMIT_NAMES: tuple[str, ...] = (
 #: Reliable topics' retention: a namespace default, a topic's record (set at creation), or
 #: the topic's own policies (``topics set-policies``), the later taking precedence.
 RETENTION_NAMES: tuple[str, ...] = ("retention_time_s", "retention_size_bytes")
+#: Reliable topics' automatic compaction: a namespace default, or the topic's own policies.
+COMPACTION_NAMES: tuple[str, ...] = ("compaction_threshold_bytes",)
 #: Policies one topic may set over its namespace's (``topics set-policies``).
-TOPIC_NAMES: tuple[str, ...] = LIMIT_NAMES + RETENTION_NAMES
+TOPIC_NAMES: tuple[str, ...] = LIMIT_NAMES + RETENTION_NAMES + COMPACTION_NAMES
 
 #: One line per policy: the admin CLI's help and the docs say the same.
 DESCRIPTIONS: dict[str, str] = {
@@ -214,6 +223,8 @@ DESCRIPTIONS: dict[str, str] = {
     "object storage, there too)",
     "retention_size_bytes": "reliable topics without their own: keep acknowledged messages up to this size "
     "(with object storage, there too)",
+    "compaction_threshold_bytes": "reliable topics: compacted by their broker once this many bytes were "
+    "published since the last compaction (0: never automatically; `topics compact` compacts now)",
     "default_dispatch_strategy": "new topics created without one: non_reliable or reliable",
     "default_durability": "new reliable topics created without one: fsync, none or cloud",
 }

@@ -22,7 +22,13 @@ from danube_common.errors import (
 )
 from danube_common.keys import Keys
 from danube_common.metadata.store import Compare, MetadataStore, Op
-from danube_common.namespace_policies import FIELD_NAMES, RETENTION_NAMES, TOPIC_NAMES, NamespacePolicies
+from danube_common.namespace_policies import (
+    COMPACTION_NAMES,
+    FIELD_NAMES,
+    RETENTION_NAMES,
+    TOPIC_NAMES,
+    NamespacePolicies,
+)
 from danube_common.ownership import OwnershipTxns
 from danube_common.policies import SubscriptionPolicyRecord, validate_subscription_name
 from danube_common.records import BrokerRecord, TopicRecord, check_dispatch, now_ms
@@ -290,10 +296,10 @@ class Resources(OwnershipTxns):
         self, topic: TopicName, changes: dict[str, Any], clear: list[str] | tuple[str, ...] = ()
     ) -> NamespacePolicies:
         """Set ``changes`` and unset ``clear`` among the topic's own policies (the per-topic
-        limits and retention, ``TOPIC_NAMES``), at the topic's key and, for a partitioned topic,
+        limits, retention and compaction threshold, ``TOPIC_NAMES``), at the topic's key and, for a partitioned topic,
         at each partition's (the brokers own partitions). A compare-and-swap on the topic's key,
         retried when a concurrent write won; all unset = the key is deleted (everything
-        inherited). Retention is for reliable topics only."""
+        inherited). Retention and the compaction threshold are for reliable topics only."""
         rec = await self.get_topic(topic)
         if rec is None:
             raise TopicNotFound(f"topic {topic} does not exist")
@@ -308,6 +314,12 @@ class Resources(OwnershipTxns):
             raise InvalidArgument(
                 f"{', '.join(retention)}: {topic} is a non_reliable topic, which keeps nothing; retention "
                 "applies to reliable topics only"
+            )
+        compaction = [n for n in changes if n in COMPACTION_NAMES]
+        if compaction and rec.dispatch_strategy != "reliable":
+            raise InvalidArgument(
+                f"{', '.join(compaction)}: {topic} is a non_reliable topic, which keeps nothing to compact; "
+                "compaction applies to reliable topics only"
             )
         names = [topic, *(topic.partition(i) for i in range(rec.partitions))]
         keys = [self.keys.topic_policies(t) for t in names]

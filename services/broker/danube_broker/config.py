@@ -137,6 +137,9 @@ class BrokerConfig(ServiceConfig):
     retention_time_s: int = Field(default=0, ge=0)
     #: Keep up to this many bytes of acknowledged messages (0: no size rule).
     retention_size_bytes: int = Field(default=0, ge=0)
+    #: Reliable topics without a ``compaction_threshold_bytes`` policy: compact a topic once this
+    #: many bytes were published since its last compaction (0: only when asked).
+    compaction_threshold_bytes: int = Field(default=0, ge=0)
 
     # ---- object storage (reliable topics' history beyond the local disk)
     #: Where the WAL uploader puts reliable topics' segments (the same settings as the uploader's).

@@ -227,6 +227,7 @@ class ConsumerApi(pb_grpc.ConsumerServiceServicer):
             max_unacked=request.max_unacked_messages,
             principal=current_principal(),
             reader=ReaderStart.from_proto(request.reader) if request.HasField("reader") else None,
+            read_compacted=request.read_compacted,
         )
         return pb.ConsumerResponse(
             request_id=request.request_id,

@@ -205,6 +205,8 @@ class BrokerEvents:
         self._wal_idle_closed = mn.WAL_IDLE_FILES_CLOSED.counter(registry)
         self._history_deleted = mn.RETENTION_OBJECTS_DELETED.counter(registry)
         self._history_deleted_bytes = mn.RETENTION_OBJECT_BYTES_DELETED.counter(registry)
+        self._compactions = mn.COMPACTIONS.counter(registry)
+        self._compaction_latency = mn.COMPACTION_LATENCY.histogram(registry)
         self._acquired = mn.OWNERSHIP_ACQUIRED.counter(registry)
         self._moves = mn.TOPIC_MOVES.counter(registry)
         self._mux = mn.MUX_STREAMS.gauge(registry)
@@ -241,6 +243,13 @@ class BrokerEvents:
     def history_deleted(self, segments: int, nbytes: int) -> None:
         self._history_deleted.inc(segments)
         self._history_deleted_bytes.inc(nbytes)
+
+    def compacted(self, seconds: float | None) -> None:
+        if seconds is None:
+            self._compactions.labels("failed").inc()
+        else:
+            self._compactions.labels("ok").inc()
+            self._compaction_latency.observe(seconds)
 
     # ---- the WAL's CommitGroup (RoundObserver)
     def round_committed(self, logs: int, nbytes: int, seconds: float) -> None:

@@ -405,7 +405,8 @@ class NamespaceLimits:
 
     def _retention(self, topic: Topic, policies: NamespacePolicies) -> None:
         """A reliable topic's retention: its own policies', else its record's, else its
-        namespace's, else the broker's defaults."""
+        namespace's, else the broker's defaults; its compaction threshold likewise (no record
+        sets one)."""
         rt = topic.reliable
         if rt is None:
             return
@@ -418,6 +419,11 @@ class NamespaceLimits:
             rt.policies = replace(rt.policies, retention_time_s=now[0], retention_size_bytes=now[1])
             rt.retention_changed()
             log.info("topic %s: retention now %ds / %d bytes (policies)", topic.name, now[0], now[1])
+        threshold = policies.compaction_threshold_bytes
+        compact_at = max(0, int(threshold if threshold is not None else self._cfg.compaction_threshold_bytes))
+        if compact_at != rt.policies.compaction_threshold_bytes:
+            rt.set_compaction_threshold(compact_at)
+            log.info("topic %s: compaction threshold now %d bytes (policies)", topic.name, compact_at)
 
     def namespaces_changed(self, namespaces: set[str]) -> None:
         """The view saw these namespaces' policies change: refresh their loaded topics."""

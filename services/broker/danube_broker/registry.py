@@ -531,13 +531,15 @@ class BrokerRegistry:
         max_unacked: int = 0,
         principal: Principal | None = None,
         reader: ReaderStart | None = None,
+        read_compacted: bool = False,
     ) -> Consumer:
         """Attach a consumer (or take it over when attached: a reconnect). ``reader``: a reader
         (:mod:`danube_broker.reader`) of a reliable topic starting there. Reliable topics: a
         new subscription starts at ``initial_position`` (``latest`` or ``earliest``) and the
         consumer holds at most ``max_unacked`` unacked messages (0: the broker default); other
         topics ignore both. ``principal``: the authenticated caller, recorded as the creator of
-        a new consumer."""
+        a new consumer. ``read_compacted``: the subscription (when this creates it) or reader
+        reads the topic's compacted view below its horizon (:mod:`danube_broker.compaction`)."""
         topic_id = TopicName.parse(topic_name)
         if not subscription:
             raise InvalidArgument("subscription is required (the name of the subscription to join)")
@@ -550,6 +552,11 @@ class BrokerRegistry:
             if record is None:
                 raise self._topic_not_found(topic_id)
         await self._adopt(topic, record, client=True)
+        if read_compacted and not topic.is_reliable:
+            raise FailedPrecondition(
+                f"topic {topic.name} is not reliable: only reliable topics have a compacted view "
+                "(subscribe without read_compacted)"
+            )
         sub = topic.subscriptions.get(subscription)
         attached = sub.consumers.get(consumer_name) if sub is not None else None
         if attached is not None:
@@ -560,7 +567,12 @@ class BrokerRegistry:
             topic.limits.check_consumer(topic, subscription)  # a reader counts as one too
         if reader is not None:
             consumer = await self._subscribe_reader(
-                topic, subscription, consumer_name, reader, max_unacked=max_unacked
+                topic,
+                subscription,
+                consumer_name,
+                reader,
+                max_unacked=max_unacked,
+                read_compacted=read_compacted,
             )
         else:
             consumer = await topic.subscribe_any(
@@ -572,6 +584,7 @@ class BrokerRegistry:
                 now=self._clock(),
                 initial_position=initial_position,
                 max_unacked=max_unacked,
+                read_compacted=read_compacted,
             )
         if self.ns_limits is not None:
             self.ns_limits.subscribed(topic)
@@ -594,7 +607,14 @@ class BrokerRegistry:
         return consumer
 
     async def _subscribe_reader(
-        self, topic: Topic, subscription: str, consumer_name: str, start: ReaderStart, *, max_unacked: int
+        self,
+        topic: Topic,
+        subscription: str,
+        consumer_name: str,
+        start: ReaderStart,
+        *,
+        max_unacked: int,
+        read_compacted: bool = False,
     ) -> Consumer:
         if not topic.is_reliable:
             raise FailedPrecondition(
@@ -611,6 +631,7 @@ class BrokerRegistry:
             new_id=self.new_id(),
             now=self._clock(),
             max_unacked=max_unacked,
+            read_compacted=read_compacted,
         )
 
     def consumer(self, consumer_id: int) -> Consumer:

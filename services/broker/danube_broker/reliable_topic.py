@@ -38,12 +38,13 @@ import math
 import shutil
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from danube_broker.cloud import CloudAcks
+from danube_broker.compaction import CompactionInfo, TopicCompaction
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer
 from danube_broker.dispatch.base import Msg, PublishDone, PublishResult, PublishStream, SubType
@@ -78,7 +79,7 @@ from danube_common.errors import (
 )
 from danube_common.log_state import LogRecords, LogState, Reservation, checkpoint_of, merge_sequences
 from danube_common.metadata.lease import KeptLease
-from danube_common.namespace_policies import RETENTION_NAMES, NamespacePolicies
+from danube_common.namespace_policies import COMPACTION_NAMES, RETENTION_NAMES, NamespacePolicies
 from danube_common.ownership import LogClose
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.records import TopicRecord
@@ -160,6 +161,8 @@ class TopicPolicies:
     retention_size_bytes: int
     #: Force the takeover from an unreachable writer after this long (0: never).
     unclean_takeover_after_s: float = 0.0
+    #: Compact once this many bytes were published since the last compaction (0: only when asked).
+    compaction_threshold_bytes: int = 0
 
     @classmethod
     def of(
@@ -172,7 +175,7 @@ class TopicPolicies:
         """The topic's own policies (``topics set-policies``: retention), else its record's
         (written by admin at creation: every key it has wins, 0 included), else its namespace's,
         else the broker defaults (e.g. a topic auto-created by its first producer)."""
-        mine = {k: own[k] for k in RETENTION_NAMES if own and own.get(k) is not None}
+        mine = {k: own[k] for k in (*RETENTION_NAMES, *COMPACTION_NAMES) if own and own.get(k) is not None}
         p = {**(namespace_policies or {}), **(record.policies or {}), **mine}
         try:
             return cls(
@@ -182,6 +185,9 @@ class TopicPolicies:
                 unclean_takeover_after_s=max(
                     0.0, float(p.get("unclean_takeover_after_s", cfg.unclean_takeover_after_s))
                 ),
+                compaction_threshold_bytes=max(
+                    0, int(p.get("compaction_threshold_bytes", cfg.compaction_threshold_bytes))
+                ),
             )
         except (ValueError, TypeError) as exc:
             log.error("topic %s: bad policies %r (%s); using the broker defaults", record.name, p, exc)
@@ -190,6 +196,7 @@ class TopicPolicies:
                 cfg.retention_time_s,
                 cfg.retention_size_bytes,
                 cfg.unclean_takeover_after_s,
+                cfg.compaction_threshold_bytes,
             )
 
 
@@ -259,6 +266,21 @@ class ReliableTopic:
         #: Extends the offset reservation ahead of publishes; runs only while that is needed.
         self._reserver: asyncio.Task[Any] | None = None
         self._closed = False
+        name = topic.topic_name
+        tiering = ctx.tiering
+        #: The compacted view (:mod:`danube_broker.compaction`); loaded by :meth:`open`.
+        self.compaction = TopicCompaction(
+            name,
+            directory=cfg.data_path / name.namespace / name.local,
+            objects=tiering.objects if tiering is not None else None,
+            incarnation=stint.incarnation if stint is not None else None,
+            write_record=self._write_compaction_record,
+        )
+        #: Bytes published since the last compaction (estimated after a restart), and the
+        #: threshold that makes the retention sweep compact (inf: only when asked).
+        self._uncompacted_bytes = 0
+        self._compact_at = float(policies.compaction_threshold_bytes or math.inf)
+        self._compaction_queued = False
         self.cloud: CloudAcks | None = None
         if policies.durability is Durability.CLOUD:
             uploader = _cloud_uploader(ctx)
@@ -335,6 +357,8 @@ class ReliableTopic:
             reservation=opened.reservation,
         )
         try:
+            await rt.compaction.load(await ctx.resources.store.get_json(ctx.resources.keys.compaction(name)))
+            rt._estimate_uncompacted()
             await rt._restore()
         except BaseException:
             restored = [topic.subscriptions.pop(n) for n in list(rt._persisted) if n in topic.subscriptions]
@@ -366,7 +390,14 @@ class ReliableTopic:
                 )
                 continue
             policy = self._policy(rec.name, s.policy)
-            self._add_subscription(rec.name, sub_type, cursor=s.cursor, policy=policy, acked=s.acked)
+            self._add_subscription(
+                rec.name,
+                sub_type,
+                cursor=s.cursor,
+                policy=policy,
+                acked=s.acked,
+                read_compacted=rec.read_compacted,
+            )
         await self._follow_policies(revision)
         self._ctx.maintenance.register(self)
         self.local.on_sealed(partial(self._ctx.maintenance.sealed, self))
@@ -872,6 +903,10 @@ class ReliableTopic:
         """``msgs`` are durable at ``first``...: counted, kept for the dispatchers (see
         :mod:`~danube_broker.dispatch.reliable.recent`), and the dispatchers woken."""
         self.topic.count_in(len(msgs), nbytes)
+        self._uncompacted_bytes += nbytes
+        if self._uncompacted_bytes >= self._compact_at and not self._compaction_queued:
+            self._compaction_queued = True
+            self._ctx.maintenance.sealed(self)  # the retention sweep compacts it
         engines = [sub.engine for sub in self.topic.subscriptions.values() if sub.engine is not None]
         recent = self.recent
         # Kept for the subscriptions that read the tail; one further behind (no consumer, a
@@ -904,14 +939,17 @@ class ReliableTopic:
         now: float,
         initial_position: str = "latest",
         max_unacked: int = 0,
+        read_compacted: bool = False,
     ) -> Consumer:
+        """Attach a consumer to a durable subscription, created (with ``initial_position`` and
+        ``read_compacted``) if new; an existing one keeps what it was created with."""
         window = min(max_unacked, MAX_WINDOW) if max_unacked else self._cfg.max_unacked_messages_per_consumer
         sub = self.topic.subscriptions.get(subscription)
         if sub is None:
             async with self._create_lock:
                 sub = self.topic.subscriptions.get(subscription)
                 if sub is None:
-                    sub = await self._create(subscription, sub_type, initial_position)
+                    sub = await self._create(subscription, sub_type, initial_position, read_compacted)
         self.topic.check_open()
         if sub.non_durable:
             raise FailedPrecondition(
@@ -926,23 +964,37 @@ class ReliableTopic:
             window=window,
         )
 
-    async def _create(self, name: str, sub_type: SubType, initial_position: str) -> Subscription:
+    async def _create(
+        self, name: str, sub_type: SubType, initial_position: str, read_compacted: bool = False
+    ) -> Subscription:
         if initial_position not in INITIAL_POSITIONS:
             raise FailedPrecondition(f"unknown initial position {initial_position!r}: use latest or earliest")
-        start = self.log.next_offset if initial_position == "latest" else self.log.first_offset
-        record = SubscriptionRecord(name, sub_type.value, int(time.time() * 1000), initial_position, start)
+        start = self.log.next_offset if initial_position == "latest" else self.earliest_offset(read_compacted)
+        record = SubscriptionRecord(
+            name, sub_type.value, int(time.time() * 1000), initial_position, start, read_compacted
+        )
         await self._store.create(record)
         policy = self._policy(name, await self._store.read_policy(name))
         self.topic.check_open()
         log.info(
-            "subscription %s on %s created (%s, %s: from offset %d)",
+            "subscription %s on %s created (%s, %s: from offset %d%s)",
             name,
             self.topic.name,
             sub_type.value,
             initial_position,
             start,
+            ", compacted view" if read_compacted else "",
         )
-        return self._add_subscription(name, sub_type, cursor=start - 1, policy=policy)
+        return self._add_subscription(
+            name, sub_type, cursor=start - 1, policy=policy, read_compacted=read_compacted
+        )
+
+    def earliest_offset(self, read_compacted: bool) -> int:
+        """Where ``earliest`` starts: the log's first offset, or for the compacted view its
+        oldest entry when older (retention may have cut the log below it)."""
+        first = self.log.first_offset
+        view = self.compaction.view if read_compacted else None
+        return min(first, view.first_offset) if view is not None else first
 
     async def subscribe_reader(
         self,
@@ -953,11 +1005,15 @@ class ReliableTopic:
         new_id: int,
         now: float,
         max_unacked: int,
+        read_compacted: bool = False,
     ) -> Consumer:
         """A reader (:mod:`danube_broker.reader`): a non-durable exclusive subscription at
-        ``start``; an existing reader subscription of that name is taken over and repositioned."""
+        ``start``; an existing reader subscription of that name is taken over and repositioned.
+        ``read_compacted``: it reads the compacted view below its horizon (asked at each attach)."""
         window = min(max_unacked, MAX_WINDOW) if max_unacked else self._cfg.max_unacked_messages_per_consumer
         offset = await resolve_start(start, self.log)
+        if start.kind == "earliest":
+            offset = self.earliest_offset(read_compacted)
         self.topic.check_open()
         sub = self.topic.subscriptions.get(subscription)
         if sub is not None and not sub.non_durable:
@@ -968,7 +1024,12 @@ class ReliableTopic:
         existing = sub is not None
         if sub is None:
             sub = self._add_subscription(
-                subscription, SubType.EXCLUSIVE, cursor=offset - 1, policy=READER_POLICY, durable=False
+                subscription,
+                SubType.EXCLUSIVE,
+                cursor=offset - 1,
+                policy=READER_POLICY,
+                durable=False,
+                read_compacted=read_compacted,
             )
             sub.non_durable = True
             log.info(
@@ -987,6 +1048,7 @@ class ReliableTopic:
             window=window,
         )
         if existing and sub.engine is not None:
+            sub.engine.use_compaction(self.compaction if read_compacted else None)
             # Re-attaching: continue where the reader asks. Always a seek, even at the engine's
             # read position: what the old stream held is queued for redelivery below it, and the
             # reader would drop those copies without acknowledging them.
@@ -1010,6 +1072,7 @@ class ReliableTopic:
         policy: SubscriptionPolicy,
         durable: bool = True,
         acked: Ranges = (),
+        read_compacted: bool = False,
     ) -> Subscription:
         topic = self.topic
         sub = Subscription(
@@ -1036,6 +1099,7 @@ class ReliableTopic:
             recent=self.recent,
             may_deliver=self._ctx.sure_of_ownership,
             acked=acked,
+            compaction=self.compaction if read_compacted else None,
         )
         sub.engine = engine
         if durable:
@@ -1175,8 +1239,8 @@ class ReliableTopic:
     def retention_due(self) -> bool:
         """Only sealed segments are ever cut: a log with none (an idle topic's usual case) has
         nothing for :meth:`apply_retention`, unless retention limits apply to its uploaded
-        history (which always keeps its newest segment)."""
-        return self.local.segment_count > 1 or self._archive_due()
+        history (which always keeps its newest segment), or a compaction is due."""
+        return self.local.segment_count > 1 or self._archive_due() or self._compaction_queued
 
     def _archive_due(self) -> bool:
         h, pol, tiering = self.history, self.policies, self._ctx.tiering
@@ -1197,6 +1261,8 @@ class ReliableTopic:
         permitting; with object storage, never above the uploader's checkpoint); then, with a
         retention limit, the uploaded history (:meth:`_archive_retention`). One pass at a time:
         a call during another waits for it (its deletions included), then looks again."""
+        if self._compaction_queued:
+            await self._auto_compact()
         if self._retention_lock is None:
             self._retention_lock = asyncio.Lock()
         async with self._retention_lock:
@@ -1224,6 +1290,7 @@ class ReliableTopic:
             descs[-1].next_offset,
             pol.retention_time_s,
             pol.retention_size_bytes,
+            self._retention_cap(),
         )
         if state == self._archive_quiet and now_ms < self._archive_quiet_until_ms:
             return
@@ -1234,6 +1301,9 @@ class ReliableTopic:
             retention_time_s=pol.retention_time_s,
             retention_size_bytes=pol.retention_size_bytes,
         )
+        cap = self._retention_cap()
+        if cap is not None:
+            victims = [d for d in victims if d.next_offset <= cap]  # the oldest first: still a prefix
         if not victims:
             # Only the clock can change the answer, and only while the oldest segment is
             # younger than the time limit (else an acknowledgement, an upload or the limits
@@ -1290,6 +1360,9 @@ class ReliableTopic:
             size_limit_bytes=pol.retention_size_bytes,
             segments=segments,
         )
+        cap = self._retention_cap()
+        if cap is not None and self.history is None:
+            point = min(point, cap)  # no other copy: compaction first
         if point <= log_.first_offset:
             return  # nothing to cut (the gate could only lower the point): no call to the uploader
         if self._ctx.retention_gate is not None:
@@ -1317,6 +1390,73 @@ class ReliableTopic:
             await log_.truncate_before(point)
         except StorageError as exc:
             log.warning("topic %s: retention could not delete segments: %s", self.topic.name, exc)
+
+    # ------------------------------------------------------------------ compaction
+    async def compact(self) -> CompactionInfo:
+        """Compact the topic now, up to what is deliverable (:mod:`danube_broker.compaction`)."""
+        self.topic.check_open()
+        uncompacted = self._uncompacted_bytes
+        observer = self._ctx.wal_observer
+        try:
+            info = await self.compaction.compact(self.log, self._deliverable())
+        except DanubeError:
+            if observer is not None:
+                observer.compacted(None)
+            raise
+        if observer is not None:
+            observer.compacted(info.duration_s)
+        self._uncompacted_bytes = max(0, self._uncompacted_bytes - uncompacted)  # published meanwhile stays
+        self._compaction_queued = False
+        self._notify_subscriptions()  # readers of the view below the new horizon
+        return info
+
+    def compaction_info(self) -> CompactionInfo | None:
+        """The stored view's figures (None: never compacted, or the view could not be loaded)."""
+        return self.compaction.info
+
+    def set_compaction_threshold(self, threshold_bytes: int) -> None:
+        """The ``compaction_threshold_bytes`` policy changed (0: compact only when asked)."""
+        self.policies = replace(self.policies, compaction_threshold_bytes=max(0, threshold_bytes))
+        self._compact_at = float(threshold_bytes or math.inf)
+        if self._uncompacted_bytes >= self._compact_at:
+            self._compaction_queued = True
+        self.retention_changed()
+
+    def _retention_cap(self) -> int | None:
+        """With a compaction threshold, a message's last copy goes only once it is compacted:
+        retention cuts below the horizon at most (None: no cap)."""
+        if self.policies.compaction_threshold_bytes > 0:
+            return self.compaction.horizon
+        return None
+
+    async def _auto_compact(self) -> None:
+        try:
+            await self.compact()
+        except FencedOut as exc:
+            log.info("%s: compaction left to the new owner", exc.message)
+            self._compaction_queued = False
+        except DanubeError as exc:
+            log.warning(
+                "topic %s: compaction failed (%s); retried at the next retention sweep", self.topic.name, exc
+            )
+
+    async def _write_compaction_record(self, value: dict[str, Any]) -> None:
+        key = self._ctx.resources.keys.compaction(self.topic.topic_name)
+        await self._store.put_fenced(key, value, "writing the compacted view's record")
+
+    def _estimate_uncompacted(self) -> None:
+        """After a restart the bytes published since the last compaction are not known: the
+        local WAL's bytes above the horizon, pro rata by offsets."""
+        if math.isinf(self._compact_at):
+            return
+        local = self.local
+        first, end, horizon = local.first_offset, local.durable_offset, self.compaction.horizon
+        if end <= max(first, horizon):
+            return
+        on_disk = local.stats().bytes_on_disk
+        self._uncompacted_bytes = on_disk * (end - max(first, horizon)) // max(1, end - first)
+        if self._uncompacted_bytes >= self._compact_at:
+            self._compaction_queued = True
 
     # ------------------------------------------------------------------ stats
     def stint_stats(self) -> tuple[str, int, int, int] | None:

@@ -1,8 +1,11 @@
-"""``danube.admin.v1.BrokerStatsService`` on the broker port: figures only a topic's owner has.
+"""``danube.admin.v1.BrokerStatsService`` on the broker port: figures only a topic's owner has,
+and compaction, which only the owner can do.
 
 GetTopicStats answers for a topic loaded here; a topic that exists but is served elsewhere (or
 not loaded) gets TOPIC_NOT_OWNED (with the owner's URL when known), an unknown topic
-TOPIC_NOT_FOUND. GetBrokerStats sums the broker's topics and reports the free space of the
+TOPIC_NOT_FOUND. CompactTopic compacts a reliable topic loaded here now and answers the stored
+view's figures (the same errors for a topic not loaded here; FAILED_PRECONDITION for a
+non-reliable one). GetBrokerStats sums the broker's topics and reports the free space of the
 file system holding ``data_dir``.
 """
 
@@ -15,8 +18,8 @@ import grpc.aio
 from danube_broker.config import BrokerConfig
 from danube_broker.registry import BrokerRegistry
 from danube_broker.stats import SubscriptionStats, TopicStats
-from danube_broker.topic import not_owned
-from danube_common.errors import TopicNotFound
+from danube_broker.topic import Topic, not_owned
+from danube_common.errors import FailedPrecondition, TopicNotFound
 from danube_common.pb import DanubeAdmin_pb2 as admin
 from danube_common.pb import DanubeAdmin_pb2_grpc as admin_grpc
 from danube_common.resources import Resources
@@ -51,9 +54,14 @@ def subscription_proto(s: SubscriptionStats) -> admin.SubscriptionStats:
 
 
 def topic_proto(
-    t: TopicStats, broker_id: str, *, uploaded: tuple[int, int] | None = None
+    t: TopicStats,
+    broker_id: str,
+    *,
+    uploaded: tuple[int, int] | None = None,
+    compaction: admin.CompactionInfo | None = None,
 ) -> admin.TopicStats:
-    """``uploaded``: offsets [first, next) in object storage (None: none, or no object storage)."""
+    """``uploaded``: offsets [first, next) in object storage (None: none, or no object storage);
+    ``compaction``: the compacted view (None: never compacted, or not a reliable topic)."""
     tiered = t.tiered
     msg = admin.TopicStats(
         name=t.topic,
@@ -95,6 +103,9 @@ def topic_proto(
         msg.last_remote_error = tiered.last_remote_error
         msg.retention_deleted_segments = tiered.retention_deleted_segments
         msg.retention_deleted_bytes = tiered.retention_deleted_bytes
+    if compaction is not None:
+        msg.has_compaction = True
+        msg.compaction.CopyFrom(compaction)
     return msg
 
 
@@ -112,26 +123,52 @@ class BrokerStatsApi(admin_grpc.BrokerStatsServiceServicer):
         self._res = resources
         self._cfg = cfg
 
+    async def _loaded(self, name: TopicName) -> Topic:
+        """The topic ``name`` loaded here; TOPIC_NOT_FOUND / TOPIC_NOT_OWNED (with the owner's
+        URL when known) otherwise."""
+        topic = self._reg.topics.get(str(name))
+        if topic is not None:
+            return topic
+        if await self._res.get_topic(name) is None:
+            raise TopicNotFound(f"topic {name} does not exist")
+        own = await self._res.get_owner(name)
+        if own is None:
+            raise not_owned(str(name), "not assigned to any broker")
+        if own.broker_id == self._reg.broker_id:
+            raise not_owned(str(name), "assigned here but not loaded yet; retry")
+        broker = await self._res.get_broker(own.broker_id)
+        err = not_owned(str(name), f"served by broker {own.broker_id}")
+        err.redirect = broker.advertised_url if broker is not None else None
+        raise err
+
     async def GetTopicStats(
         self, request: admin.TopicStatsRequest, context: grpc.aio.ServicerContext
     ) -> admin.TopicStats:
         name = TopicName.parse(request.name)
-        topic = self._reg.topics.get(str(name))
-        if topic is None:
-            if await self._res.get_topic(name) is None:
-                raise TopicNotFound(f"topic {name} does not exist")
-            own = await self._res.get_owner(name)
-            if own is None:
-                raise not_owned(str(name), "not assigned to any broker")
-            if own.broker_id == self._reg.broker_id:
-                raise not_owned(str(name), "assigned here but not loaded yet; retry")
-            broker = await self._res.get_broker(own.broker_id)
-            err = not_owned(str(name), f"served by broker {own.broker_id}")
-            err.redirect = broker.advertised_url if broker is not None else None
-            raise err
+        topic = await self._loaded(name)
         rt = topic.reliable
         uploaded = await rt.uploaded_range() if rt is not None else None
-        return topic_proto(topic.stats(), self._reg.broker_id, uploaded=uploaded)
+        view = rt.compaction_info() if rt is not None else None
+        return topic_proto(
+            topic.stats(),
+            self._reg.broker_id,
+            uploaded=uploaded,
+            compaction=view.to_proto(str(name)) if view is not None else None,
+        )
+
+    async def CompactTopic(
+        self, request: admin.CompactTopicRequest, context: grpc.aio.ServicerContext
+    ) -> admin.CompactionInfo:
+        name = TopicName.parse(request.name)
+        topic = await self._loaded(name)
+        rt = topic.reliable
+        if rt is None:
+            raise FailedPrecondition(
+                f"{name} is a non_reliable topic, which keeps nothing to compact: only reliable topics "
+                "can be compacted"
+            )
+        info = await rt.compact()  # logged there
+        return info.to_proto(str(name))
 
     async def GetBrokerStats(
         self, request: admin.BrokerStatsRequest, context: grpc.aio.ServicerContext

@@ -208,6 +208,7 @@ class Topic:
         now: float,
         initial_position: str = "latest",
         max_unacked: int = 0,
+        read_compacted: bool = False,
     ) -> Consumer:
         """:meth:`subscribe`, or on a reliable topic a durable subscription (created in etcd)."""
         return await self.storage.subscribe(
@@ -219,6 +220,7 @@ class Topic:
             now=now,
             initial_position=initial_position,
             max_unacked=max_unacked,
+            read_compacted=read_compacted,
         )
 
     def remove_consumer(

@@ -110,6 +110,7 @@ class TopicStorage(Protocol):
         now: float,
         initial_position: str,
         max_unacked: int,
+        read_compacted: bool = False,
     ) -> Consumer: ...
 
     async def publish(
@@ -210,8 +211,10 @@ class InMemoryStorage:
         now: float,
         initial_position: str,
         max_unacked: int,
+        read_compacted: bool = False,
     ) -> Consumer:
-        """:meth:`add_consumer` (``initial_position`` and ``max_unacked`` do not apply)."""
+        """:meth:`add_consumer` (``initial_position``, ``max_unacked`` and ``read_compacted`` do
+        not apply: the registry refuses ``read_compacted`` on these topics)."""
         return self.add_consumer(
             subscription=subscription,
             consumer_name=consumer_name,
@@ -359,6 +362,7 @@ class ReliableStorage:
         now: float,
         initial_position: str,
         max_unacked: int,
+        read_compacted: bool = False,
     ) -> Consumer:
         """A durable subscription (created in etcd when new)."""
         self._host.check_open()
@@ -371,6 +375,7 @@ class ReliableStorage:
             now=now,
             initial_position=initial_position,
             max_unacked=max_unacked,
+            read_compacted=read_compacted,
         )
 
     async def publish(

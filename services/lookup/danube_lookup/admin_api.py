@@ -1,7 +1,7 @@
 """The admin API (package ``danube.admin.v1``) on the admin port: protobuf <-> Catalog only.
 
 Errors are raised as DanubeError; the server's interceptor maps them to gRPC status codes.
-GetTopicStats is forwarded to the owning broker (:mod:`danube_lookup.broker_stats`).
+GetTopicStats and CompactTopic are forwarded to the owning broker (:mod:`danube_lookup.broker_stats`).
 """
 
 from __future__ import annotations
@@ -224,6 +224,11 @@ class TopicAdminApi(apb_grpc.TopicAdminServicer):
         self, request: apb.TopicStatsRequest, context: grpc.aio.ServicerContext
     ) -> apb.TopicStats:
         return await self._stats.topic_stats(request.name)
+
+    async def CompactTopic(
+        self, request: apb.CompactTopicRequest, context: grpc.aio.ServicerContext
+    ) -> apb.CompactionInfo:
+        return await self._stats.compact_topic(request.name)
 
     async def SetSubscriptionPolicy(
         self, request: apb.SetSubscriptionPolicyRequest, context: grpc.aio.ServicerContext

@@ -92,7 +92,10 @@ async def run(
         port = security.bind(client_server, cfg.listen_addr)
         catalog = Catalog(resources, discovery.resolver)
         stats = BrokerStatsClient(
-            resources, rpc_timeout_s=cfg.broker_rpc_timeout_s, credentials=internal_credentials(cfg)
+            resources,
+            rpc_timeout_s=cfg.broker_rpc_timeout_s,
+            compaction_timeout_s=cfg.compaction_rpc_timeout_s,
+            credentials=internal_credentials(cfg),
         )
         stack.push_async_callback(stats.aclose)  # closed after the servers stop (LIFO)
         admin_server = security.new_server()

@@ -40,6 +40,9 @@ class LookupConfig(ServiceConfig):
     #: Deadline of the calls the lookup makes to brokers (admin GetTopicStats is forwarded to
     #: the topic's owner).
     broker_rpc_timeout_s: float = 5.0
+    #: Deadline of a compaction the lookup forwards to the topic's owner (admin CompactTopic):
+    #: the broker reads the log from the previous horizon on, so a large topic takes a while.
+    compaction_rpc_timeout_s: float = 300.0
     #: The web console, served on the HTTP endpoint when ``http_listen_addr`` is set.
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
 
@@ -49,7 +52,7 @@ class LookupConfig(ServiceConfig):
         split_host_port(v)
         return v
 
-    @field_validator("broker_rpc_timeout_s")
+    @field_validator("broker_rpc_timeout_s", "compaction_rpc_timeout_s")
     @classmethod
     def _positive(cls, v: float) -> float:
         if v <= 0:

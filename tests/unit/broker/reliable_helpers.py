@@ -99,6 +99,7 @@ def make_rig(
     recent: RecentMessages | None = None,
     max_delayed: int = 100_000,
     clock: Clock | None = None,
+    compaction: Any = None,
 ) -> Rig:
     clock = clock or Clock()
     log = log or FakeLog()
@@ -126,6 +127,7 @@ def make_rig(
         recent=recent,
         max_delayed=max_delayed,
         wall_clock=lambda: clock() + WALL_OFFSET_S,
+        compaction=compaction,
     )
     sub.engine = engine
     return Rig(sub, engine, log, clock, moves)

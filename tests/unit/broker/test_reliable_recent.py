@@ -156,7 +156,9 @@ async def test_a_subscription_far_behind_makes_the_topic_keep_nothing() -> None:
     behind = make_rig(recent=recent).engine
     behind.read_pos = 0
     topic = SimpleNamespace(count_in=lambda n, b: None, subscriptions={"s": SimpleNamespace(engine=behind)})
-    host = SimpleNamespace(topic=topic, recent=recent)
+    host = SimpleNamespace(
+        topic=topic, recent=recent, _uncompacted_bytes=0, _compact_at=float("inf"), _compaction_queued=False
+    )
     publish_at = ReliableTopic._published
     publish_at(host, 0, msgs(0, 2), [1, 1], 2)  # type: ignore[arg-type]
     assert len(recent) == 2, "near the tail: kept"

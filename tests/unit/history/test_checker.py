@@ -697,3 +697,44 @@ def test_an_acknowledged_message_a_subscription_never_got_is_undelivered() -> No
     missing = undelivered(sim.history, ["shared", "excl"], {})
     assert missing == [f"{T} excl: {MsgId('producer-1', 3)} (acked at offset 2)"]
     assert undelivered(sim.history, ["shared", "excl"], {T: [(2, 3)]}) == [], "inside an accepted gap"
+
+
+# ------------------------------------------------------------------------------ compacted reads
+
+
+def test_a_compacted_read_must_end_each_key_at_its_newest_acknowledged_send() -> None:
+    """tests/fault/scenarios.py's check of a compacted read: every key's last value read is its
+    newest acknowledged send, or a newer one whose outcome was unknown; nothing read was not sent."""
+    from tests.fault.scenarios import compaction_problems
+
+    def key(process: str, seq: int) -> str:
+        return f"{process}-{seq % 3}"
+
+    sim = Sim()
+    for seq in range(1, 10):
+        sim.send("producer-1", seq)
+    late = sim.send("producer-1", 10, outcome="info", stored=True)  # key 1: stored, not acknowledged
+    newest = {seq % 3: seq for seq in range(1, 10)}  # 7, 8, 9 by key 1, 2, 0
+    log = sim.final()[T]
+    view = [(o, m) for o, m in log if m is not None and m.seq in (8, 9, 10)]
+    assert compaction_problems(sim.history, {T: view}, key) == [], (
+        "key 1 ends at an unacknowledged newer send"
+    )
+
+    stale = [(o, m) for o, m in log if m is not None and m.seq in (4, 8, 9)]  # key 1 at #4, acked #7
+    assert compaction_problems(sim.history, {T: stale}, key) == [
+        f"{T} key producer-1-1: the compacted read ends at send #4, older than acknowledged #{newest[1]}"
+    ]
+    missing = [(o, m) for o, m in view if m is not late and m.seq != 9]
+    assert compaction_problems(sim.history, {T: missing}, key) == [
+        f"{T} key producer-1-0: newest acknowledged send #9 missing from the compacted read",
+        f"{T} key producer-1-1: newest acknowledged send #7 missing from the compacted read",
+    ]
+    phantom = [*view, (20, MsgId("producer-9", 1))]
+    assert compaction_problems(sim.history, {T: phantom}, key) == [
+        f"{T}: offset 20 holds {MsgId('producer-9', 1)}, which was never sent"
+    ]
+    backwards = [view[1], view[0], view[2]]
+    assert compaction_problems(sim.history, {T: backwards}, key)[0].startswith(
+        f"{T}: offset {view[0][0]} read after"
+    )

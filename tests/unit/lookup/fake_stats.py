@@ -1,8 +1,8 @@
 """A tiny in-process broker for the lookup's stats forwarding: ``BrokerStatsService`` only.
 
 A real grpc.aio server on loopback port 0 with the real ``ErrorInterceptor``, answering
-``GetTopicStats`` from a dict (``TOPIC_NOT_OWNED`` for topics it does not have), recording
-every request, and able to hold answers (``hold``) to exercise deadlines.
+``GetTopicStats`` and ``CompactTopic`` from dicts (``TOPIC_NOT_OWNED`` for topics it does not
+have), recording every request, and able to hold answers (``hold``) to exercise deadlines.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ class FakeStatsBroker(apb_grpc.BrokerStatsServiceServicer):
         self.addr = ""
         self.stats: dict[str, apb.TopicStats] = {}
         self.requests: list[apb.TopicStatsRequest] = []
+        #: What CompactTopic answers per topic, and the CompactTopic requests received.
+        self.compactions: dict[str, apb.CompactionInfo] = {}
+        self.compact_requests: list[apb.CompactTopicRequest] = []
         #: Cleared: answers wait until it is set again.
         self.hold = asyncio.Event()
         self.hold.set()
@@ -43,6 +46,32 @@ class FakeStatsBroker(apb_grpc.BrokerStatsServiceServicer):
         if found is None:
             raise TopicNotOwned(f"topic {request.name} is not served by {self.broker_id}")
         return found
+
+    async def CompactTopic(self, request: apb.CompactTopicRequest, context: object) -> apb.CompactionInfo:
+        self.compact_requests.append(request)
+        await self.hold.wait()
+        if self.refuse is not None:
+            raise self.refuse
+        found = self.compactions.get(request.name)
+        if found is None:
+            raise TopicNotOwned(f"topic {request.name} is not served by {self.broker_id}")
+        return found
+
+    def compaction_sample(self, topic: str) -> apb.CompactionInfo:
+        """Put a recognisable CompactionInfo for ``topic`` and return it."""
+        info = apb.CompactionInfo(
+            name=topic,
+            horizon=1000,
+            entries=42,
+            keys=40,
+            bytes=12_345,
+            compacted_at_ms=1_700_000_000_000,
+            duration_s=1.25,
+            messages_read=1000,
+            stored_in="object storage",
+        )
+        self.compactions[topic] = info
+        return info
 
     async def GetBrokerStats(self, request: apb.BrokerStatsRequest, context: object) -> apb.BrokerStats:
         return apb.BrokerStats(broker_id=self.broker_id, topics=len(self.stats))

@@ -23,7 +23,8 @@ It is a test double of the *protocol*, kept faithful where the SDK depends on it
 Knobs for tests: ``ack_gate`` (clear it to hold PublishAcks: held batches are not
 published), ``refuse_next`` (after a retryable refusal, the stream's later batches are refused
 too, as the real broker's order guard does), ``break_after_publish`` (store the next batches, then end the
-stream with UNAVAILABLE instead of acking: a lost ack), ``move``, ``health_close``;
+stream with UNAVAILABLE instead of acking: a lost ack), ``move``, ``health_close``, ``compact``
+(read_compacted subscriptions then get the compacted view), ``append`` (store a message directly);
 observations: ``frames``, ``calls``, ``ack_batches``, ``nacks``, ``seeks``, topic logs,
 ``unknown_duplicates`` (sequence ids dropped as duplicates that were never stored: must stay
 empty).
@@ -158,6 +159,27 @@ class FakeCluster:
         """Give ``topic`` to another broker: streams on the old one end with TOPIC_NOT_OWNED."""
         self.topics[topic].owner = to_broker
         self.moved.notify()
+
+    def compact(self, topic: str, horizon: int | None = None) -> None:
+        """Compact ``topic`` below ``horizon`` (default: its log end): read_compacted
+        subscriptions are then given only the compacted view below it (fake_consumer.py)."""
+        t = self.topics[topic]
+        t.compaction_horizon = len(t.log) if horizon is None else horizon
+
+    def append(self, topic: str, payload: bytes, *, key: str | None = None, notify: bool = True) -> int:
+        """Store a message as a producer's publish would; return its offset. ``notify=False``:
+        streams are not woken (they see it after their next wake-up, or on a new attach)."""
+        t = self.topics[topic]
+        offset = len(t.log)
+        m = pb.StreamMessage(payload=payload, publish_time=offset + 1, producer_name="fake")
+        if key is not None:
+            m.routing_key = key
+        m.msg_id.topic_name = topic
+        m.msg_id.topic_offset = offset
+        t.log.append(m)
+        if notify:
+            t.changed.notify()
+        return offset
 
     def payloads(self, topic: str) -> list[bytes]:
         return [m.payload for m in self.topics[topic].log]

@@ -9,12 +9,17 @@ Faithful where the SDK depends on it:
 - ``AckBatch(cumulative=true)`` acknowledges everything up to its single offset (exclusive
   and failover subscriptions only, FAILED_PRECONDITION otherwise);
 - ``Seek`` moves the cursor to an offset or to the first message published at or after a
-  time, forgets the unacked/redelivery state, and answers the offset it continues from.
+  time, forgets the unacked/redelivery state, and answers the offset it continues from;
+- a reader (``ConsumerRequest.reader``) is (re)positioned at its start on every attach, and the
+  answer carries ``reader_start_offset``;
+- ``read_compacted``: kept from the Subscribe that created a durable subscription, taken from
+  every attach of a reader; such a subscription is given only :func:`compacted_view` below the
+  topic's ``compaction_horizon`` (``FakeCluster.compact``), every message from it on.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
@@ -56,7 +61,10 @@ class ConsumerSide(pb_grpc.ConsumerServiceServicer):
         if sub is None:
             earliest = request.initial_position == pb.ConsumerRequest.Earliest
             sub = FakeSub(
-                request.subscription, request.subscription_type, cursor=0 if earliest else len(topic.log)
+                request.subscription,
+                request.subscription_type,
+                cursor=0 if earliest else len(topic.log),
+                read_compacted=request.read_compacted,
             )
             topic.subs[sub.name] = sub
         elif sub.sub_type != request.subscription_type:
@@ -68,9 +76,16 @@ class ConsumerSide(pb_grpc.ConsumerServiceServicer):
             cid = self.c.next_id()
             sub.consumers[request.consumer_name] = cid
         self.c.consumers[cid] = FakeConsumer(cid, request.consumer_name, topic.name, sub.name, self.i)
-        return pb.ConsumerResponse(
+        resp = pb.ConsumerResponse(
             request_id=request.request_id, consumer_id=cid, consumer_name=request.consumer_name
         )
+        if request.HasField("reader"):
+            sub.read_compacted = request.read_compacted
+            sub.cursor = _reader_cursor(topic, request.reader)
+            sub.unacked.clear()
+            sub.redeliver.clear()
+            resp.reader_start_offset = sub.cursor
+        return resp
 
     async def ConsumeMux(
         self, request_iterator: AsyncIterator[pb.ConsumeMuxRequest], context: grpc.aio.ServicerContext
@@ -99,14 +114,18 @@ class ConsumerSide(pb_grpc.ConsumerServiceServicer):
             self.c._owned(topic.name, self.i, create=False)
             if cons.stream_gen != gen or cons.id not in self.c.consumers:
                 return
+            horizon = topic.compaction_horizon if sub.read_compacted else 0
+            view = compacted_view(topic.log, horizon) if horizon else set()
             offsets: list[int] = []
             while sub.redeliver and len(offsets) < limit:
                 off = sub.redeliver.popleft()
-                if off not in sub.acked:
+                if off not in sub.acked and (off >= horizon or off in view):
                     offsets.append(off)
             while sub.cursor < len(topic.log) and len(offsets) < limit:
-                offsets.append(sub.cursor)
+                off = sub.cursor
                 sub.cursor += 1
+                if off >= horizon or off in view:
+                    offsets.append(off)
             if offsets:
                 for off in offsets:
                     sub.unacked[off] = cons.id
@@ -197,6 +216,38 @@ class ConsumerSide(pb_grpc.ConsumerServiceServicer):
                     del topic.subs[cons.subscription]
             topic.changed.notify()
         return pb.CloseConsumerResponse(request_id=request.request_id)
+
+
+def compacted_view(log: Sequence[pb.StreamMessage], horizon: int) -> set[int]:
+    """The offsets below ``horizon`` that compaction keeps: the newest message of each routing
+    key (all the chunks of a chunked one: a message counts at its first chunk), unless its
+    payload is empty (a tombstone); keyless messages are left out. A pack is one message."""
+    newest: dict[str, list[int]] = {}
+    chunked: dict[str, list[int]] = {}
+    for off, m in enumerate(log[:horizon]):
+        if not m.HasField("routing_key"):
+            continue
+        if m.HasField("chunk"):
+            group = chunked.setdefault(m.chunk.message_uuid, [])
+            group.append(off)
+            if m.chunk.index == 0:
+                newest[m.routing_key] = group
+        else:
+            newest[m.routing_key] = [off] if m.payload else []
+    return {off for group in newest.values() for off in group}
+
+
+def _reader_cursor(topic: FakeTopic, start: pb.ReaderStart) -> int:
+    kind = start.WhichOneof("position")
+    end = len(topic.log)
+    if kind == "earliest":
+        return 0
+    if kind == "offset":
+        return min(start.offset, end)
+    if kind == "publish_time_ms":
+        t = start.publish_time_ms
+        return next((o for o, m in enumerate(topic.log) if m.publish_time >= t), end)
+    return end
 
 
 def _delivery(topic: FakeTopic, sub: FakeSub, offset: int) -> Any:

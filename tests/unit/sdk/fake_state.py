@@ -54,6 +54,8 @@ class FakeSub:
     consumers: dict[str, int] = field(default_factory=dict)
     #: offset -> how many times it was delivered (redelivery_count of the next delivery)
     deliveries: dict[int, int] = field(default_factory=dict)
+    #: Reads the topic's compacted view (set when created; a reader's on every attach).
+    read_compacted: bool = False
 
 
 @dataclass
@@ -67,6 +69,8 @@ class FakeTopic:
     sequences: dict[str, int] = field(default_factory=dict)
     #: (producer name, sequence id) -> the offset it was stored at
     seq_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: Offsets below this are served as the compacted view to read_compacted subscriptions.
+    compaction_horizon: int = 0
 
 
 @dataclass

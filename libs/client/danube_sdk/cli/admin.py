@@ -41,6 +41,7 @@ from danube_sdk.cli.admin_commands import (
     subscriptions_set_policy,
     topic_dict,
     topic_rows,
+    topics_compact,
     topics_create,
     topics_delete,
     topics_describe,
@@ -377,8 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = leaf(
         t,
         "stats",
-        "live figures from the owning broker: offsets, WAL, rates, and per subscription backlog, "
-        "cursor, unacked, redeliveries, dead letters",
+        "live figures from the owning broker: offsets, WAL, object storage, the compacted view, rates, "
+        "and per subscription backlog, cursor, unacked, redeliveries, dead letters",
         topics_stats,
         [
             "danube-admin topics stats /default/orders",
@@ -386,6 +387,38 @@ def build_parser() -> argparse.ArgumentParser:
         ],
     )
     p.add_argument("topic", help="topic name, /namespace/topic (one partition of a partitioned topic)")
+    p = leaf(
+        t,
+        "compact",
+        "compact a reliable topic now, on its owning broker: its compacted view then holds the newest "
+        "message of each routing key below the horizon (an empty payload drops the key, keyless messages "
+        "are left out), which consumers and readers with read_compacted read before the live log. Prints "
+        "the horizon, keys, entries, bytes, duration and where the view is stored. The policy "
+        "compaction_threshold_bytes compacts automatically (`topics set-policies`)",
+        topics_compact,
+        [
+            "danube-admin topics compact /default/prices",
+            "danube-admin topics compact /default/prices-part-0 -o json",
+            "danube-admin topics compact /default/big --wait-s 1800",
+        ],
+    )
+    p.add_argument("topic", help="reliable topic, /namespace/topic (each partition of a partitioned topic)")
+    p.add_argument(
+        "--wait-s",
+        type=positive_float,
+        default=300.0,
+        metavar="N",
+        help="how long to wait for the compaction to finish (default 300; the lookup service gives the "
+        "broker its compaction_rpc_timeout_s, 300 s by default)",
+    )
+    p.set_defaults(
+        hints={
+            "TIMEOUT": "the compaction may still finish on the broker: see `danube-admin topics stats {topic}`; "
+            "for a large topic raise the lookup service's compaction_rpc_timeout_s",
+            "FAILED_PRECONDITION": "only reliable topics are compacted, one partition at a time: see "
+            "`danube-admin topics describe {topic}`",
+        }
+    )
     p = leaf(
         t,
         "move",
@@ -518,7 +551,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def explain(
-    exc: grpc.RpcError, admin_url: str, timeout_s: float, *, namespace: str = "NS", group: str = ""
+    exc: grpc.RpcError,
+    admin_url: str,
+    timeout_s: float,
+    *,
+    namespace: str = "NS",
+    group: str = "",
+    hints: dict[str, str] | None = None,
 ) -> tuple[str, str]:
     """A failed call -> (error message, hint) for a person at a terminal."""
     trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
@@ -544,7 +583,7 @@ def explain(
             "use the lookup service's admin port (default 50051), not the client port (6650)",
         )
     err = error_from_rpc(exc)
-    return err.message, _hint(err, namespace, group)
+    return err.message, _hint(err, namespace, group, hints)
 
 
 def explain_error(err: DanubeError, admin_url: str, timeout_s: float) -> tuple[str, str]:
@@ -565,7 +604,12 @@ _SECURITY_HINTS = {
 }
 
 
-def _hint(err: DanubeError, namespace: str, group: str = "") -> str:
+def _hint(
+    err: DanubeError, namespace: str, group: str = "", command_hints: dict[str, str] | None = None
+) -> str:
+    """``command_hints``: the command's own (its parser's ``hints`` default), before the general ones."""
+    if command_hints and err.code in command_hints:
+        return command_hints[err.code]
     if group == "security" and err.code in _SECURITY_HINTS:
         return _SECURITY_HINTS[err.code]
     hints = {
@@ -608,7 +652,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except grpc.RpcError as exc:
         namespace = getattr(args, "name", None) or getattr(args, "namespace", None) or "NS"
         message, hint = explain(
-            exc, args.admin_url, args.timeout_s, namespace=namespace, group=getattr(args, "group", "")
+            exc,
+            args.admin_url,
+            args.timeout_s,
+            namespace=namespace,
+            group=getattr(args, "group", ""),
+            hints=_command_hints(args),
         )
         print(f"error: {message}", file=sys.stderr)
         if hint:
@@ -625,6 +674,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `danube-admin topics list | head -1`
         return 0
     return 0
+
+
+def _command_hints(args: argparse.Namespace) -> dict[str, str]:
+    """The command's own hints (its parser's ``hints`` default), naming its topic."""
+    topic = getattr(args, "topic", None) or "TOPIC"
+    return {code: text.format(topic=topic) for code, text in getattr(args, "hints", {}).items()}
 
 
 def _run_offline(args: argparse.Namespace) -> int:

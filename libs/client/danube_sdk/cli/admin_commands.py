@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from danube_common.errors import MD_ERROR_CODE
 from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
 from danube_sdk.cli.output import emit, render_table
@@ -407,6 +408,7 @@ def topic_stats_dict(st: apb.TopicStats) -> dict[str, Any]:
         "last_remote_error": st.last_remote_error,
         "retention_deleted_segments": st.retention_deleted_segments,
         "retention_deleted_bytes": st.retention_deleted_bytes,
+        "compaction": compaction_dict(st.compaction) if st.has_compaction else None,
         "msgs_in_total": st.msgs_in_total,
         "bytes_in_total": st.bytes_in_total,
         "msg_rate_in": st.msg_rate_in,
@@ -431,6 +433,58 @@ def topic_stats_dict(st: apb.TopicStats) -> dict[str, Any]:
             for g in st.accepted_gaps
         ],
     }
+
+
+def compaction_dict(c: apb.CompactionInfo) -> dict[str, Any]:
+    return {
+        "horizon": c.horizon,
+        "keys": c.keys,
+        "entries": c.entries,
+        "bytes": c.bytes,
+        "compacted_at_ms": c.compacted_at_ms,
+        "duration_s": round(c.duration_s, 3),
+        "messages_read": c.messages_read,
+        "stored_in": c.stored_in,
+    }
+
+
+def compaction_text(c: apb.CompactionInfo) -> str:
+    """The compacted view in one line, for a person."""
+    return (
+        f"below offset {c.horizon}: {c.keys} key(s), {c.entries} message(s), {c.bytes} bytes; "
+        f"compacted at {_time(c.compacted_at_ms)} in {c.duration_s:.2f}s, in {c.stored_in}"
+    )
+
+
+def topics_compact(admin: Admin, args: argparse.Namespace) -> None:
+    """Compact now on the owning broker (through the lookup), waiting up to --wait-s."""
+    try:
+        c = admin.topics.CompactTopic(apb.CompactTopicRequest(name=args.topic), timeout=args.wait_s)
+    except grpc.RpcError as exc:
+        from_danube = any(item[0] == MD_ERROR_CODE for item in exc.trailing_metadata() or ())
+        if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and not from_danube:
+            raise SystemExit(
+                f"error: no answer within {args.wait_s:g}s: the compaction may still finish on the broker "
+                f"(see `danube-admin topics stats {args.topic}`); raise --wait-s for a large topic"
+            ) from exc
+        raise
+    if args.output == "json":
+        emit([], fmt="json", json_data={"name": c.name, **compaction_dict(c)})
+        return
+    print(
+        f"{c.name} compacted below offset {c.horizon}: readers with read_compacted get its newest message "
+        "per key there"
+    )
+    rows = [
+        {"field": "horizon", "value": c.horizon},
+        {"field": "keys", "value": c.keys},
+        {"field": "entries", "value": f"{c.entries} message(s), {c.bytes} bytes"},
+        {"field": "messages read", "value": c.messages_read},
+        {"field": "duration", "value": f"{c.duration_s:.2f}s"},
+        {"field": "stored in", "value": c.stored_in},
+        {"field": "compacted at", "value": _time(c.compacted_at_ms)},
+    ]
+    print(render_table(rows, ("field", "value")))
 
 
 def _rate(per_s: float) -> str:
@@ -473,6 +527,8 @@ def topics_stats(admin: Admin, args: argparse.Namespace) -> None:
                 f"{st.retention_deleted_bytes} bytes",
             }
         )
+    if st.has_compaction:
+        fields.append({"field": "compaction", "value": compaction_text(st.compaction)})
     if st.log_writer:
         fields.append(
             {

@@ -1,6 +1,6 @@
 """``danube-admin namespaces get-policies / set-policies``: a namespace's limits and defaults;
-``danube-admin topics get-policies / set-policies``: the limits (and retention) one topic sets
-over them.
+``danube-admin topics get-policies / set-policies``: the limits (and retention, and the
+compaction threshold) one topic sets over them.
 
 One flag per policy (``--max-producers-per-topic N`` ...), named after the policy with dashes;
 ``--clear NAME`` (repeatable) unsets one. The policies, their units and meaning come from
@@ -65,6 +65,7 @@ def add_namespace_policy_parsers(subs: argparse._SubParsersAction[Any], leaf: Le
             "    --publish-rate-bytes-per-s 5000000",
             "danube-admin namespaces set-policies analytics --backlog-quota-messages 100000 \\",
             "    --backlog-quota-policy refuse",
+            "danube-admin namespaces set-policies analytics --compaction-threshold-bytes 104857600",
             "danube-admin namespaces set-policies analytics --clear publish_rate_msgs_per_s",
         ],
     )
@@ -90,14 +91,16 @@ def add_topic_policy_parsers(subs: argparse._SubParsersAction[Any], leaf: Leaf) 
     p = leaf(
         subs,
         "set-policies",
-        "set (or --clear) limits and retention of one topic over its namespace's (and, for retention, over "
-        "what the topic was created with); the others are kept. max_topics and the defaults for new topics "
-        "are the namespace's. Brokers apply a change to the running topic within a second",
+        "set (or --clear) limits, retention and the compaction threshold of one topic over its namespace's "
+        "(and, for retention, over what the topic was created with); the others are kept. max_topics and "
+        "the defaults for new topics are the namespace's. Brokers apply a change to the running topic "
+        "within a second",
         topics_set_policies,
         [
             "danube-admin topics set-policies /analytics/clicks --max-producers-per-topic 50",
             "danube-admin topics set-policies /analytics/clicks --publish-rate-msgs-per-s 20000",
             "danube-admin topics set-policies /analytics/clicks --retention-time-s 604800",
+            "danube-admin topics set-policies /analytics/prices --compaction-threshold-bytes 67108864",
             "danube-admin topics set-policies /analytics/clicks --clear publish_rate_msgs_per_s",
         ],
     )

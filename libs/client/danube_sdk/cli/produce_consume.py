@@ -80,6 +80,8 @@ examples:
   danube-cli consume -t /default/orders -m replay --initial-position earliest
   danube-cli consume -t /default/ledger --reader --start earliest -c 100
   danube-cli consume -t /default/ledger --reader --start @2026-11-27T09:00:00Z
+  danube-cli consume -t /default/prices --reader --start earliest --read-compacted
+  danube-cli consume -t /default/prices -m snapshot --initial-position earliest --read-compacted
   danube-cli consume --topics /default/orders,/default/refunds -m audit
   danube-cli consume --pattern '/default/orders-.*' -m all-orders
   danube-cli consume -s https://localhost:6650 --tls-ca ca.pem --token-file app.jwt \
@@ -265,6 +267,14 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
         default="latest",
         help="where a NEW subscription of a reliable topic starts: latest (default) or earliest "
         "(replay what the topic keeps); an existing subscription resumes where it was",
+    )
+    cons.add_argument(
+        "--read-compacted",
+        action="store_true",
+        help="read a reliable topic's compacted view: below its compaction horizon only the newest "
+        "message of each key (keyless messages, and keys whose newest message is empty, a tombstone, "
+        "are left out), then every message from the horizon on. Fixed when a subscription is created "
+        "(an existing one keeps its setting); a reader asks for it each time it attaches",
     )
     cons.add_argument(
         "-c", "--count", type=non_negative_int, default=0, help="stop after N messages (0 = until Ctrl-C)"
@@ -540,12 +550,15 @@ async def run_consume(
         token=auth.token,
     ) as client:
         consumer: Any
+        view = " (compacted view)" if args.read_compacted else ""
         if args.reader:
             start = args.start or StartPosition.LATEST
-            consumer = await client.create_reader(args.topic, start=start, reader_name=args.consumer_name)
+            consumer = await client.create_reader(
+                args.topic, start=start, reader_name=args.consumer_name, read_compacted=args.read_compacted
+            )
             print(
-                f"reading {args.topic} from {start} as reader {consumer.reader_name!r} (nothing stored); "
-                "Ctrl-C to stop",
+                f"reading {args.topic}{view} from {start} as reader {consumer.reader_name!r} "
+                "(nothing stored); Ctrl-C to stop",
                 file=err,
                 flush=True,
             )
@@ -557,9 +570,10 @@ async def run_consume(
                 consumer_name=args.consumer_name,
                 sub_type=SUB_TYPES[args.sub_type],
                 initial_position=INITIAL_POSITIONS[args.initial_position],
+                read_compacted=args.read_compacted,
             )
             print(
-                f"consuming {consumer.topic} as subscription {args.subscription!r} ({args.sub_type}); "
+                f"consuming {consumer.topic}{view} as subscription {args.subscription!r} ({args.sub_type}); "
                 "Ctrl-C to stop",
                 file=err,
                 flush=True,

@@ -137,6 +137,10 @@ class Reader(Generic[T]):
         return self._inner.reader_name
 
     @property
+    def read_compacted(self) -> bool:
+        return self._inner.read_compacted
+
+    @property
     def next_offsets(self) -> dict[str, int | None]:
         return self._inner.next_offsets
 

@@ -151,6 +151,19 @@ RETENTION_OBJECT_BYTES_DELETED = MetricDef(
     "counter",
     "Bytes of the uploaded segments retention deleted from object storage.",
 )
+COMPACTIONS = MetricDef(
+    "danube_compactions",
+    "counter",
+    "Compactions of reliable topics run on this broker (asked, or by the compaction_threshold_bytes "
+    "policy), by outcome: ok or failed.",
+    ("outcome",),
+)
+COMPACTION_LATENCY = MetricDef(
+    "danube_compaction_duration_seconds",
+    "histogram",
+    "Duration of one successful compaction: reading the messages since the previous horizon, "
+    "computing the view and storing it (disk, object storage, etcd).",
+)
 WAL_DISK_BYTES = MetricDef(
     "danube_wal_disk_bytes", "gauge", "Bytes of write-ahead log on this broker's disk (topics loaded here)."
 )
@@ -402,6 +415,8 @@ SECTIONS: tuple[tuple[str, tuple[MetricDef, ...]], ...] = (
             WAL_DISK_BYTES,
             RETENTION_OBJECTS_DELETED,
             RETENTION_OBJECT_BYTES_DELETED,
+            COMPACTIONS,
+            COMPACTION_LATENCY,
         ),
     ),
     ("Broker: fixed costs", (ASYNCIO_TASKS, ETCD_WATCHES)),

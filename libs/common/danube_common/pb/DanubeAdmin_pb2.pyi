@@ -218,7 +218,7 @@ class NamespaceResponse(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class NamespacePolicies(_message.Message):
-    __slots__ = ("max_producers_per_topic", "max_consumers_per_topic", "max_subscriptions_per_topic", "max_topics", "max_message_size_bytes", "publish_rate_msgs_per_s", "publish_rate_bytes_per_s", "backlog_quota_messages", "backlog_quota_policy", "retention_time_s", "retention_size_bytes", "default_dispatch_strategy", "default_durability", "message_ttl_s", "dispatch_rate_msgs_per_s")
+    __slots__ = ("max_producers_per_topic", "max_consumers_per_topic", "max_subscriptions_per_topic", "max_topics", "max_message_size_bytes", "publish_rate_msgs_per_s", "publish_rate_bytes_per_s", "backlog_quota_messages", "backlog_quota_policy", "retention_time_s", "retention_size_bytes", "default_dispatch_strategy", "default_durability", "message_ttl_s", "dispatch_rate_msgs_per_s", "compaction_threshold_bytes")
     MAX_PRODUCERS_PER_TOPIC_FIELD_NUMBER: _ClassVar[int]
     MAX_CONSUMERS_PER_TOPIC_FIELD_NUMBER: _ClassVar[int]
     MAX_SUBSCRIPTIONS_PER_TOPIC_FIELD_NUMBER: _ClassVar[int]
@@ -234,6 +234,7 @@ class NamespacePolicies(_message.Message):
     DEFAULT_DURABILITY_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TTL_S_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_RATE_MSGS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_THRESHOLD_BYTES_FIELD_NUMBER: _ClassVar[int]
     max_producers_per_topic: int
     max_consumers_per_topic: int
     max_subscriptions_per_topic: int
@@ -249,7 +250,8 @@ class NamespacePolicies(_message.Message):
     default_durability: str
     message_ttl_s: int
     dispatch_rate_msgs_per_s: float
-    def __init__(self, max_producers_per_topic: _Optional[int] = ..., max_consumers_per_topic: _Optional[int] = ..., max_subscriptions_per_topic: _Optional[int] = ..., max_topics: _Optional[int] = ..., max_message_size_bytes: _Optional[int] = ..., publish_rate_msgs_per_s: _Optional[float] = ..., publish_rate_bytes_per_s: _Optional[float] = ..., backlog_quota_messages: _Optional[int] = ..., backlog_quota_policy: _Optional[str] = ..., retention_time_s: _Optional[int] = ..., retention_size_bytes: _Optional[int] = ..., default_dispatch_strategy: _Optional[str] = ..., default_durability: _Optional[str] = ..., message_ttl_s: _Optional[int] = ..., dispatch_rate_msgs_per_s: _Optional[float] = ...) -> None: ...
+    compaction_threshold_bytes: int
+    def __init__(self, max_producers_per_topic: _Optional[int] = ..., max_consumers_per_topic: _Optional[int] = ..., max_subscriptions_per_topic: _Optional[int] = ..., max_topics: _Optional[int] = ..., max_message_size_bytes: _Optional[int] = ..., publish_rate_msgs_per_s: _Optional[float] = ..., publish_rate_bytes_per_s: _Optional[float] = ..., backlog_quota_messages: _Optional[int] = ..., backlog_quota_policy: _Optional[str] = ..., retention_time_s: _Optional[int] = ..., retention_size_bytes: _Optional[int] = ..., default_dispatch_strategy: _Optional[str] = ..., default_durability: _Optional[str] = ..., message_ttl_s: _Optional[int] = ..., dispatch_rate_msgs_per_s: _Optional[float] = ..., compaction_threshold_bytes: _Optional[int] = ...) -> None: ...
 
 class SetNamespacePoliciesRequest(_message.Message):
     __slots__ = ("name", "policies", "clear")
@@ -424,7 +426,7 @@ class AcceptedGap(_message.Message):
     def __init__(self, start_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., reason: _Optional[str] = ..., decided_by: _Optional[str] = ..., at_ms: _Optional[int] = ..., writer: _Optional[str] = ...) -> None: ...
 
 class TopicStats(_message.Message):
-    __slots__ = ("name", "broker_id", "dispatch_strategy", "durability", "first_offset", "next_offset", "wal_bytes", "wal_segments", "msgs_in_total", "bytes_in_total", "msg_rate_in", "bytes_rate_in", "producers", "subscriptions", "log_writer", "log_epoch", "log_start_offset", "reserved_to", "state", "accepted_gaps", "local_first_offset", "has_uploaded", "uploaded_first_offset", "uploaded_next_offset", "remote_reads", "remote_entries", "remote_gets", "remote_bytes_fetched", "remote_errors", "last_remote_error", "retention_deleted_segments", "retention_deleted_bytes")
+    __slots__ = ("name", "broker_id", "dispatch_strategy", "durability", "first_offset", "next_offset", "wal_bytes", "wal_segments", "msgs_in_total", "bytes_in_total", "msg_rate_in", "bytes_rate_in", "producers", "subscriptions", "log_writer", "log_epoch", "log_start_offset", "reserved_to", "state", "accepted_gaps", "local_first_offset", "has_uploaded", "uploaded_first_offset", "uploaded_next_offset", "remote_reads", "remote_entries", "remote_gets", "remote_bytes_fetched", "remote_errors", "last_remote_error", "retention_deleted_segments", "retention_deleted_bytes", "has_compaction", "compaction")
     NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_STRATEGY_FIELD_NUMBER: _ClassVar[int]
@@ -457,6 +459,8 @@ class TopicStats(_message.Message):
     LAST_REMOTE_ERROR_FIELD_NUMBER: _ClassVar[int]
     RETENTION_DELETED_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_DELETED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HAS_COMPACTION_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_FIELD_NUMBER: _ClassVar[int]
     name: str
     broker_id: str
     dispatch_strategy: str
@@ -489,7 +493,37 @@ class TopicStats(_message.Message):
     last_remote_error: str
     retention_deleted_segments: int
     retention_deleted_bytes: int
-    def __init__(self, name: _Optional[str] = ..., broker_id: _Optional[str] = ..., dispatch_strategy: _Optional[str] = ..., durability: _Optional[str] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., wal_segments: _Optional[int] = ..., msgs_in_total: _Optional[int] = ..., bytes_in_total: _Optional[int] = ..., msg_rate_in: _Optional[float] = ..., bytes_rate_in: _Optional[float] = ..., producers: _Optional[int] = ..., subscriptions: _Optional[_Iterable[_Union[SubscriptionStats, _Mapping]]] = ..., log_writer: _Optional[str] = ..., log_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., reserved_to: _Optional[int] = ..., state: _Optional[str] = ..., accepted_gaps: _Optional[_Iterable[_Union[AcceptedGap, _Mapping]]] = ..., local_first_offset: _Optional[int] = ..., has_uploaded: _Optional[bool] = ..., uploaded_first_offset: _Optional[int] = ..., uploaded_next_offset: _Optional[int] = ..., remote_reads: _Optional[int] = ..., remote_entries: _Optional[int] = ..., remote_gets: _Optional[int] = ..., remote_bytes_fetched: _Optional[int] = ..., remote_errors: _Optional[int] = ..., last_remote_error: _Optional[str] = ..., retention_deleted_segments: _Optional[int] = ..., retention_deleted_bytes: _Optional[int] = ...) -> None: ...
+    has_compaction: bool
+    compaction: CompactionInfo
+    def __init__(self, name: _Optional[str] = ..., broker_id: _Optional[str] = ..., dispatch_strategy: _Optional[str] = ..., durability: _Optional[str] = ..., first_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., wal_segments: _Optional[int] = ..., msgs_in_total: _Optional[int] = ..., bytes_in_total: _Optional[int] = ..., msg_rate_in: _Optional[float] = ..., bytes_rate_in: _Optional[float] = ..., producers: _Optional[int] = ..., subscriptions: _Optional[_Iterable[_Union[SubscriptionStats, _Mapping]]] = ..., log_writer: _Optional[str] = ..., log_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., reserved_to: _Optional[int] = ..., state: _Optional[str] = ..., accepted_gaps: _Optional[_Iterable[_Union[AcceptedGap, _Mapping]]] = ..., local_first_offset: _Optional[int] = ..., has_uploaded: _Optional[bool] = ..., uploaded_first_offset: _Optional[int] = ..., uploaded_next_offset: _Optional[int] = ..., remote_reads: _Optional[int] = ..., remote_entries: _Optional[int] = ..., remote_gets: _Optional[int] = ..., remote_bytes_fetched: _Optional[int] = ..., remote_errors: _Optional[int] = ..., last_remote_error: _Optional[str] = ..., retention_deleted_segments: _Optional[int] = ..., retention_deleted_bytes: _Optional[int] = ..., has_compaction: _Optional[bool] = ..., compaction: _Optional[_Union[CompactionInfo, _Mapping]] = ...) -> None: ...
+
+class CompactTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class CompactionInfo(_message.Message):
+    __slots__ = ("name", "horizon", "entries", "keys", "bytes", "compacted_at_ms", "duration_s", "messages_read", "stored_in")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HORIZON_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    COMPACTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_READ_FIELD_NUMBER: _ClassVar[int]
+    STORED_IN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    horizon: int
+    entries: int
+    keys: int
+    bytes: int
+    compacted_at_ms: int
+    duration_s: float
+    messages_read: int
+    stored_in: str
+    def __init__(self, name: _Optional[str] = ..., horizon: _Optional[int] = ..., entries: _Optional[int] = ..., keys: _Optional[int] = ..., bytes: _Optional[int] = ..., compacted_at_ms: _Optional[int] = ..., duration_s: _Optional[float] = ..., messages_read: _Optional[int] = ..., stored_in: _Optional[str] = ...) -> None: ...
 
 class BrokerStatsRequest(_message.Message):
     __slots__ = ()

@@ -751,6 +751,11 @@ class TopicAdminStub:
                 request_serializer=DanubeAdmin__pb2.SetTopicPoliciesRequest.SerializeToString,
                 response_deserializer=DanubeAdmin__pb2.TopicPoliciesResponse.FromString,
                 _registered_method=True)
+        self.CompactTopic = channel.unary_unary(
+                '/danube.admin.v1.TopicAdmin/CompactTopic',
+                request_serializer=DanubeAdmin__pb2.CompactTopicRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.CompactionInfo.FromString,
+                _registered_method=True)
 
 
 class TopicAdminServicer:
@@ -842,6 +847,16 @@ class TopicAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompactTopic(self, request, context):
+        """EXTENSION (topic compaction): compact a reliable topic now, on its owning broker
+        (forwarded by the lookup service): its compacted view then holds the newest message of
+        each routing key below the returned horizon. Returns when the view is stored.
+        FAILED_PRECONDITION for a non-reliable or partitioned (compact each partition) topic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TopicAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -899,6 +914,11 @@ def add_TopicAdminServicer_to_server(servicer, server):
                     servicer.SetTopicPolicies,
                     request_deserializer=DanubeAdmin__pb2.SetTopicPoliciesRequest.FromString,
                     response_serializer=DanubeAdmin__pb2.TopicPoliciesResponse.SerializeToString,
+            ),
+            'CompactTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompactTopic,
+                    request_deserializer=DanubeAdmin__pb2.CompactTopicRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.CompactionInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1198,6 +1218,33 @@ class TopicAdmin:
             '/danube.admin.v1.TopicAdmin/SetTopicPolicies',
             DanubeAdmin__pb2.SetTopicPoliciesRequest.SerializeToString,
             DanubeAdmin__pb2.TopicPoliciesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompactTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.TopicAdmin/CompactTopic',
+            DanubeAdmin__pb2.CompactTopicRequest.SerializeToString,
+            DanubeAdmin__pb2.CompactionInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1668,6 +1715,11 @@ class BrokerStatsServiceStub:
                 request_serializer=DanubeAdmin__pb2.BrokerStatsRequest.SerializeToString,
                 response_deserializer=DanubeAdmin__pb2.BrokerStats.FromString,
                 _registered_method=True)
+        self.CompactTopic = channel.unary_unary(
+                '/danube.admin.v1.BrokerStatsService/CompactTopic',
+                request_serializer=DanubeAdmin__pb2.CompactTopicRequest.SerializeToString,
+                response_deserializer=DanubeAdmin__pb2.CompactionInfo.FromString,
+                _registered_method=True)
 
 
 class BrokerStatsServiceServicer:
@@ -1686,6 +1738,13 @@ class BrokerStatsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompactTopic(self, request, context):
+        """The owner's side of TopicAdmin.CompactTopic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerStatsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1698,6 +1757,11 @@ def add_BrokerStatsServiceServicer_to_server(servicer, server):
                     servicer.GetBrokerStats,
                     request_deserializer=DanubeAdmin__pb2.BrokerStatsRequest.FromString,
                     response_serializer=DanubeAdmin__pb2.BrokerStats.SerializeToString,
+            ),
+            'CompactTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompactTopic,
+                    request_deserializer=DanubeAdmin__pb2.CompactTopicRequest.FromString,
+                    response_serializer=DanubeAdmin__pb2.CompactionInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1755,6 +1819,33 @@ class BrokerStatsService:
             '/danube.admin.v1.BrokerStatsService/GetBrokerStats',
             DanubeAdmin__pb2.BrokerStatsRequest.SerializeToString,
             DanubeAdmin__pb2.BrokerStats.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompactTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube.admin.v1.BrokerStatsService/CompactTopic',
+            DanubeAdmin__pb2.CompactTopicRequest.SerializeToString,
+            DanubeAdmin__pb2.CompactionInfo.FromString,
             options,
             channel_credentials,
             insecure,

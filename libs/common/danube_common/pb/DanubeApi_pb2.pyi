@@ -79,7 +79,7 @@ class MessageResponse(_message.Message):
     def __init__(self, request_id: _Optional[int] = ...) -> None: ...
 
 class ConsumerRequest(_message.Message):
-    __slots__ = ("request_id", "topic_name", "consumer_name", "subscription", "subscription_type", "key_filters", "initial_position", "max_unacked_messages", "reader")
+    __slots__ = ("request_id", "topic_name", "consumer_name", "subscription", "subscription_type", "key_filters", "initial_position", "max_unacked_messages", "reader", "read_compacted")
     class InitialPosition(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         Latest: _ClassVar[ConsumerRequest.InitialPosition]
@@ -105,6 +105,7 @@ class ConsumerRequest(_message.Message):
     INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
     MAX_UNACKED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     READER_FIELD_NUMBER: _ClassVar[int]
+    READ_COMPACTED_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     topic_name: str
     consumer_name: str
@@ -114,7 +115,8 @@ class ConsumerRequest(_message.Message):
     initial_position: ConsumerRequest.InitialPosition
     max_unacked_messages: int
     reader: ReaderStart
-    def __init__(self, request_id: _Optional[int] = ..., topic_name: _Optional[str] = ..., consumer_name: _Optional[str] = ..., subscription: _Optional[str] = ..., subscription_type: _Optional[_Union[ConsumerRequest.SubscriptionType, str]] = ..., key_filters: _Optional[_Iterable[str]] = ..., initial_position: _Optional[_Union[ConsumerRequest.InitialPosition, str]] = ..., max_unacked_messages: _Optional[int] = ..., reader: _Optional[_Union[ReaderStart, _Mapping]] = ...) -> None: ...
+    read_compacted: bool
+    def __init__(self, request_id: _Optional[int] = ..., topic_name: _Optional[str] = ..., consumer_name: _Optional[str] = ..., subscription: _Optional[str] = ..., subscription_type: _Optional[_Union[ConsumerRequest.SubscriptionType, str]] = ..., key_filters: _Optional[_Iterable[str]] = ..., initial_position: _Optional[_Union[ConsumerRequest.InitialPosition, str]] = ..., max_unacked_messages: _Optional[int] = ..., reader: _Optional[_Union[ReaderStart, _Mapping]] = ..., read_compacted: _Optional[bool] = ...) -> None: ...
 
 class ConsumerResponse(_message.Message):
     __slots__ = ("request_id", "consumer_id", "consumer_name", "reader_start_offset")

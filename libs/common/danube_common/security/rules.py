@@ -220,6 +220,8 @@ RULES: dict[str, Rule] = {
     f"{_ADMIN}TopicAdmin/GetTopicPolicies": Rule(_P.LOOKUP, _topic("name"), "name"),
     # As for a namespace's: a topic's own users may not lift their limits.
     f"{_ADMIN}TopicAdmin/SetTopicPolicies": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
+    # Rewrites what read_compacted readers see below the horizon: a write to the topic.
+    f"{_ADMIN}TopicAdmin/CompactTopic": Rule(_P.MANAGE_TOPIC, _topic("name"), "name"),
     # Roles and bindings decide who may do everything else: reading them is as sensitive as
     # changing them, so every call needs manage_cluster.
     f"{_ADMIN}SecurityAdmin/ListRoles": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
@@ -231,9 +233,12 @@ RULES: dict[str, Rule] = {
     f"{_ADMIN}SecurityAdmin/GetBinding": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
     f"{_ADMIN}SecurityAdmin/CreateBinding": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
     f"{_ADMIN}SecurityAdmin/DeleteBinding": Rule(_P.MANAGE_CLUSTER, _cluster, "cluster"),
-    # Served by brokers, called by the lookup service when it forwards stats requests.
+    # Served by brokers, called by the lookup service when it forwards stats (and compaction)
+    # requests.
     f"{_ADMIN}BrokerStatsService/GetTopicStats": Rule(_P.CLUSTER_INTERNAL, _cluster, "cluster"),
     f"{_ADMIN}BrokerStatsService/GetBrokerStats": Rule(_P.CLUSTER_INTERNAL, _cluster, "cluster"),
+    # The owner's side of TopicAdmin/CompactTopic, called by the lookup service that forwards it.
+    f"{_ADMIN}BrokerStatsService/CompactTopic": Rule(_P.CLUSTER_INTERNAL, _cluster, "cluster"),
     # ---- control plane (DanubeLeader, DanubeLoadManager, DanubeWalUploader .proto)
     "/danube.leader.v1.LeaderElection/Campaign": Rule(_P.CLUSTER_INTERNAL, _cluster, "cluster"),
     "/danube.leader.v1.LeaderElection/GetLeader": Rule(_P.LOOKUP, _cluster, "cluster"),

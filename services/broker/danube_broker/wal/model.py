@@ -83,3 +83,6 @@ class WalObserver(Protocol):
 
     def history_deleted(self, segments: int, nbytes: int) -> None:
         """Retention deleted ``segments`` uploaded segments (``nbytes``) from object storage."""
+
+    def compacted(self, seconds: float | None) -> None:
+        """A topic was compacted in ``seconds`` (None: the compaction failed)."""

@@ -114,6 +114,18 @@ def test_each_rule_reads_its_request(method: str) -> None:
             "cluster_internal",
             CLUSTER,
         ),
+        (
+            "/danube.admin.v1.TopicAdmin/CompactTopic",
+            apb.CompactTopicRequest(name="/ns/t"),
+            "manage_topic",
+            Resource.topic("/ns/t"),
+        ),
+        (
+            "/danube.admin.v1.BrokerStatsService/CompactTopic",
+            apb.CompactTopicRequest(name="/ns/t"),
+            "cluster_internal",
+            CLUSTER,
+        ),
     ],
 )
 def test_sample_rules(method: str, request_: object, permission: str, target: object) -> None:

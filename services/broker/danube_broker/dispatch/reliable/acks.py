@@ -20,7 +20,7 @@ was acknowledged above them is (at-least-once).
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 
 NO_CURSOR = -1
@@ -139,6 +139,28 @@ class AckTracker:
             lo.insert(i + 1, o)
             hi.insert(i + 1, o)
         self._count += 1
+
+    def ack_range(self, first: int, last: int) -> bool:
+        """Acknowledge every offset in ``[first, last]`` (one range, whatever its length: offsets
+        a compacted view left out); True if the cursor moved."""
+        if last < first or last <= self.cursor:
+            return False
+        if first <= self.cursor + 1:
+            return self.ack_through(last)
+        lo, hi = self._lo, self._hi
+        i = bisect_left(hi, first - 1)  # the first range ending at or after first - 1 (touching)
+        j = bisect_right(lo, last + 1)  # ranges [i, j) overlap or touch [first, last]
+        if i < j:
+            removed = sum(hi[k] - lo[k] + 1 for k in range(i, j))
+            first, last = min(first, lo[i]), max(last, hi[j - 1])
+            del lo[i:j]
+            del hi[i:j]
+        else:
+            removed = 0
+        lo.insert(i, first)
+        hi.insert(i, last)
+        self._count += last - first + 1 - removed
+        return False  # first > cursor + 1: the cursor stays
 
     def ack_through(self, offset: int) -> bool:
         """Cumulative: acknowledge every offset <= ``offset``; True if the cursor moved."""

@@ -42,7 +42,7 @@ from danube_broker.dispatch.base import Msg, SubType
 from danube_broker.dispatch.reliable.acks import AckTracker, Ranges
 from danube_broker.dispatch.reliable.dead_letter import DeadLetterSink, DeadLetterWorker
 from danube_broker.dispatch.reliable.delayed import due_monotonic, honours_delays
-from danube_broker.dispatch.reliable.log_port import Entry, TopicLogPort
+from danube_broker.dispatch.reliable.log_port import CompactedSource, Entry, TopicLogPort
 from danube_broker.dispatch.reliable.pending import Pending, PendingSet, State
 from danube_broker.dispatch.reliable.policy import SubscriptionPolicy
 from danube_broker.dispatch.reliable.recent import RecentMessages
@@ -74,6 +74,7 @@ class SubscriptionEngine:
     #: Slots: one engine per subscription, thousands per broker (a dict per instance costs ~1 KiB).
     __slots__ = (
         "_clock",
+        "_compaction",
         "_deliverable",
         "_fresh",
         "_gate",
@@ -94,6 +95,7 @@ class SubscriptionEngine:
         "ack_timeouts_total",
         "acks",
         "acks_total",
+        "compacted_total",
         "dead_lettered_total",
         "dead_letters",
         "delivered_total",
@@ -129,6 +131,7 @@ class SubscriptionEngine:
         max_delayed: int = DEFAULT_MAX_DELAYED,
         wall_clock: Callable[[], float] = time.time,
         acked: Ranges = (),
+        compaction: CompactedSource | None = None,
     ) -> None:
         """``cursor`` and ``acked``: what was persisted (every offset <= ``cursor``, and the
         ``acked`` ranges above it, are acknowledged: never delivered again)."""
@@ -183,6 +186,11 @@ class SubscriptionEngine:
         self.rate_out = Rate()
         #: Why the last read of the log failed ("" once a read succeeds again), for stats.
         self.read_error = ""
+        #: The topic's compacted view, read below its horizon (a subscription or reader with
+        #: ``read_compacted``; None: the log alone).
+        self._compaction = compaction
+        #: Offsets a compacted view left out (acknowledged without delivery).
+        self.compacted_total = 0
 
     # ------------------------------------------------------------------ views
     @property
@@ -325,9 +333,37 @@ class SubscriptionEngine:
             self._deliverable() - self.read_pos,
         )
 
+    @property
+    def read_compacted(self) -> bool:
+        return self._compaction is not None
+
+    def use_compaction(self, compaction: CompactedSource | None) -> None:
+        """Read the compacted view from now on (None: the log alone); a reader re-attaching
+        says so again, and seeks next."""
+        self._compaction = compaction
+
+    def _fill_view(self) -> int | None:
+        """Below the compacted view's horizon: top up from the view (None: not below it, or the
+        view has nothing more at or above the read position, which then moved to the horizon)."""
+        comp = self._compaction
+        view = comp.view if comp is not None else None
+        if view is None or self.read_pos >= view.horizon:
+            return None
+        if not self._readable():
+            return 0
+        entries = view.read(self.read_pos, self._room())
+        if entries:
+            return self._add_entries(entries, compacted_below=view.horizon)
+        self._skip_compacted(view.horizon)
+        return None
+
     def _fill_cached(self) -> int | None:
         """:meth:`fill` from the tail cache only; None if that cannot be done without waiting."""
         log_ = self.log
+        if self._compaction is not None:
+            added = self._fill_view()
+            if added is not None:
+                return added
         if self.read_pos < log_.first_offset:
             return None
         if not self._readable():
@@ -338,6 +374,10 @@ class SubscriptionEngine:
     async def fill(self) -> int:
         """Top up the read buffer from the log; return how many messages were added."""
         log_ = self.log
+        if self._compaction is not None:
+            added = self._fill_view()
+            if added is not None:
+                return added
         if self.read_pos < log_.first_offset:
             self._skip_gone(log_.first_offset)
         if not self._readable():
@@ -351,7 +391,9 @@ class SubscriptionEngine:
                 return 0  # a seek moved the read position meanwhile
         return self._add_entries(entries)
 
-    def _add_entries(self, entries: Sequence[Entry]) -> int:
+    def _add_entries(self, entries: Sequence[Entry], compacted_below: int = 0) -> int:
+        """``entries`` (increasing offsets) into the read buffer; a gap before one is skipped:
+        compacted away below ``compacted_below`` (a view's entries), else gone from the log."""
         durable = self._deliverable()
         added = 0
         recent = self._recent
@@ -363,7 +405,10 @@ class SubscriptionEngine:
             if offset < self.read_pos:
                 continue
             if offset > self.read_pos:
-                self._skip_gone(offset)
+                if offset <= compacted_below:
+                    self._skip_compacted(offset)
+                else:
+                    self._skip_gone(offset)
             msg = recent.get(offset) if recent is not None else None
             if msg is None:
                 msg = pb.StreamMessage.FromString(e.record)
@@ -404,6 +449,17 @@ class SubscriptionEngine:
             moved = self.acks.ack_through(upto - 1)
         else:
             moved = self.acks.ack_many(range(self.read_pos, upto))
+        self.read_pos = upto
+        if moved:
+            self._on_cursor()
+
+    def _skip_compacted(self, upto: int) -> None:
+        """Offsets [read_pos, upto) were compacted away: acknowledged, never delivered."""
+        first = self.read_pos
+        if upto <= first:
+            return
+        self.compacted_total += upto - first
+        moved = self.acks.ack_range(first, upto - 1)
         self.read_pos = upto
         if moved:
             self._on_cursor()
@@ -666,7 +722,11 @@ class SubscriptionEngine:
         (messages still queued for them are not sent). A dead-letter publish in progress
         finishes (its ack then counts like any late ack).
         """
-        offset = max(self.log.first_offset, min(offset, self.log.next_offset))
+        floor = self.log.first_offset
+        view = self._compaction.view if self._compaction is not None else None
+        if view is not None:
+            floor = min(floor, view.first_offset)  # the view may reach below the log's start
+        offset = max(floor, min(offset, self.log.next_offset))
         for consumer in self.pending.holders.values():
             consumer.queue.take(len(consumer.queue))
         self.pending.clear(keep=State.DEAD_LETTERING)

@@ -118,3 +118,28 @@ class TopicLogPort(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+class CompactedViewPort(Protocol):
+    """A topic's compacted view (``danube_broker.compaction.CompactedView``)."""
+
+    @property
+    def horizon(self) -> int:
+        """Offsets below it are compacted: only the view's entries remain there."""
+        ...
+
+    @property
+    def first_offset(self) -> int:
+        """The oldest entry's offset (the horizon when the view is empty)."""
+        ...
+
+    def read(self, from_offset: int, max_entries: int) -> Sequence[Entry]:
+        """Entries at or above ``from_offset`` (below the horizon), oldest first."""
+        ...
+
+
+class CompactedSource(Protocol):
+    """Where dispatch finds the topic's current view (``danube_broker.compaction.TopicCompaction``)."""
+
+    @property
+    def view(self) -> CompactedViewPort | None: ...

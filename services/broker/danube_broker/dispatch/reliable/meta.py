@@ -2,8 +2,9 @@
 
 Keys (all from :class:`danube_common.keys.Keys`):
 
-- ``subscription(topic, sub)``: ``{"type", "created_at_ms", "initial_position", "start_offset"}``,
-  written when the subscription is created (before Subscribe answers);
+- ``subscription(topic, sub)``: ``{"type", "created_at_ms", "initial_position", "start_offset"}``
+  (and ``"read_compacted": true`` for one reading the compacted view), written when the
+  subscription is created (before Subscribe answers);
 - ``subscription_cursor(topic, sub)``: ``{"cursor": N}``, every offset <= N acknowledged
   (-1: none), and ``"acked": [[lo, hi], ...]`` when offsets above N are acknowledged too (the
   lowest ranges: ``acks.MAX_PERSISTED_RANGES``). Absent: nothing acknowledged since creation,
@@ -49,9 +50,14 @@ class SubscriptionRecord:
     created_at_ms: int
     initial_position: str
     start_offset: int
+    #: Reads the topic's compacted view below its horizon (stored only when set).
+    read_compacted: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if k != "name"}
+        out = {k: v for k, v in asdict(self).items() if k != "name"}
+        if not self.read_compacted:
+            del out["read_compacted"]
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +126,7 @@ class SubscriptionStore:
                         created_at_ms=int(value.get("created_at_ms", 0)),
                         initial_position=str(value.get("initial_position", "latest")),
                         start_offset=int(value.get("start_offset", 0)),
+                        read_compacted=bool(value.get("read_compacted", False)),
                     )
                 elif kind == "cursor":
                     cursors[name] = int(value["cursor"])
@@ -178,6 +185,11 @@ class SubscriptionStore:
         ops = self.cursor_ops(cursors)
         if ops:
             await self._fenced(ops, "writing cursors")
+
+    async def put_fenced(self, key: str, value: Any, what: str) -> None:
+        """Write one key of the topic (e.g. its compaction record), fenced: FencedOut if this
+        broker no longer owns the topic."""
+        await self._fenced([Op.put(key, value)], what)
 
     async def delete_keys(self, keys: list[str], what: str) -> None:
         """Delete ``keys`` (e.g. segment descriptors retention let go), fenced: FencedOut if

@@ -1,5 +1,5 @@
 // The topics list and the topic page: partitions, owner, rates (live plot), backlog per
-// subscription, the log's offsets (local WAL and object storage); moving a topic.
+// subscription, the log's offsets (local WAL and object storage) and compacted view; moving a topic.
 
 import { LiveChart, Samples } from "./chart.js";
 import {
@@ -118,6 +118,16 @@ function offsetRange(first, next) {
   return next > first ? `${fmt.int(first)} \u2013 ${fmt.int(next - 1)}` : `none (next ${fmt.int(next)})`;
 }
 
+// The compacted view (GetTopicStats' `compaction`): what read_compacted readers get below its horizon.
+function compactionText(s) {
+  const c = s.has_compaction ? s.compaction : null;
+  if (!c) return "never compacted";
+  return (
+    `below offset ${fmt.int(c.horizon)}: ${fmt.int(c.keys)} key(s), ${fmt.bytes(c.bytes)} \u00b7 ` +
+    `${fmt.ago(c.compacted_at_ms)} (${fmt.time(c.compacted_at_ms)}), in ${c.stored_in}`
+  );
+}
+
 export function logFacts(s) {
   const reliable = s.dispatch_strategy === "reliable";
   if (!reliable) {
@@ -143,6 +153,7 @@ export function logFacts(s) {
         : "\u2013",
       "object_storage",
     ],
+    ["Compaction", compactionText(s), "compaction"],
     ["Durability", s.durability || "\u2013", "durability"],
     ["Log writer", s.log_writer ? `broker ${s.log_writer}, epoch ${fmt.int(s.log_epoch)}, from offset ${fmt.int(s.log_start_offset)}` : "\u2013", "writer"],
     ["Offsets reserved up to", s.reserved_to ? fmt.int(s.reserved_to) : "\u2013", "reserved_to"],
