@@ -15,6 +15,7 @@ from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
 from danube_common.pb import DanubeApi_pb2 as pb
 from danube_common.policies import topic_policies
+from danube_common.storage import incarnation_prefix
 from danube_common.topic_name import TopicName
 from tests.integration.test_broker_grpc import Broker, connected
 from tests.integration.test_reliable_dispatch import producer, receive
@@ -139,3 +140,38 @@ async def test_compaction_is_refused_for_a_topic_this_broker_does_not_serve(rig:
     stats = apb_grpc.BrokerStatsServiceStub(a.broker.channel)
     with pytest.raises(grpc.aio.AioRpcError):
         await stats.CompactTopic(apb.CompactTopicRequest(name=f"/default/{unique('nowhere')}"), timeout=10)
+
+
+async def test_deleting_a_compacted_topic_frees_its_view(rig: Rig) -> None:  # noqa: F811
+    """A deleted topic's owner removes its local log (the view's file with it) and its objects
+    of that incarnation, the compacted view's included; the view's etcd record goes with the
+    topic's storage keys. (The in-process uploader names its objects without the incarnation,
+    so only the view's objects are looked at here.)"""
+    node = await rig.start_node()
+    b = node.broker
+    topic = f"/default/{unique('gone')}"
+    t = TopicName.parse(topic)
+    pid = (await producer(b, topic)).producer_id
+    pub = b.producers.PublishBatches()
+    for seq in range(4):
+        await pub.write(keyed_batch(pid, seq, seq * 50, 50))
+        assert not (await pub.read()).HasField("error")
+    await pub.done_writing()
+    rt = reliable(b, topic)
+    info = await apb_grpc.BrokerStatsServiceStub(b.channel).CompactTopic(apb.CompactTopicRequest(name=topic))
+    assert info.keys == KEYS
+    stint = rt.stint
+    assert stint is not None and stint.incarnation
+    views = "compacted/" + incarnation_prefix(t, stint.incarnation)
+    assert len(await rig.objects.list(views)) == 1
+    directory = node.data_dir / t.namespace / t.local
+    assert any(p.suffix == ".view" for p in directory.iterdir())
+    assert await rig.store.get(rig.keys.compaction(t)) is not None
+
+    await rig.resources.delete_topic(t)
+
+    async def freed() -> bool:
+        return not await rig.objects.list(views) and not directory.exists()
+
+    await wait_until(freed, timeout_s=20, what="the deleted topic's view and local log removed")
+    assert await rig.store.get(rig.keys.compaction(t)) is None

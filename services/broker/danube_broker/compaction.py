@@ -54,6 +54,7 @@ from danube_common.errors import DanubeError, DataLoss, StorageError
 from danube_common.objstore import ObjectStore
 from danube_common.pb import DanubeAdmin_pb2 as apb
 from danube_common.pb import DanubeApi_pb2 as pb
+from danube_common.storage import incarnation_prefix
 from danube_common.topic_name import TopicName
 from danube_common.wal.codec import StopReason, encode_frame, scan
 
@@ -201,8 +202,8 @@ def view_object_key(topic: TopicName, incarnation: int | None, horizon: int, uni
     """``unique`` (a new one per write) keeps two brokers computing a view at the same horizon
     (a paused former owner and the new one) from overwriting each other's object: only the one
     whose fenced record write lands is ever named."""
-    where = f"{OBJECT_PREFIX}{topic.namespace}/{topic.local}/" + (f"i{incarnation}/" if incarnation else "")
-    return f"{where}{horizon:020d}-{unique}{FILE_SUFFIX}"
+    where = incarnation_prefix(topic, incarnation) if incarnation else f"{topic.namespace}/{topic.local}/"
+    return f"{OBJECT_PREFIX}{where}{horizon:020d}-{unique}{FILE_SUFFIX}"
 
 
 def view_horizon(name: str) -> int | None:

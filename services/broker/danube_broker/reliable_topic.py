@@ -33,6 +33,7 @@ closes the log, whose pending commits finish first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import shutil
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from danube_broker.cloud import CloudAcks
+from danube_broker.compaction import OBJECT_PREFIX as VIEW_OBJECT_PREFIX
 from danube_broker.compaction import CompactionInfo, TopicCompaction
 from danube_broker.config import BrokerConfig
 from danube_broker.consumer import Consumer
@@ -281,6 +283,8 @@ class ReliableTopic:
         self._uncompacted_bytes = 0
         self._compact_at = float(policies.compaction_threshold_bytes or math.inf)
         self._compaction_queued = False
+        #: The compaction running now (see :meth:`compact`).
+        self._compacting: asyncio.Task[CompactionInfo] | None = None
         self.cloud: CloudAcks | None = None
         if policies.durability is Durability.CLOUD:
             uploader = _cloud_uploader(ctx)
@@ -420,11 +424,16 @@ class ReliableTopic:
                 task.cancel()
         for task in self._tasks:
             task.cancel()
+        if self._compacting is not None:
+            self._compacting.cancel()
 
     async def aclose(self, subscriptions: list[Subscription] | None = None) -> None:
         """Stop dispatching, write the cursors one last time, close the log. Idempotent."""
         self.stop()
         await cancel_and_wait(*self._tasks)
+        if self._compacting is not None:
+            with contextlib.suppress(BaseException):  # its failure was its callers' (and logged)
+                await self._compacting
         subs = subscriptions if subscriptions is not None else list(self.topic.subscriptions.values())
         for sub in subs:
             if sub.engine is not None:
@@ -460,7 +469,8 @@ class ReliableTopic:
         removed = 0
         if objects is not None:
             try:
-                for info in await objects.list(incarnation_prefix(self.topic.topic_name, mine)):
+                prefix = incarnation_prefix(self.topic.topic_name, mine)
+                for info in [*await objects.list(prefix), *await objects.list(VIEW_OBJECT_PREFIX + prefix)]:
                     await objects.delete(info.key)
                     removed += 1
             except DanubeError as exc:
@@ -1393,8 +1403,18 @@ class ReliableTopic:
 
     # ------------------------------------------------------------------ compaction
     async def compact(self) -> CompactionInfo:
-        """Compact the topic now, up to what is deliverable (:mod:`danube_broker.compaction`)."""
+        """Compact the topic now, up to what is deliverable (:mod:`danube_broker.compaction`).
+        Callers asking while one runs share it; a caller that stops waiting (an RPC past its
+        deadline) does not stop it: it finishes and is stored (closing the topic stops it)."""
         self.topic.check_open()
+        task = self._compacting
+        if task is None or task.done():
+            task = asyncio.create_task(self._compact(), name=f"compact-{self.topic.name}")
+            task.add_done_callback(_retrieved)
+            self._compacting = task
+        return await asyncio.shield(task)
+
+    async def _compact(self) -> CompactionInfo:
         uncompacted = self._uncompacted_bytes
         observer = self._ctx.wal_observer
         try:
@@ -1514,6 +1534,13 @@ class ReliableTopic:
             cloud_flush_failures=c.failures if c else 0,
             last_cloud_error=c.last_error if c else "",
         )
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """A compaction's outcome went to whoever awaited it; nobody left (every caller gave up) is
+    fine too: mark a failure retrieved (no "exception was never retrieved" at exit)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _cloud_uploader(ctx: ReliableContext) -> Any:

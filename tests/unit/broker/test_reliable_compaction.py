@@ -4,6 +4,7 @@ at the horizon."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +188,27 @@ async def test_compactions_are_counted_in_the_metrics(resources: Resources, tmp_
     assert rt.compaction_info() is not None and rt.compaction_info().horizon == 1  # type: ignore[union-attr]
     reg.close_all("test over")
     await reg.wait_closed()
+
+
+async def test_a_compaction_outlives_a_caller_that_gives_up_and_is_shared_by_callers_at_once(
+    resources: Resources, tmp_path: Path
+) -> None:
+    rig = rig_at(resources, tmp_path)
+    p = await rig.producer()
+    await publish_keyed(rig, p, TABLE)
+    rt = rig.topic.reliable
+    assert rt is not None
+    caller = asyncio.create_task(rt.compact())
+    await asyncio.sleep(0)  # the compaction is under way
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await wait_until(
+        lambda: rt.compaction_info() is not None, what="the compaction finished without its caller"
+    )
+    assert rt.compaction.runs == 1 and rt.compaction_info().horizon == 6  # type: ignore[union-attr]
+
+    await publish_keyed(rig, p, [("a", b"4")])
+    first, second = await asyncio.gather(rt.compact(), rt.compact())
+    assert first == second and first.horizon == 7 and rt.compaction.runs == 2, "one compaction for both"
+    await rig.close()
