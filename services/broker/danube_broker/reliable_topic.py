@@ -1270,9 +1270,11 @@ class ReliableTopic:
         """Cut the local log below what every subscription durably acknowledged (retention
         permitting; with object storage, never above the uploader's checkpoint); then, with a
         retention limit, the uploaded history (:meth:`_archive_retention`). One pass at a time:
-        a call during another waits for it (its deletions included), then looks again."""
-        if self._compaction_queued:
-            await self._auto_compact()
+        a call during another waits for it (its deletions included), then looks again. A
+        compaction due (the threshold policy) is started first, in the background: the sweep
+        never waits for it (the next pass cuts with its horizon)."""
+        if self._compaction_queued and not self._closed:
+            self._start_compaction()
         if self._retention_lock is None:
             self._retention_lock = asyncio.Lock()
         async with self._retention_lock:
@@ -1407,12 +1409,32 @@ class ReliableTopic:
         Callers asking while one runs share it; a caller that stops waiting (an RPC past its
         deadline) does not stop it: it finishes and is stored (closing the topic stops it)."""
         self.topic.check_open()
+        return await asyncio.shield(self._start_compaction())
+
+    def _start_compaction(self) -> asyncio.Task[CompactionInfo]:
+        """The compaction running now, else a new one (a task of its own)."""
         task = self._compacting
         if task is None or task.done():
             task = asyncio.create_task(self._compact(), name=f"compact-{self.topic.name}")
-            task.add_done_callback(_retrieved)
+            task.add_done_callback(self._compaction_done)
             self._compacting = task
-        return await asyncio.shield(task)
+        return task
+
+    def _compaction_done(self, task: asyncio.Task[CompactionInfo]) -> None:
+        """Say how a compaction failed (its callers, if any, got the error too); one still due
+        by the threshold is retried at the next retention sweep."""
+        if task.cancelled():
+            return  # the topic closed
+        exc = task.exception()
+        if exc is None:
+            return
+        if isinstance(exc, FencedOut):
+            log.info("%s: compaction left to the new owner", exc.message)
+            self._compaction_queued = False
+        elif isinstance(exc, DanubeError):
+            log.warning("topic %s: compaction failed: %s", self.topic.name, exc)
+        else:
+            log.error("topic %s: compaction crashed", self.topic.name, exc_info=exc)
 
     async def _compact(self) -> CompactionInfo:
         uncompacted = self._uncompacted_bytes
@@ -1448,17 +1470,6 @@ class ReliableTopic:
         if self.policies.compaction_threshold_bytes > 0:
             return self.compaction.horizon
         return None
-
-    async def _auto_compact(self) -> None:
-        try:
-            await self.compact()
-        except FencedOut as exc:
-            log.info("%s: compaction left to the new owner", exc.message)
-            self._compaction_queued = False
-        except DanubeError as exc:
-            log.warning(
-                "topic %s: compaction failed (%s); retried at the next retention sweep", self.topic.name, exc
-            )
 
     async def _write_compaction_record(self, value: dict[str, Any]) -> None:
         key = self._ctx.resources.keys.compaction(self.topic.topic_name)
@@ -1534,13 +1545,6 @@ class ReliableTopic:
             cloud_flush_failures=c.failures if c else 0,
             last_cloud_error=c.last_error if c else "",
         )
-
-
-def _retrieved(task: asyncio.Task[Any]) -> None:
-    """A compaction's outcome went to whoever awaited it; nobody left (every caller gave up) is
-    fine too: mark a failure retrieved (no "exception was never retrieved" at exit)."""
-    if not task.cancelled():
-        task.exception()
 
 
 def _cloud_uploader(ctx: ReliableContext) -> Any:

@@ -130,9 +130,11 @@ async def test_the_threshold_compacts_in_the_retention_sweep_and_holds_retention
     await publish_keyed(rig, p, [("k0", b"x" * 100), ("k1", b"x" * 100)])  # 1,100 bytes since
     rig.reg.ack(TOPIC, "s", offsets(await received(sub, 2)))
     await wait_until(lambda: rt._persisted == {"s": 10}, what="cursor flushed")
-    await rt.apply_retention()
+    await rt.apply_retention()  # starts the compaction, in the background
+    await wait_until(lambda: rt.compaction_info() is not None, what="compacted")
     info = rt.compaction_info()
     assert info is not None and info.horizon == 11 and info.keys == 3
+    await rt.apply_retention()
     assert rig.log.first_offset == 8, "acknowledged and compacted: whole segments go"
     view = await rig.subscribe("view", initial_position="earliest", read_compacted=True)
     assert offsets(await received(view, 3)) == [8, 9, 10]
@@ -211,4 +213,38 @@ async def test_a_compaction_outlives_a_caller_that_gives_up_and_is_shared_by_cal
     await publish_keyed(rig, p, [("a", b"4")])
     first, second = await asyncio.gather(rt.compact(), rt.compact())
     assert first == second and first.horizon == 7 and rt.compaction.runs == 2, "one compaction for both"
+    await rig.close()
+
+
+async def test_the_retention_sweep_never_waits_for_a_compaction_nor_dies_with_one(
+    resources: Resources, tmp_path: Path
+) -> None:
+    """A slow compaction (its record write held here) does not hold the broker's maintenance
+    loop, and the topic closing while it runs (the compaction is cancelled) leaves the loop
+    running: it writes every topic's cursors and runs retention."""
+    rig = rig_at(resources, tmp_path, compaction_threshold_bytes=100)
+    p = await rig.producer()
+    rt = rig.topic.reliable
+    assert rt is not None
+    gate = asyncio.Event()
+    write = rt.compaction._write_record
+
+    async def held(value: dict[str, Any]) -> None:
+        await gate.wait()
+        await write(value)
+
+    rt.compaction._write_record = held
+    await publish_keyed(rig, p, [("a", b"x" * 200)])
+    maintenance = rig.reg.reliable.maintenance
+    await asyncio.wait_for(maintenance.sweep(), 5)  # started the compaction, did not wait for it
+    running = rt._compacting
+    assert running is not None and not running.done()
+    loop_task = maintenance._task
+    assert loop_task is not None
+    rt.stop()  # the topic closing: its compaction is cancelled
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    await asyncio.wait_for(maintenance.sweep(), 5)
+    await asyncio.sleep(0.05)
+    assert not loop_task.done(), "the maintenance loop goes on"
     await rig.close()

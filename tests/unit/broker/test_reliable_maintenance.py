@@ -368,3 +368,37 @@ async def test_the_periodic_sweep_walks_only_topics_with_something_sealed(store:
     m.sealed(busy[0])
     assert m.retainable == 0 and m.topics == 2002
     await m.aclose()
+
+
+async def test_a_cancellation_escaping_a_topic_stops_the_broker_loudly(store: CountingStore) -> None:
+    """A CancelledError out of a topic's retention (an awaited task of the topic cancelled by
+    its closing) would end the loop as "cancelled", which aclose alone may do: cursor flushes
+    and retention would stop without a word. It is reported as a failure (the broker stops)."""
+    failures: list[tuple[str, BaseException]] = []
+    m = Maintenance(
+        store,
+        flush_interval_s=0.001,
+        retention_interval_s=0.01,
+        on_failure=lambda what, e: failures.append((what, e)),
+    )
+    topic = FakeTopic(store, "t", 0)
+    topic.sealed_segments = 1
+
+    async def cancelled_inside() -> None:
+        raise asyncio.CancelledError  # what awaiting a cancelled task raises
+
+    topic.apply_retention = cancelled_inside  # type: ignore[method-assign]
+    m.register(topic)
+    await wait_until(lambda: failures, what="the failure reported")
+    assert "maintenance loop" in failures[0][0] and "cancelled unexpectedly" in str(failures[0][1])
+    await m.aclose()
+
+    closing = Maintenance(
+        store,
+        flush_interval_s=0.001,
+        retention_interval_s=3600,
+        on_failure=lambda w, e: failures.append((w, e)),
+    )
+    closing.register(FakeTopic(store, "u", 0))
+    await closing.aclose()
+    assert len(failures) == 1, "closing it is not a failure"

@@ -219,6 +219,11 @@ class Maintenance:
 
     def _done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled():
+            if self._task is task:  # not by aclose: a CancelledError escaped from a topic's await
+                self._on_failure(
+                    "the reliable topics' maintenance loop",
+                    RuntimeError("cancelled unexpectedly: cursors and retention would stop"),
+                )
             return
         exc = task.exception()
         if exc is not None:
