@@ -20,7 +20,8 @@ the next flush. Nothing of this weakens what a cursor means: a cursor in etcd ne
 what the subscription acknowledged, and a closing topic still writes its cursors itself, at once.
 
 The loop starts with the first topic registered and is owned by this object (:meth:`aclose`);
-a crash of it is reported through ``on_failure`` (the broker stops).
+a crash of it, or its task ending cancelled other than by :meth:`aclose` (a CancelledError
+escaping a topic's retention), is reported through ``on_failure`` (the broker stops).
 """
 
 from __future__ import annotations
