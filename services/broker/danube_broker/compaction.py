@@ -306,9 +306,6 @@ class TopicCompaction:
         #: Why the recorded view could not be loaded ("" when it was, or there is none).
         self.load_error = ""
         self._lock = asyncio.Lock()
-        self.runs = 0
-        self.failures = 0
-        self.last_error = ""
 
     @property
     def horizon(self) -> int:
@@ -371,13 +368,7 @@ class TopicCompaction:
     async def compact(self, log_: TopicLogPort, end: int) -> CompactionInfo:
         """Compact the log below ``end`` (durable, deliverable) into a new view and store it."""
         async with self._lock:
-            self.runs += 1
-            try:
-                return await self._compact(log_, end)
-            except BaseException as exc:
-                self.failures += 1
-                self.last_error = str(exc) or type(exc).__name__
-                raise
+            return await self._compact(log_, end)
 
     async def _compact(self, log_: TopicLogPort, end: int) -> CompactionInfo:
         base = self.view

@@ -242,7 +242,9 @@ async def test_a_refused_record_write_keeps_the_old_view(tmp_path: Path) -> None
     records.fail = DataLoss("fenced")
     with pytest.raises(DataLoss):
         await tc.compact(log, 2)
-    assert tc.horizon == 1 and tc.failures == 1 and tc.info is not None and tc.info.stored_in == "local disk"
+    assert (
+        tc.horizon == 1 and tc.info is not None and tc.info.horizon == 1 and tc.info.stored_in == "local disk"
+    )
 
 
 # ---------------------------------------------------------------------------------------- acks
