@@ -35,6 +35,7 @@ def topic_info(view: TopicView) -> apb.TopicInfo:
         durability=view.durability,
         retention_time_s=view.retention_time_s,
         retention_size_bytes=view.retention_size_bytes,
+        compaction_threshold_bytes=view.compaction_threshold_bytes,
     )
 
 

@@ -25,7 +25,13 @@ from danube_common.leadership import LeaderInfo, read_leaders
 from danube_common.load import LoadReport
 from danube_common.log_state import AcceptedGap, LogRecords, LogState
 from danube_common.metadata.store import Compare, Op
-from danube_common.namespace_policies import FIELD_NAMES, RETENTION_NAMES, TOPIC_NAMES, NamespacePolicies
+from danube_common.namespace_policies import (
+    COMPACTION_NAMES,
+    FIELD_NAMES,
+    RETENTION_NAMES,
+    TOPIC_NAMES,
+    NamespacePolicies,
+)
 from danube_common.observability import record_context
 from danube_common.placement import Resolver
 from danube_common.policies import SubscriptionPolicyRecord, topic_policies
@@ -53,6 +59,9 @@ class TopicView:
     #: created with, else its namespace's default; 0 = not set).
     retention_time_s: int = 0
     retention_size_bytes: int = 0
+    #: Reliable topics: the compaction threshold in force (the topic's own, else its
+    #: namespace's default; 0 = none set here, a broker's own default may apply).
+    compaction_threshold_bytes: int = 0
 
     @classmethod
     def of(
@@ -66,10 +75,11 @@ class TopicView:
         effective: NamespacePolicies | None = None,
     ) -> TopicView:
         """A view of ``rec``: name, dispatch strategy, creation time and policies (retention:
-        ``effective``'s when given, see :meth:`Catalog.effective_policies`)."""
+        ``effective``'s when given, see :meth:`Catalog.effective_policies`; so is the
+        compaction threshold, which only ``effective`` has)."""
         pol = dict(rec.policies)
         if effective is not None and rec.dispatch_strategy == "reliable":
-            for key in RETENTION_NAMES:
+            for key in (*RETENTION_NAMES, *COMPACTION_NAMES):
                 value = getattr(effective, key)
                 if value is not None:
                     pol[key] = value
@@ -84,6 +94,7 @@ class TopicView:
             durability=str(pol.get("durability", "")),
             retention_time_s=int(pol.get("retention_time_s", 0)),
             retention_size_bytes=int(pol.get("retention_size_bytes", 0)),
+            compaction_threshold_bytes=int(pol.get("compaction_threshold_bytes", 0)),
         )
 
 

@@ -219,3 +219,21 @@ def test_threshold_policy_is_sent_and_shown(capsys: pytest.CaptureFixture[str]) 
     )
     assert row.split()[1:3] == ["1048576", "1048576"]
     assert admin_ns_policies.policies_dict(apb.NamespacePolicies())["compaction_threshold_bytes"] is None
+
+
+def test_describe_shows_the_threshold_in_force(capsys: pytest.CaptureFixture[str]) -> None:
+    t = apb.TopicInfo(name="/d/t", dispatch_strategy="reliable", durability="fsync")
+    run(admin_commands.topics_describe, _Topics(DescribeTopic=t), "topics", "describe", "/d/t")
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("compaction"))
+    assert line.split(None, 1)[1].startswith("on request (no compaction_threshold_bytes here")
+
+    t.compaction_threshold_bytes = 65536
+    run(admin_commands.topics_describe, _Topics(DescribeTopic=t), "topics", "describe", "/d/t")
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("compaction"))
+    assert line.split(None, 1)[1] == "after every 65536 bytes published (and on request)"
+    run(admin_commands.topics_describe, _Topics(DescribeTopic=t), "topics", "describe", "/d/t", "-o", "json")
+    assert json.loads(capsys.readouterr().out)["compaction_threshold_bytes"] == 65536
+
+    plain = apb.TopicInfo(name="/d/p", dispatch_strategy="non_reliable")
+    run(admin_commands.topics_describe, _Topics(DescribeTopic=plain), "topics", "describe", "/d/p")
+    assert "compaction" not in capsys.readouterr().out  # nothing to compact on a non-reliable topic

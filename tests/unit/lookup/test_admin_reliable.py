@@ -91,6 +91,30 @@ async def test_reliable_topic_keeps_durability_and_retention_in_every_record(
     assert plain is not None and plain.policies == {}
 
 
+async def test_list_and_describe_show_the_compaction_threshold_in_force(admin: Admin, res: Resources) -> None:
+    """The namespace's default, a topic's own over it (on a partitioned topic: every partition),
+    nothing on a non-reliable topic."""
+    await res.update_namespace_policies("default", {"compaction_threshold_bytes": 4096})
+    await create(admin, "/default/r", dispatch_strategy="reliable")
+    await create(admin, "/default/p", partitions=2, dispatch_strategy="reliable")
+    await create(admin, "/default/plain")
+    await admin.topics.SetTopicPolicies(
+        apb.SetTopicPoliciesRequest(
+            name="/default/p", policies=apb.NamespacePolicies(compaction_threshold_bytes=1 << 20)
+        ),
+        CTX,
+    )
+    listed = {t.name: t for t in (await admin.topics.ListTopics(apb.ListTopicsRequest(), CTX)).topics}
+    assert listed["/default/r"].compaction_threshold_bytes == 4096
+    assert listed["/default/p"].compaction_threshold_bytes == 1 << 20
+    assert {p.compaction_threshold_bytes for p in listed["/default/p"].partition_topics} == {1 << 20}
+    assert listed["/default/plain"].compaction_threshold_bytes == 0
+    described = await admin.topics.DescribeTopic(apb.DescribeTopicRequest(name="/default/p-part-1"), CTX)
+    assert described.compaction_threshold_bytes == 1 << 20
+    described = await admin.topics.DescribeTopic(apb.DescribeTopicRequest(name="/default/r"), CTX)
+    assert described.compaction_threshold_bytes == 4096
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [

@@ -68,6 +68,7 @@ def topic_dict(t: apb.TopicInfo) -> dict[str, Any]:
         "durability": t.durability,
         "retention_time_s": t.retention_time_s,
         "retention_size_bytes": t.retention_size_bytes,
+        "compaction_threshold_bytes": t.compaction_threshold_bytes,
     }
 
 
@@ -322,6 +323,7 @@ def topics_describe(admin: Admin, args: argparse.Namespace) -> None:
         fields[2:2] = [
             {"field": "durability", "value": t.durability},
             {"field": "retention", "value": retention_text(t.retention_time_s, t.retention_size_bytes)},
+            {"field": "compaction", "value": threshold_text(t.compaction_threshold_bytes)},
         ]
     print(render_table(fields, ("field", "value")))
     if t.partition_topics:
@@ -346,6 +348,13 @@ def retention_text(time_s: int, size_bytes: int) -> str:
         return "until acknowledged by every subscription"
     parts = ([f"{time_s} s"] if time_s else []) + ([f"{size_bytes} bytes"] if size_bytes else [])
     return "up to " + " / ".join(parts)
+
+
+def threshold_text(threshold_bytes: int) -> str:
+    """When the topic is compacted on its own, for a person."""
+    if not threshold_bytes:
+        return "on request (no compaction_threshold_bytes here; a broker default may apply)"
+    return f"after every {threshold_bytes} bytes published (and on request)"
 
 
 # ---------------------------------------------------------------------------- topic stats

@@ -298,7 +298,7 @@ class ListTopicsRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ...) -> None: ...
 
 class TopicInfo(_message.Message):
-    __slots__ = ("name", "dispatch_strategy", "partitions", "broker_id", "partition_topics", "subscriptions", "created_at_ms", "durability", "retention_time_s", "retention_size_bytes")
+    __slots__ = ("name", "dispatch_strategy", "partitions", "broker_id", "partition_topics", "subscriptions", "created_at_ms", "durability", "retention_time_s", "retention_size_bytes", "compaction_threshold_bytes")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_STRATEGY_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
@@ -309,6 +309,7 @@ class TopicInfo(_message.Message):
     DURABILITY_FIELD_NUMBER: _ClassVar[int]
     RETENTION_TIME_S_FIELD_NUMBER: _ClassVar[int]
     RETENTION_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_THRESHOLD_BYTES_FIELD_NUMBER: _ClassVar[int]
     name: str
     dispatch_strategy: str
     partitions: int
@@ -319,7 +320,8 @@ class TopicInfo(_message.Message):
     durability: str
     retention_time_s: int
     retention_size_bytes: int
-    def __init__(self, name: _Optional[str] = ..., dispatch_strategy: _Optional[str] = ..., partitions: _Optional[int] = ..., broker_id: _Optional[str] = ..., partition_topics: _Optional[_Iterable[_Union[TopicInfo, _Mapping]]] = ..., subscriptions: _Optional[_Iterable[str]] = ..., created_at_ms: _Optional[int] = ..., durability: _Optional[str] = ..., retention_time_s: _Optional[int] = ..., retention_size_bytes: _Optional[int] = ...) -> None: ...
+    compaction_threshold_bytes: int
+    def __init__(self, name: _Optional[str] = ..., dispatch_strategy: _Optional[str] = ..., partitions: _Optional[int] = ..., broker_id: _Optional[str] = ..., partition_topics: _Optional[_Iterable[_Union[TopicInfo, _Mapping]]] = ..., subscriptions: _Optional[_Iterable[str]] = ..., created_at_ms: _Optional[int] = ..., durability: _Optional[str] = ..., retention_time_s: _Optional[int] = ..., retention_size_bytes: _Optional[int] = ..., compaction_threshold_bytes: _Optional[int] = ...) -> None: ...
 
 class ListTopicsResponse(_message.Message):
     __slots__ = ("topics",)
