@@ -33,6 +33,7 @@ from danube_local.secure_mode import (
     INTERNAL_IDENTITIES,
     TOKEN_TTL_S,
 )
+from danube_local.supervise import Supervisor
 from danube_local.trace_commands import (
     LocalTracing,
     add_traces_parser,
@@ -274,6 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
         help="log level of every service (default: INFO)",
     )  # fmt: skip
+    up.add_argument(
+        "--no-restart", dest="restart", action="store_false",
+        help="leave a service that exits stopped (default: start it again, with a back-off growing from "
+        "1 s to 30 s while it keeps failing; a broker stops itself when etcd was unreachable for a whole "
+        "lease TTL)",
+    )  # fmt: skip
     up.add_argument("--start-timeout", type=float, default=60.0, metavar="SECONDS", help=argparse.SUPPRESS)
 
     certs = sub.add_parser(
@@ -419,20 +426,24 @@ def _raise_interrupt(signum: int, frame: types.FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _watch_until_stopped(cluster: LocalCluster, stop: threading.Event, say: Callable[[str], None]) -> None:
-    """Block until Ctrl-C/SIGTERM; report (once) any service that dies meanwhile."""
+def _watch_until_stopped(
+    cluster: LocalCluster, stop: threading.Event, say: Callable[[str], None], *, restart: bool = True
+) -> None:
+    """Block until Ctrl-C/SIGTERM. A service that exits meanwhile is restarted (with a back-off:
+    danube_local.supervise), or with ``restart=False`` reported once."""
+    supervisor = Supervisor(cluster, say=say)
     reported: set[str] = set()
     while not stop.wait(1.0):
-        for svc in [
-            cluster.lookup,
-            *cluster.brokers,
-            *cluster.leaders,
-            *cluster.load_managers,
-            *cluster.uploaders.values(),
-        ]:
-            if svc.proc is not None and svc.proc.poll() is not None and svc.name not in reported:
+        if restart:
+            supervisor.check()
+            continue
+        for svc in supervisor.exited():
+            if svc.name not in reported:
                 reported.add(svc.name)
-                say(f"warning: {svc.label} exited with code {svc.proc.returncode}; see {_rel(svc.log_path)}")
+                say(
+                    f"warning: {svc.label} exited with code {svc.proc.returncode if svc.proc else '?'}; "
+                    f"see {_rel(svc.log_path)}"
+                )
 
 
 def s3_settings(args: argparse.Namespace) -> dict[str, str] | None:
@@ -546,8 +557,11 @@ def cmd_up(args: argparse.Namespace, say: Callable[[str], None] = _say) -> int:
                 say("danube-local: stopping (--exit-after-demo)")
                 return EXIT_OK if ok else EXIT_FAILED
             say("")
-        say("Press Ctrl-C to stop the cluster.")
-        _watch_until_stopped(cluster, threading.Event(), say)
+        say(
+            "Press Ctrl-C to stop the cluster."
+            + (" A service that exits is started again." if args.restart else "")
+        )
+        _watch_until_stopped(cluster, threading.Event(), say, restart=args.restart)
         return EXIT_OK  # not reached: only an interrupt ends the wait
     except KeyboardInterrupt:
         say("\ndanube-local: stopping")

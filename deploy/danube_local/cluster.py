@@ -94,6 +94,8 @@ class ServiceProcess:
     info: dict[str, Any] = field(default_factory=dict)
     #: Serves TLS (its URLs are ``https://``).
     tls: bool = False
+    #: Stopped through the cluster (stop_broker, stop): a supervisor leaves it stopped.
+    stopped: bool = False
 
     @property
     def ready(self) -> bool:
@@ -578,6 +580,7 @@ class LocalCluster:
 
     def _spawn(self, svc: ServiceProcess) -> None:
         svc.info = {}
+        svc.stopped = False
         svc.ready_file.unlink(missing_ok=True)
         svc.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**self.child_env(), **svc.env, **self._security_env(svc)}
@@ -688,6 +691,7 @@ class LocalCluster:
         svc = self._find_broker(i_or_id)
         if svc.proc is None:
             return None
+        svc.stopped = True
         if kill:
             self._send_signal(svc.proc, signal.SIGKILL)
             svc.proc.wait(timeout=10)
@@ -714,16 +718,20 @@ class LocalCluster:
         return svc
 
     # ------------------------------------------------------------------ any service
+    @property
+    def stopping(self) -> bool:
+        """:meth:`stop` was called."""
+        return self._stopped
+
+    def services(self) -> list[ServiceProcess]:
+        """The lookup, brokers, leaders, load managers and uploaders (those created so far)."""
+        found = [self._lookup, *self.brokers, *self.leaders, *self.load_managers, *self.uploaders.values()]
+        return [s for s in found if s is not None]
+
     def service(self, name: str) -> ServiceProcess:
         """A service by name: ``lookup``, ``broker-1``, ``leader-2``, ``load-manager-1``."""
-        for svc in [
-            self._lookup,
-            *self.brokers,
-            *self.leaders,
-            *self.load_managers,
-            *self.uploaders.values(),
-        ]:
-            if svc is not None and svc.name == name:
+        for svc in self.services():
+            if svc.name == name:
                 return svc
         raise ClusterError(f"no service named {name!r}")
 
@@ -773,6 +781,8 @@ class LocalCluster:
     def _stop_services(self, order: list[ServiceProcess | None]) -> None:
         """SIGTERM the running ones at once, SIGKILL what is left after the grace period."""
         running = [s for s in order if s is not None and s.proc is not None and s.running]
+        for s in running:
+            s.stopped = True
         for s in running:
             self._progress(f"stopping {s.label} (pid {s.pid})")
         procs = [s.proc for s in running if s.proc is not None]

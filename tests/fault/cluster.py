@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -39,10 +40,13 @@ from danube_common.pb import DanubeAdmin_pb2_grpc as apb_grpc
 from danube_common.resources import Resources
 from danube_common.topic_name import TopicName
 from danube_local.cluster import LocalCluster
+from danube_local.supervise import Supervisor
 from tests.e2e.control_plane import ENV as CONTROL_PLANE_ENV
 from tests.e2e.control_plane import LEADERSHIP_TTL_S, REGISTRATION_TTL_S
 from tests.support.faulty_proxy import FaultyProxy, Mode
 from tests.support.moto import MotoServer
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -315,6 +319,35 @@ class FaultCluster:
     def object_store(self, mode: Mode) -> None:
         assert self.s3_proxy is not None
         self.proxies.set_mode(self.s3_proxy, mode)
+
+    @contextlib.asynccontextmanager
+    async def supervised(self) -> AsyncIterator[dict[str, int]]:
+        """While inside, services that exit on their own are restarted, as ``danube-local up``
+        does (:class:`~danube_local.supervise.Supervisor`, checking every 0.2 s); yields the
+        restarts so far, by service name."""
+        sup = Supervisor(self.c, say=log.info, min_backoff_s=0.5, max_backoff_s=4.0, restart_timeout_s=60)
+        done = asyncio.Event()
+
+        async def loop() -> None:
+            while not done.is_set():
+                await asyncio.to_thread(sup.check)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done.wait(), 0.2)
+
+        task = asyncio.create_task(loop())
+        try:
+            yield sup.restarts
+        finally:
+            done.set()
+            await task  # a restart in progress (in its thread) ends before anyone else starts services
+
+    def pause_etcd(self) -> None:
+        assert self.etcd_server.proc is not None
+        self.etcd_server.proc.send_signal(signal.SIGSTOP)
+
+    def resume_etcd(self) -> None:
+        assert self.etcd_server.proc is not None
+        self.etcd_server.proc.send_signal(signal.SIGCONT)
 
     async def restart_etcd(self, *, down_s: float) -> None:
         await self._sync(self.etcd_server.stop)

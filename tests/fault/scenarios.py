@@ -16,7 +16,8 @@ A run of one scenario (:func:`run_scenario`):
    term that led at that revision.
 
 Faults (:data:`SCENARIOS`): kill -9 of the owner; SIGSTOP past the lease; a partition between the
-owner and etcd; an etcd restart; object storage refusing then timing out; the WAL disk full; a topic
+owner and etcd; an etcd restart; etcd frozen (SIGSTOP) past every lease's TTL, every broker
+stopping itself and restarted by a supervisor; object storage refusing then timing out; the WAL disk full; a topic
 move and a broker drain under load; the owner paused in the middle of a move or of a drain; a
 graceful stop (SIGTERM: the lame duck hands the topics over); a load manager paused and resumed; and
 the owner's machine lost (broker and uploader killed) with an operator's recorded, unclean takeover
@@ -172,6 +173,34 @@ async def etcd_partition(ctx: Ctx) -> None:
 async def etcd_restart(ctx: Ctx) -> None:
     await ctx.fc.restart_etcd(down_s=1.5)
     await ctx.acks_flow()
+
+
+async def etcd_pause(ctx: Ctx) -> None:
+    """etcd frozen (SIGSTOP) past every lease's TTL, then thawed. Owners must stop acknowledging
+    once they cannot be sure of their lease; on waking etcd may expire the leases before any
+    renewal is read, so brokers lose their registrations and topics at once and must come back
+    without two of them writing one log. A broker that lost its lease stops itself; a supervisor
+    (here as in ``danube-local up``) starts it again."""
+    ctx.fc.pause_etcd()
+    try:
+        await ctx.acks_stalled(quiet_s=1.0)  # nobody may be sure of a lease: nothing is acknowledged
+        await asyncio.sleep(REGISTRATION_TTL_S + 1.0)  # the fault's length: every lease past its TTL
+    finally:
+        ctx.fc.resume_etcd()
+    async with ctx.fc.supervised() as restarted:
+        await ctx.acks_flow()
+
+        # Every broker whose lease expired stops (its lame duck takes a few seconds) and is
+        # started again: done once every broker runs and is registered and active in etcd, so
+        # the next scenario starts with the whole cluster.
+        async def whole() -> bool:
+            active = {b.broker_id for b in await ctx.res.list_brokers() if b.state == "active"}
+            return all(b.running and b.broker_id in active for b in ctx.fc.c.brokers)
+
+        await wait_until(
+            whole, timeout_s=60, interval_s=0.2, what="every broker running and registered again"
+        )
+    ctx.notes.append(f"restarted after the pause: {', '.join(sorted(restarted)) or 'nothing'}")
 
 
 async def object_store_errors(ctx: Ctx) -> None:
@@ -403,6 +432,7 @@ SCENARIOS: dict[str, Scenario] = {
     "pause_past_lease": pause_past_lease,
     "etcd_partition": etcd_partition,
     "etcd_restart": etcd_restart,
+    "etcd_pause": etcd_pause,
     "object_store_errors": object_store_errors,
     "disk_full": disk_full,
     "move_under_load": move_under_load,

@@ -345,3 +345,48 @@ def test_every_process_of_the_full_stack_stops(tmp_path: Path) -> None:
     finally:
         lc.stop()
     assert len(pids) == 6 and not any(alive(p) for p in pids)
+
+
+def _broker_pids(text: str, broker: str) -> list[int]:
+    """The pids the launcher reported for ``broker`` ("broker 2 ... (pid N)"), each once."""
+    return list(dict.fromkeys(int(m) for m in re.findall(rf"{broker} .*\(pid (\d+)\)", text)))
+
+
+@pytest.mark.parametrize("restart", [True, False], ids=["restarts", "no-restart"])
+def test_cli_up_restarts_a_service_that_exits(tmp_path: Path, restart: bool) -> None:
+    """A broker killed behind the launcher's back (kill -9, as a lost lease's exit would be) is
+    started again with its id and port; with --no-restart it is reported and left stopped."""
+    proc, out = _cli(
+        tmp_path,
+        *("--brokers", "2", "--leaders", "0", "--load-managers", "0", "--no-uploaders"),
+        *(() if restart else ("--no-restart",)),
+        env_extra=fake_env(),
+    )
+    try:
+        wait_until_sync(lambda: b"Press Ctrl-C" in out.read_bytes() or proc.poll() is not None, timeout_s=30)
+        text = out.read_text()
+        assert ("A service that exits is started again." in text) == restart, text
+        [victim] = _broker_pids(text, "broker 2")
+        os.kill(victim, signal.SIGKILL)
+        expected = (
+            "broker 2 exited with code -9: restarted" if restart else "warning: broker 2 exited with code -9"
+        )
+        wait_until_sync(lambda: expected in out.read_text(), timeout_s=30, what=expected)
+        text = out.read_text()
+        if restart:
+            started = _broker_pids(text, "broker 2")
+            assert len(started) == 2 and started[0] == victim and alive(started[1]), text
+            urls = re.findall(r"broker 2\s+(http://\S+)", text)
+            assert len(urls) >= 2 and len(set(urls)) == 1, f"the same port again: {urls}"
+        else:
+            assert "restarted" not in text
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert not any(alive(p) for p in _pids_in(out.read_text()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in _pids_in(out.read_text()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
