@@ -161,6 +161,17 @@ def _pids_in(output: str) -> list[int]:
     return list(dict.fromkeys(int(m) for m in re.findall(r"\(pid (\d+)\)", output)))
 
 
+def reap(proc: subprocess.Popen[bytes], out: Path) -> None:
+    """After a test of the launcher: kill it if it still runs, and every process it reported
+    starting (they run in their own sessions), so a failing run leaves nothing behind."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pid in _pids_in(out.read_text()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize(
     ("sig", "sigint_ignored"),
     [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGINT, True)],
@@ -195,14 +206,7 @@ def test_cli_up_runs_until_signalled(tmp_path: Path, sig: int, sigint_ignored: b
         assert "stopping broker 2" in text and "stopped  etcd" in text
         assert not any(alive(p) for p in pids)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        # The launcher's children run in their own sessions: if it failed to stop them, do it
-        # here so a failing run leaves nothing behind.
-        for pid in _pids_in(out.read_text()):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        reap(proc, out)
 
 
 def test_cli_exit_after_demo_fails_without_sdk(tmp_path: Path) -> None:
@@ -384,9 +388,4 @@ def test_cli_up_restarts_a_service_that_exits(tmp_path: Path, restart: bool) -> 
         assert proc.wait(timeout=30) == 0
         assert not any(alive(p) for p in _pids_in(out.read_text()))
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pid in _pids_in(out.read_text()):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        reap(proc, out)

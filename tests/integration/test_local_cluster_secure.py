@@ -11,9 +11,7 @@ demo's producer token may not subscribe. Ctrl-C stops everything; nothing is lef
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import re
 import shlex
 import signal
@@ -33,7 +31,7 @@ from danube_common.pb import DanubeApi_pb2_grpc as pb_grpc
 from danube_common.security.tls import TlsConfig, channel_credentials
 from danube_local.secure_mode import SecureMode
 from danube_sdk import DanubeClient, PermissionDenied, SubType, TlsOptions
-from tests.integration.test_local_cluster import _pids_in, alive
+from tests.integration.test_local_cluster import _pids_in, alive, reap
 from tests.support import unique, wait_until_sync
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(90)]
@@ -186,9 +184,4 @@ def test_secure_local_cluster_end_to_end(tmp_path: Path) -> None:
         assert proc.wait(timeout=40) == 0
         assert not any(alive(p) for p in pids)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pid in _pids_in(out.read_text()):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        reap(proc, out)
