@@ -77,6 +77,24 @@ class ServiceFailed(ClusterError):
         self.log_tail = log_tail
 
 
+#: Flags of a service's listeners, with the ready file's key of the address each got.
+_LISTEN_FLAGS = (("--listen", "addr"), ("--admin-listen", "admin_addr"), ("--http-listen", "http_addr"))
+
+
+def pinned_ports(argv: list[str], info: dict[str, Any]) -> list[str]:
+    """``argv`` with each listener asked on port 0 set to the port its ready file ``info``
+    reported (the same host): a restart keeps the addresses the rest of the cluster was given."""
+    out = list(argv)
+    for flag, key in _LISTEN_FLAGS:
+        got = str(info.get(key) or "")
+        if flag in out and got:
+            i = out.index(flag) + 1
+            host, _, port = out[i].rpartition(":")
+            if port == "0":
+                out[i] = f"{host}:{got.rpartition(':')[2]}"
+    return out
+
+
 @dataclass(eq=False)
 class ServiceProcess:
     """One service process and what its ready file told us."""
@@ -711,7 +729,7 @@ class LocalCluster:
         if svc.running:
             self.stop_broker(i_or_id, kill=kill)
         assert svc.broker_id is not None
-        svc.argv = self.broker_argv(svc.broker_id, port)
+        svc.argv = pinned_ports(self.broker_argv(svc.broker_id, port), svc.info)
         svc.env = self._storage_env(svc.broker_id)
         self._spawn(svc)
         self._wait_ready([svc], time.monotonic() + timeout_s, timeout_s)
@@ -746,13 +764,16 @@ class LocalCluster:
         self._progress(f"sent {signal.Signals(sig).name} to {svc.label} (pid {svc.proc.pid})")
 
     def restart(self, name: str, *, timeout_s: float = 30.0) -> ServiceProcess:
-        """Start a stopped (or killed) leader or load manager again, as it was first started."""
+        """Start a stopped (or killed) service again, as it was first started and on the ports
+        it got then (others were given its addresses: a leader's load managers, an uploader's
+        broker, the lookup's clients)."""
         svc = self.service(name)
         if svc.running:
             raise ClusterError(f"{name} is still running")
         if svc.kind == "broker":
             assert svc.broker_id is not None
             return self.restart_broker(svc.broker_id, timeout_s=timeout_s)
+        svc.argv = pinned_ports(svc.argv, svc.info)
         self._spawn(svc)
         self._wait_ready([svc], time.monotonic() + timeout_s, timeout_s)
         return svc

@@ -7,8 +7,9 @@ them again, as compose's ``restart: unless-stopped`` or a systemd unit's ``Resta
 does: :class:`Supervisor` is that for :class:`~danube_local.cluster.LocalCluster`
 (``danube-local up`` checks every second; the fault tests use it after an etcd pause).
 
-A service that exited is started again as it was first started (a broker with its id, port and
-WAL directory, so it recovers its log). A restart that fails (the service exits again, or is not
+A service that exited is started again as it was first started, on the ports it had (the rest
+of the cluster was given its addresses; a broker with its id and WAL directory, so it recovers
+its log). A restart that fails (the service exits again, or is not
 ready in time, e.g. while etcd is still unreachable) is retried after a back-off that doubles
 from ``min_backoff_s`` to ``max_backoff_s``; a service that stayed up ``healthy_after_s`` starts
 again from the shortest back-off. Services stopped through the cluster on purpose are never

@@ -136,6 +136,24 @@ def test_stop_restart_and_add_brokers(fake_cluster: LocalCluster) -> None:
     assert not any(alive(p) for p in pids)
 
 
+def test_the_supervisor_restarts_what_exits_on_the_same_ports(fake_cluster: LocalCluster) -> None:
+    """The lookup (asked for any free port) killed -9 comes back on the ports it had; a broker
+    stopped through the cluster stays stopped."""
+    from danube_local.supervise import Supervisor
+
+    lc = fake_cluster.start(timeout_s=30)
+    said: list[str] = []
+    sup = Supervisor(lc, say=said.append)
+    before = (lc.lookup.pid, lc.lookup.addr, lc.lookup.admin_addr)
+    lc.signal("lookup", signal.SIGKILL)
+    lc.stop_broker("2")
+    assert [s.name for s in sup.exited()] == ["lookup"]
+    assert sup.check() == ["lookup"] and said[-1].startswith("lookup exited with code -9: restarted")
+    assert lc.lookup.running and lc.lookup.pid != before[0]
+    assert (lc.lookup.addr, lc.lookup.admin_addr) == before[1:]
+    assert not lc.brokers[1].running and sup.check() == []
+
+
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 

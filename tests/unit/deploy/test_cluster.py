@@ -336,3 +336,27 @@ def test_failed_start_stops_what_was_started(tmp_path: Path, monkeypatch: pytest
         lc.start()
     assert "etcd stopped" in events
     assert fake_atexit.registered == [], "a failed start leaves no atexit hook behind"
+
+
+def test_a_restart_keeps_the_ports_a_service_got() -> None:
+    argv = [
+        "py",
+        "-m",
+        "danube_leader",
+        "--listen",
+        "127.0.0.1:0",
+        "--http-listen",
+        "127.0.0.1:0",
+        "--x",
+        "1",
+    ]
+    info = {"addr": "127.0.0.1:41000", "http_addr": "127.0.0.1:41001", "admin_addr": "127.0.0.1:9"}
+    assert cluster_mod.pinned_ports(argv, info) == [
+        "py", "-m", "danube_leader", "--listen", "127.0.0.1:41000", "--http-listen", "127.0.0.1:41001", "--x", "1",
+    ]  # fmt: skip
+    assert argv[4] == "127.0.0.1:0", "the first command line is left as it was"
+    fixed = ["b", "--listen", "127.0.0.2:6651", "--http-listen", "127.0.0.2:0"]
+    assert (
+        cluster_mod.pinned_ports(fixed, {"addr": "127.0.0.2:6651"}) == fixed
+    )  # asked ports stay; no http_addr
+    assert cluster_mod.pinned_ports(argv, {}) == argv  # never ready: nothing to keep
