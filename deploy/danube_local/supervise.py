@@ -9,8 +9,9 @@ does: :class:`Supervisor` is that for :class:`~danube_local.cluster.LocalCluster
 
 A service that exited is started again as it was first started, on the ports it had (the rest
 of the cluster was given its addresses; a broker with its id and WAL directory, so it recovers
-its log). A restart that fails (the service exits again, or is not
-ready in time, e.g. while etcd is still unreachable) is retried after a back-off that doubles
+its log). The cluster's own etcd (when it started one) comes back first, on its port and data
+directory. A restart that fails (the service exits again, or is not ready in time, e.g. while
+etcd is still unreachable) is retried after a back-off that doubles
 from ``min_backoff_s`` to ``max_backoff_s``; a service that stayed up ``healthy_after_s`` starts
 again from the shortest back-off. Services stopped through the cluster on purpose are never
 restarted: only processes that were started and ended without being asked to.
@@ -18,9 +19,11 @@ restarted: only processes that were started and ended without being asked to.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from danube_local.cluster import ClusterError, LocalCluster, ServiceProcess
 
@@ -69,35 +72,59 @@ class Supervisor:
         return sorted(out, key=lambda s: s.kind != "wal_uploader")
 
     def check(self) -> list[str]:
-        """One pass (none once the cluster is stopping): restart every exited service whose
-        back-off has passed. Blocking: each restart waits until the service is ready, up to
-        ``restart_timeout_s``. Returns the names of those restarted now."""
+        """One pass (none once the cluster is stopping): restart our own etcd if it exited, then
+        every exited service, each once its back-off has passed. Blocking: each restart waits
+        until it is ready, up to ``restart_timeout_s``. Returns the names restarted now."""
         if self._cluster.stopping:
             return []
         now = self._clock()
-        for svc in self._cluster.services():
-            st = self._state.get(svc.name)
-            if st and st.up_since is not None and svc.running and now - st.up_since >= self._healthy_after_s:
+        etcd = self._cluster.etcd
+        running = {s.name for s in self._cluster.services() if s.running}
+        if etcd is not None and etcd.proc is not None and etcd.proc.poll() is None:
+            running.add("etcd")
+        for name, st in self._state.items():
+            if name in running and st.up_since is not None and now - st.up_since >= self._healthy_after_s:
                 st.failures = 0  # stayed up: a later exit starts from the shortest back-off
         done: list[str] = []
+        if etcd is not None and etcd.proc is not None and etcd.proc.poll() is not None:
+            code = etcd.proc.returncode
+            timeout_s = self._restart_timeout_s
+            if self._restart(
+                now, "etcd", "etcd", code, etcd.log_path, lambda: etcd.start(timeout_s=timeout_s)
+            ):
+                done.append("etcd")
         for svc in self.exited():
-            st = self._state.setdefault(svc.name, _State())
-            if now < st.next_try:
-                continue
             assert svc.proc is not None
-            code = svc.proc.returncode
-            try:
-                self._cluster.restart(svc.name, timeout_s=self._restart_timeout_s)
-            except ClusterError as exc:
-                st.failures += 1
-                wait = min(self._max_backoff_s, self._min_backoff_s * 2 ** (st.failures - 1))
-                st.next_try = self._clock() + wait
-                first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                self._say(f"warning: {svc.label} did not come back ({first_line}); trying again in {wait:g}s")
-                continue
-            st.up_since = self._clock()
-            st.next_try = 0.0
-            self.restarts[svc.name] = self.restarts.get(svc.name, 0) + 1
-            done.append(svc.name)
-            self._say(f"{svc.label} exited with code {code}: restarted (see {svc.log_path})")
+            name = svc.name
+            if self._restart(
+                now,
+                name,
+                svc.label,
+                svc.proc.returncode,
+                svc.log_path,
+                functools.partial(self._cluster.restart, name, timeout_s=self._restart_timeout_s),
+            ):
+                done.append(name)
         return done
+
+    def _restart(
+        self, now: float, name: str, label: str, code: int | None, log_path: Path, start: Callable[[], object]
+    ) -> bool:
+        """Start ``name`` again unless its back-off has not passed; say how it went."""
+        st = self._state.setdefault(name, _State())
+        if now < st.next_try:
+            return False
+        try:
+            start()
+        except (ClusterError, RuntimeError) as exc:
+            st.failures += 1
+            wait = min(self._max_backoff_s, self._min_backoff_s * 2 ** (st.failures - 1))
+            st.next_try = self._clock() + wait
+            first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self._say(f"warning: {label} did not come back ({first_line}); trying again in {wait:g}s")
+            return False
+        st.up_since = self._clock()
+        st.next_try = 0.0
+        self.restarts[name] = self.restarts.get(name, 0) + 1
+        self._say(f"{label} exited with code {code}: restarted (see {log_path})")
+        return True

@@ -138,7 +138,7 @@ def test_stop_restart_and_add_brokers(fake_cluster: LocalCluster) -> None:
 
 def test_the_supervisor_restarts_what_exits_on_the_same_ports(fake_cluster: LocalCluster) -> None:
     """The lookup (asked for any free port) killed -9 comes back on the ports it had; a broker
-    stopped through the cluster stays stopped."""
+    stopped through the cluster stays stopped; our etcd killed -9 comes back on its endpoint."""
     from danube_local.supervise import Supervisor
 
     lc = fake_cluster.start(timeout_s=30)
@@ -152,6 +152,13 @@ def test_the_supervisor_restarts_what_exits_on_the_same_ports(fake_cluster: Loca
     assert lc.lookup.running and lc.lookup.pid != before[0]
     assert (lc.lookup.addr, lc.lookup.admin_addr) == before[1:]
     assert not lc.brokers[1].running and sup.check() == []
+
+    assert lc.etcd is not None and lc.etcd.proc is not None
+    endpoint, old_etcd = lc.etcd.endpoint, lc.etcd.proc.pid
+    os.kill(old_etcd, signal.SIGKILL)
+    lc.etcd.proc.wait(timeout=10)
+    assert sup.check() == ["etcd"]
+    assert lc.etcd.proc.pid != old_etcd and lc.etcd.proc.poll() is None and lc.etcd.endpoint == endpoint
 
 
 def _ignore_sigint() -> None:

@@ -30,6 +30,7 @@ class StubCluster:
 
     def __init__(self, tmp: Path, *services: ServiceProcess) -> None:
         self._services = list(services)
+        self.etcd: StubEtcd | None = None
         self.stopping = False
         self.fail: set[str] = set()
         self.restarted: list[str] = []
@@ -49,6 +50,23 @@ class StubCluster:
                                 log_path=svc.log_path, log_tail="etcd unreachable")  # fmt: skip
         svc.proc = FakeProc(self._pid)  # type: ignore[assignment]
         return svc
+
+
+class StubEtcd:
+    """EtcdProcess's proc / start() / log_path; start() fails while ``down``."""
+
+    def __init__(self, tmp: Path, *, exited: int | None) -> None:
+        self.proc = FakeProc(1, exited=exited)
+        self.log_path = tmp / "etcd.log"
+        self.down = False
+        self.starts = 0
+
+    def start(self, timeout_s: float) -> StubEtcd:
+        self.starts += 1
+        if self.down:
+            raise RuntimeError("etcd did not become healthy in 30s; see etcd.log")
+        self.proc = FakeProc(2)
+        return self
 
 
 def service(tmp: Path, kind: str, name: str, *, exited: int | None = None) -> ServiceProcess:
@@ -138,3 +156,27 @@ def test_nothing_is_restarted_while_the_cluster_stops(tmp_path: Path) -> None:
     c = StubCluster(tmp_path, service(tmp_path, "broker", "broker-1", exited=1))
     c.stopping = True
     assert supervisor(c, Clock(), []).check() == [] and c.restarted == []
+
+
+def test_our_etcd_comes_back_first_with_its_own_back_off(tmp_path: Path) -> None:
+    c = StubCluster(tmp_path, service(tmp_path, "broker", "broker-1", exited=1))
+    c.etcd = StubEtcd(tmp_path, exited=-9)
+    c.etcd.down = True
+    said: list[str] = []
+    clock = Clock()
+    sup = supervisor(c, clock, said, min_backoff_s=2.0)
+    assert sup.check() == ["broker-1"]  # the broker's restart does not wait for etcd's
+    assert (
+        said[0]
+        == "warning: etcd did not come back (etcd did not become healthy in 30s; see etcd.log); trying again in 2s"
+    )
+    assert sup.check() == [] and c.etcd.starts == 1
+    clock.now += 2
+    c.etcd.down = False
+    assert (
+        sup.check() == ["etcd"]
+        and said[-1] == f"etcd exited with code -9: restarted (see {tmp_path / 'etcd.log'})"
+    )
+    assert sup.check() == [] and c.etcd.starts == 2
+    c.etcd.proc = None  # stopped through the cluster (EtcdProcess.stop): left alone
+    assert sup.check() == [] and c.etcd.starts == 2
