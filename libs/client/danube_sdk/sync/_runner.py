@@ -103,12 +103,9 @@ def call(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, R]) -> R:
     if loop.is_closed():  # its client was closed (the last one stops the loop)
         coro.close()
         raise ClientClosed("the client is closed")
-    if _on_loop_thread(loop):
+    if on_loop_thread(loop):
         coro.close()
-        raise RuntimeError(
-            "a blocking danube_sdk.sync call was made on the SDK's own event loop thread (from a "
-            "callback); use the asyncio API (danube_sdk) there"
-        )
+        refuse_on_loop_thread(loop)
     fut = asyncio.run_coroutine_threadsafe(coro, loop)
     try:
         return fut.result()
@@ -122,7 +119,17 @@ def submit(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, R]) -> con
     return asyncio.run_coroutine_threadsafe(coro, loop)
 
 
-def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+def refuse_on_loop_thread(loop: asyncio.AbstractEventLoop) -> None:
+    """RuntimeError when called on ``loop``'s own thread, where a blocking call would wait
+    forever for the loop it blocks."""
+    if on_loop_thread(loop):
+        raise RuntimeError(
+            "a blocking danube_sdk.sync call was made on the SDK's own event loop thread (from a "
+            "callback); use the asyncio API (danube_sdk) there"
+        )
+
+
+def on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
     try:
         return asyncio.get_running_loop() is loop
     except RuntimeError:

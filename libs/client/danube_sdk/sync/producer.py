@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from danube_sdk.errors import ClientClosed
 from danube_sdk.producer import Producer as AsyncProducer
-from danube_sdk.sync._runner import call
+from danube_sdk.sync._runner import call, on_loop_thread, refuse_on_loop_thread
 from danube_sdk.types import MessageId
 
 if TYPE_CHECKING:
@@ -78,7 +78,8 @@ class Producer(Generic[T]):
     def _queue(self, item: _Item) -> None:
         if self._closed:
             raise ClientClosed(f"producer {self.producer_name} on {self.topic} is closed")
-        self._room.acquire()
+        if not self._room.acquire(blocking=not on_loop_thread(self._loop)):
+            refuse_on_loop_thread(self._loop)  # waiting for room there would block the loop that makes it
         with self._lock:
             if self._closed:
                 self._room.release()
@@ -93,6 +94,7 @@ class Producer(Generic[T]):
         self, value: T, *, properties: dict[str, str] | None = None, key: str | None = None
     ) -> MessageId:
         """Send one message and wait for the broker's acknowledgement; return its id."""
+        refuse_on_loop_thread(self._loop)
         return self.send_async(value, properties=properties, key=key).result()
 
     def send_many(
@@ -100,12 +102,14 @@ class Producer(Generic[T]):
     ) -> list[MessageId]:
         """Send all, pipelined; their ids in order once all are acknowledged (the first failure
         is raised after all have finished)."""
+        refuse_on_loop_thread(self._loop)
         futs = [self.send_async(v, properties=properties, key=key) for v in values]
         concurrent.futures.wait(futs)
         return [f.result() for f in futs]
 
     def flush(self) -> None:
         """Wait until everything queued so far (from any thread) is acknowledged or failed."""
+        refuse_on_loop_thread(self._loop)
         barrier: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._queue((_BARRIER, None, None, barrier))
         barrier.result()
