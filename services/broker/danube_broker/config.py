@@ -164,8 +164,8 @@ class BrokerConfig(ServiceConfig):
     #: retryable TAKEOVER_PENDING) until that broker's log end is recorded: by its WAL uploader, by
     #: itself when it restarts, or by `danube-admin topics force-takeover --accept-loss`. With this
     #: set (> 0), after waiting this long for a writer that is not registered, the new owner forces
-    #: the takeover itself, recording the offsets it gives up. 0 (default): never; a topic's or its
-    #: namespace's policy ``unclean_takeover_after_s`` overrides it.
+    #: the takeover itself, recording the offsets it gives up. 0 (default): never; a topic's own
+    #: ``unclean_takeover_after_s`` (set at creation) overrides it.
     unclean_takeover_after_s: float = Field(default=0.0, ge=0)
     #: How many offsets a reliable topic's writer reserves at a time (an etcd write per block;
     #: an unclean takeover starts after the last reserved offset, so none is ever reused).

@@ -8,8 +8,8 @@ watch-fed :class:`~danube_common.schema_view.SchemaView`) names a subject and a 
   and counted;
 - ``enforce``: a producer must reference the topic's subject, and a batch is refused whole
   (INVALID_ARGUMENT, code ``INVALID_PAYLOAD``) if one of its messages carries another subject's
-  schema id or an unknown version, or, with ``enable_payload_validation``, does not decode as
-  the version it names. Nothing of a refused batch is stored.
+  schema id, or, with ``enable_payload_validation``, names an unknown version or does not decode
+  as the version it names. Nothing of a refused batch is stored.
 
 Producers (:meth:`SchemaGate.bind_producer`): a ``schema_ref`` is resolved to a version (latest,
 pinned, or the latest if at least ``min_version``). A topic with no schema takes the producer's
