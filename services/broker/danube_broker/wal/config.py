@@ -39,7 +39,7 @@ class WalConfig(BaseModel):
     #: ... or before the first commit once the segment is this old (checked only when writing:
     #: an idle segment is not sealed by a timer; call ``TopicLog.roll()`` for that).
     segment_max_age_s: float = Field(default=3600.0, gt=0)
-    #: Per-topic cap of the in-memory tail cache: record bytes plus ~100 bytes per entry of
+    #: Per-topic cap of the in-memory tail cache: record bytes plus 64 bytes per entry of
     #: object overhead. 0 disables the cache (every read goes to disk through ``read_async``).
     tail_cache_bytes: int = Field(default=64 * MIB, ge=0)
     #: Cap of all topics' tail caches together (the broker's commit scheduler applies it): over
@@ -59,9 +59,8 @@ class WalConfig(BaseModel):
     lock_wait_s: float = Field(default=5.0, ge=0)
     #: With durability "none" only: commits up to this many bytes are written on the event loop
     #: instead of the thread pool (a page-cache write takes microseconds, the thread hop
-    #: 100-150 us here: ~10x the appends/s of one appender). 0 (default): every write goes to
-    #: the thread pool, so no disk call can ever stall the event loop (e.g. under dirty-page
-    #: write-back throttling).
+    #: 100-150 us here: ~10x the appends/s of one appender). 0 (default): the writes of ``none``
+    #: logs go to the thread pool (those of syncing logs: ``round_loop_write_bytes``).
     inline_write_max_bytes: int = Field(default=0, ge=0, le=1024 * 1024)
     #: One commit scheduler for every topic of the broker (``CommitGroup``): a round commits
     #: the queued appends of all topics with one thread hop, their fdatasyncs spread over
