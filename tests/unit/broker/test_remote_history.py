@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+import danube_broker.dispatch.reliable.engine as engine_mod
 from danube_broker.dispatch.base import SubType
 from danube_broker.metrics import BrokerEvents
 from danube_broker.registry import BrokerRegistry
@@ -243,15 +244,21 @@ async def test_a_gap_raises_history_gap(
     await local.aclose()
 
 
+@pytest.mark.parametrize(("grace_s", "level"), [(20.0, logging.WARNING), (0.0, logging.ERROR)])
 async def test_a_subscription_stalls_loudly_at_a_gap_and_resumes_once_it_is_filled(
     tmp_path: Path,
     objects: LocalObjectStore,
     memory_store: MemoryStore,
     resources: Resources,
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    grace_s: float,
+    level: int,
 ) -> None:
     """0..9 and 20.. exist; 10..19 are nowhere: the consumer gets 0..9, then nothing past the gap
-    (an ERROR, the reason in stats), and everything in order once the gap is uploaded."""
+    (the reason in stats; logged at WARNING during the grace after a takeover, at ERROR past it),
+    and everything in order once the gap is uploaded."""
+    monkeypatch.setattr(engine_mod, "HISTORY_GAP_GRACE_S", grace_s)
 
     def stored(first: int, end: int) -> list[bytes]:
         return [pb.StreamMessage(payload=f"m{i}".encode()).SerializeToString() for i in range(first, end)]
@@ -267,7 +274,7 @@ async def test_a_subscription_stalls_loudly_at_a_gap_and_resumes_once_it_is_fill
     reg = BrokerRegistry(cfg, resources, broker_url=BROKER_URL, clock=Clock(), id_seed=1, open_log=opener)
     reg.set_tiering(Tiering(cfg, resources, objects=objects, uploader=None))
     await resources.create_topic(T, dispatch_strategy="reliable")
-    with caplog.at_level(logging.ERROR):
+    with caplog.at_level(logging.WARNING):
         c = await reg.subscribe(
             TOPIC,
             subscription="s",
@@ -287,7 +294,9 @@ async def test_a_subscription_stalls_loudly_at_a_gap_and_resumes_once_it_is_fill
             lambda: (s := reg.stats()[TOPIC].per_subscription["s"]).read_error and s, what="the gap in stats"
         )
         assert "HISTORY_GAP" in stats.read_error and "offset 10" in stats.read_error
-        assert any("offset 10 is in no segment descriptor" in r.getMessage() for r in caplog.records)
+        gap = [r for r in caplog.records if "offset 10 is in no segment descriptor" in r.getMessage()]
+        assert gap and {r.levelno for r in gap} == {level}, [(r.levelname, r.getMessage()) for r in gap]
+        assert ("an ERROR follows if it lasts 20s" in gap[0].getMessage()) == (level == logging.WARNING)
         assert reg.stats()[TOPIC].first_offset == 0
         assert offsets() == list(range(10)), "nothing past the gap is delivered"
 

@@ -12,8 +12,9 @@ __all__ = ["DiskFull", "HistoryGap", "LogClosed", "StorageError", "StorageFailed
 
 class HistoryGap(DataLoss):
     """An offset of a reliable topic is neither in object storage (no segment descriptor holds
-    it) nor in the local log. Never skipped silently: the reader stalls at it, logs an ERROR and
-    shows it in the subscription's stats until the offset becomes readable (an uploader that
+    it) nor in the local log. Never skipped silently: the reader stalls at it, logs it (WARNING for a
+    grace period, as after a takeover the previous owner's uploader may still be uploading it;
+    then ERROR) and shows it in the subscription's stats until the offset becomes readable (an uploader that
     was behind catches up) or an operator acts (seek past it)."""
 
     code = "HISTORY_GAP"

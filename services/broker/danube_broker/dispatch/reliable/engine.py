@@ -66,6 +66,10 @@ READ_RETRY_FIRST_S = 1.0
 #: How often a dispatcher held back by uncertain ownership looks again.
 HELD_RETRY_S = 0.05
 READ_RETRY_MAX_S = 30.0
+#: A gap in the history (HISTORY_GAP) right after a takeover is usually the previous owner's
+#: uploader still uploading its log's tail: a read stalled on one is logged at WARNING for this
+#: long, then at ERROR (every other read error at ERROR at once).
+HISTORY_GAP_GRACE_S = 20.0
 #: Delayed messages a subscription holds (read, not due yet) before it stops reading the log.
 DEFAULT_MAX_DELAYED = 100_000
 
@@ -266,24 +270,34 @@ class SubscriptionEngine:
 
     async def run(self) -> None:
         read_retry_s = READ_RETRY_FIRST_S
+        failing_since: float | None = None  # the first failed read of the current streak
         while True:
             self._wake.clear()
             try:
                 added = await self.fill()
                 read_retry_s = READ_RETRY_FIRST_S
+                failing_since = None
                 self.read_error = ""
             except DanubeError as exc:
                 # A damaged frame, a failing disk, a gap in the history or object storage out
                 # of reach: this subscription stalls (what it holds can still be acked and
                 # redelivered); the rest of the broker goes on. Nothing is skipped.
                 self.read_error = str(exc)
-                log.error(
-                    "subscription %s on %s cannot read the log at offset %d (%s); retrying in %.0fs",
+                now = time.monotonic()
+                failing_since = now if failing_since is None else failing_since
+                young_gap = exc.code == "HISTORY_GAP" and now - failing_since < HISTORY_GAP_GRACE_S
+                log.log(
+                    logging.WARNING if young_gap else logging.ERROR,
+                    "subscription %s on %s cannot read the log at offset %d (%s); retrying in %.0fs%s",
                     self.name,
                     self.sub.topic_name,
                     self.read_pos,
                     exc,
                     read_retry_s,
+                    " (after a takeover the previous owner's uploader may still be uploading it; an ERROR "
+                    f"follows if it lasts {HISTORY_GAP_GRACE_S:.0f}s)"
+                    if young_gap
+                    else "",
                 )
                 self.step()
                 await asyncio.sleep(read_retry_s)
