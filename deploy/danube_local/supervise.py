@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from danube_local.cluster import ClusterError, LocalCluster, ServiceProcess
+from danube_local.cluster import LocalCluster, ServiceProcess
 
 
 @dataclass
@@ -39,6 +39,9 @@ class _State:
 
 
 class Supervisor:
+    """Restarts what exited of one :class:`LocalCluster` (see the module's docstring); call
+    :meth:`check` periodically, from one thread."""
+
     def __init__(
         self,
         cluster: LocalCluster,
@@ -116,7 +119,7 @@ class Supervisor:
             return False
         try:
             start()
-        except (ClusterError, RuntimeError) as exc:
+        except RuntimeError as exc:  # ClusterError (a service) or EtcdProcess's (etcd)
             st.failures += 1
             wait = min(self._max_backoff_s, self._min_backoff_s * 2 ** (st.failures - 1))
             st.next_try = self._clock() + wait
