@@ -71,7 +71,17 @@ step "lint (ruff check .)" "$BIN/ruff" check .
 step "format (ruff format --check .)" "$BIN/ruff" format --check .
 step "types (mypy libs services deploy)" mypy_check
 step "import contract (scripts/check_imports.py)" "$BIN/python" scripts/check_imports.py
-step "tests (pytest)" run_pytest "$@"
+if [ "$#" -eq 0 ]; then
+  # The tests that mostly wait (timeouts, leases, subprocesses starting) run on two workers:
+  # about 100 s less than one after the other. The fault, end-to-end and Spark tests keep the
+  # machine to themselves: they load both cores on their own.
+  step "tests: unit, contract, integration (pytest -n 2)" \
+    run_pytest -n 2 tests/unit tests/contract tests/integration
+  step "tests: the rest (pytest)" \
+    run_pytest tests --ignore=tests/unit --ignore=tests/contract --ignore=tests/integration
+else
+  step "tests (pytest)" run_pytest "$@"
+fi
 # The whole cluster in Docker (deploy/docker-compose.yml with its test override): only in a full
 # run, since it installs and starts a Docker engine and builds images (about 5-7 minutes from
 # scratch; where no engine can be had, its tests are skipped with the reason). The images are

@@ -43,6 +43,7 @@ from danube_local.cluster import LocalCluster
 from danube_local.supervise import Supervisor
 from tests.e2e.control_plane import ENV as CONTROL_PLANE_ENV
 from tests.e2e.control_plane import LEADERSHIP_TTL_S, REGISTRATION_TTL_S
+from tests.support import wait_until
 from tests.support.faulty_proxy import FaultyProxy, Mode
 from tests.support.moto import MotoServer
 
@@ -281,7 +282,9 @@ class FaultCluster:
         await self._sync(self.c.restart_broker, broker, timeout_s=60)
 
     async def ensure_running(self) -> None:
-        """Every broker, uploader and load manager runs again (after a scenario)."""
+        """Every broker, uploader and load manager runs again (after a scenario), and every broker
+        is registered and active: a broker that lost its lease during the scenario stops itself,
+        perhaps after this looked, so the supervisor restarts whatever exits meanwhile."""
         for b in self.c.brokers:
             if b.proc is not None and b.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -303,6 +306,18 @@ class FaultCluster:
         for svc in self.c.load_managers:
             if not svc.running:
                 await self._sync(self.c.restart, svc.name)
+        async with self.etcd() as res, self.supervised():
+            await wait_until(
+                lambda: self.is_whole(res),
+                timeout_s=60,
+                interval_s=0.2,
+                what="every broker running and registered",
+            )
+
+    async def is_whole(self, res: Resources) -> bool:
+        """Does every broker run, registered and active in etcd?"""
+        active = {b.broker_id for b in await res.list_brokers() if b.state == "active"}
+        return all(b.running and b.broker_id in active for b in self.c.brokers)
 
     def pause(self, name: str) -> None:
         self.c.signal(name, signal.SIGSTOP)

@@ -25,6 +25,11 @@ the owner's machine lost (broker and uploader killed) with an operator's recorde
 history from object storage while the owner is killed and the topics move (their final read
 starts where retention left the history; every subscription must have received every
 acknowledged message: :func:`undelivered`).
+
+Faults on top of faults: the broker taking over is killed in the middle of its takeover
+(``cascade_kill9``) or cut off from etcd while the first owner is frozen (``takeover_cut_from_etcd``);
+a move's destination is killed while loading the topic (``move_target_killed``); etcd restarts in
+the middle of a takeover (``etcd_restart_during_takeover``).
 """
 
 from __future__ import annotations
@@ -191,14 +196,13 @@ async def etcd_pause(ctx: Ctx) -> None:
         await ctx.acks_flow()
 
         # Every broker whose lease expired stops (its lame duck takes a few seconds) and is
-        # started again: done once every broker runs and is registered and active in etcd, so
-        # the next scenario starts with the whole cluster.
-        async def whole() -> bool:
-            active = {b.broker_id for b in await ctx.res.list_brokers() if b.state == "active"}
-            return all(b.running and b.broker_id in active for b in ctx.fc.c.brokers)
-
+        # started again by the supervisor: done once every broker runs and is registered and
+        # active in etcd.
         await wait_until(
-            whole, timeout_s=60, interval_s=0.2, what="every broker running and registered again"
+            lambda: ctx.fc.is_whole(ctx.res),
+            timeout_s=60,
+            interval_s=0.2,
+            what="every broker running and registered again",
         )
     ctx.notes.append(f"restarted after the pause: {', '.join(sorted(restarted)) or 'nothing'}")
 
@@ -361,6 +365,83 @@ async def retention_under_faults(ctx: Ctx) -> None:
     ctx.notes.append(f"history cut after the move: {cut}")
 
 
+# ---------------------------------------------------------------------- faults on top of faults
+async def cascade_kill9(ctx: Ctx) -> None:
+    """The owner is killed, and so is the broker taking its topics over, the moment it owns one
+    (its takeover under way: the log's tail fetched from the first owner's uploader, its stint
+    being opened). The third broker takes over from both."""
+    await ctx.fc.kill(ctx.victim)
+    second = await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
+    await ctx.fc.kill(second)
+    dead = {ctx.victim, second}
+    owners = {t: await _owned_outside(ctx, t, dead) for t in ctx.topics}
+    ctx.notes.append(f"killed {ctx.victim}, then {second} taking over; now owned by {owners}")
+    await ctx.acks_flow()
+    await ctx.fc.restart(ctx.victim)
+    await ctx.fc.restart(second)
+
+
+async def takeover_cut_from_etcd(ctx: Ctx) -> None:
+    """The owner freezes past its lease; the broker taking over is cut off from etcd as soon as it
+    owns a topic; the third takes over. Then the frozen owner wakes (its lease, ownership and logs
+    gone: it must acknowledge nothing) and the cut one is reconnected."""
+    name = f"broker-{ctx.victim}"
+    ctx.fc.pause(name)
+    second = await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
+    ctx.fc.cut_from_etcd(second)
+    owners = {t: await _owned_outside(ctx, t, {ctx.victim, second}) for t in ctx.topics}
+    ctx.notes.append(f"froze {ctx.victim}, cut {second} from etcd; now owned by {owners}")
+    ctx.fc.resume(name)
+    await ctx.acks_flow()
+    ctx.fc.reconnect_to_etcd(second)
+
+
+async def move_target_killed(ctx: Ctx) -> None:
+    """A move under load whose destination is killed as soon as it owns the topic (loading it):
+    the topic is placed again, on a live broker (the former owner included)."""
+    target = next(b for b in ctx.fc.running_brokers() if b != ctx.victim)
+    topic = ctx.topics[0]
+    await ctx.fc.move_topic(topic, to=target)
+    await wait_until(
+        lambda: _is(ctx.owner(topic), target),
+        timeout_s=60,
+        interval_s=0.05,
+        what=f"{topic} moved to {target}",
+    )
+    await ctx.fc.kill(target)
+    owner = await _owned_outside(ctx, topic, {target})
+    ctx.notes.append(f"moved to {target}, killed it; now owned by {owner}")
+    await ctx.acks_flow()
+    await ctx.fc.restart(target)
+
+
+async def etcd_restart_during_takeover(ctx: Ctx) -> None:
+    """The owner is killed; etcd restarts the moment another broker owns its topic (the takeover's
+    etcd writes meet a restarting etcd)."""
+    await ctx.fc.kill(ctx.victim)
+    await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
+    await ctx.fc.restart_etcd(down_s=1.5)
+    await ctx.acks_flow()
+    await ctx.fc.restart(ctx.victim)
+
+
+async def _owned_outside(ctx: Ctx, topic: str, brokers: set[str], timeout_s: float = 60.0) -> str:
+    """Wait until ``topic``'s owner is a broker not in ``brokers``; return it."""
+
+    async def placed() -> str | None:
+        o = await ctx.owner(topic)
+        return o if o is not None and o not in brokers else None
+
+    return str(
+        await wait_until(
+            placed,
+            timeout_s=timeout_s,
+            interval_s=0.1,
+            what=f"{topic} owned by a broker not in {sorted(brokers)}",
+        )
+    )
+
+
 #: Scenarios whose topics keep only this much acknowledged history (the others keep an hour).
 RETENTION_SIZE_BYTES: dict[str, int] = {"retention_under_faults": 64 * 1024}
 #: Their extra subscription, which receives nothing until the scenario releases it.
@@ -443,6 +524,10 @@ SCENARIOS: dict[str, Scenario] = {
     "load_manager_pause": load_manager_pause,
     "machine_lost": machine_lost,
     "retention_under_faults": retention_under_faults,
+    "cascade_kill9": cascade_kill9,
+    "takeover_cut_from_etcd": takeover_cut_from_etcd,
+    "move_target_killed": move_target_killed,
+    "etcd_restart_during_takeover": etcd_restart_during_takeover,
 }
 
 

@@ -39,9 +39,14 @@ NS = "team"
 
 class Env:
     def __init__(
-        self, broker: Broker, admin: apb_grpc.NamespaceAdminStub, topics: apb_grpc.TopicAdminStub
+        self,
+        broker: Broker,
+        admin: apb_grpc.NamespaceAdminStub,
+        topics: apb_grpc.TopicAdminStub,
+        res: Resources,
     ) -> None:
         self.broker = broker
+        self.res = res
         self.admin = admin
         self.topics = topics
         self.client = DanubeClient(broker.info.url)
@@ -51,7 +56,17 @@ class Env:
             apb.SetNamespacePoliciesRequest(name=NS, policies=apb.NamespacePolicies(**policies), clear=clear),
             timeout=5,
         )
+        await self.seen()
         return resp.policies
+
+    async def seen(self) -> None:
+        """Wait until the broker's namespace view holds the namespace record as it is now: the
+        view is fed by a watch, so a request right after a change may still meet the old policies."""
+        kv = await self.res.store.get(self.res.keys.namespace(NS))
+        assert kv is not None, f"namespace {NS} not in etcd"
+        limits = self.broker.registry.ns_limits
+        assert limits is not None, "the broker applies no namespace policies"
+        assert await limits.view.wait_revision(kv.mod_revision), "the broker's namespace view lags"
 
     async def applied(self, topic: str, check: Any) -> float:
         """Seconds until the broker's loaded ``topic`` satisfies ``check(limits)``."""
@@ -65,11 +80,14 @@ class Env:
 
 
 @pytest.fixture
-async def env(etcd_server: EtcdProcess, cluster_name: str, lookup: ServiceReady) -> AsyncIterator[Env]:
+async def env(
+    etcd_server: EtcdProcess, cluster_name: str, lookup: ServiceReady, etcd_resources: Resources
+) -> AsyncIterator[Env]:
     broker = await start_broker(etcd_server, cluster_name)
     channel = grpc.aio.insecure_channel(lookup.admin_addr)
-    e = Env(broker, apb_grpc.NamespaceAdminStub(channel), apb_grpc.TopicAdminStub(channel))
+    e = Env(broker, apb_grpc.NamespaceAdminStub(channel), apb_grpc.TopicAdminStub(channel), etcd_resources)
     await e.admin.CreateNamespace(apb.NamespaceRequest(name=NS), timeout=5)
+    await e.seen()
     try:
         yield e
     finally:

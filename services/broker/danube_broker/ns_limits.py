@@ -376,6 +376,11 @@ class NamespaceLimits:
         #: The loaded topics with a message TTL (the expiry loop walks only these).
         self._with_ttl: dict[str, Topic] = {}
 
+    @property
+    def view(self) -> NamespaceView:
+        """The watch-fed namespace policies these limits follow."""
+        return self._view
+
     def policies_of(self, topic: Topic) -> NamespacePolicies:
         record = topic.record
         return self._view.get(topic.topic_name.namespace).for_topic(
