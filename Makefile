@@ -50,7 +50,7 @@ test:
 	./test.sh $(ARGS)
 
 test-unit:
-	$(BIN)/pytest -q -p no:cacheprovider --timeout=120 -m unit $(ARGS)
+	$(BIN)/pytest -q -p no:cacheprovider --timeout=120 -n 2 -m unit $(ARGS)
 
 up:
 	$(BIN)/danube-local up $(ARGS)

@@ -504,7 +504,15 @@ class LogRecords:
         owner_fence: Sequence[Compare] = (),
     ) -> tuple[LogState, Reservation] | None:
         """Record that ``writer`` writes the log from ``start.offset``; None if anything read in
-        ``view`` changed (or ``owner_fence`` failed): read again and decide again."""
+        ``view`` changed (or ``owner_fence`` failed): read again and decide again.
+
+        The first stint of a log (``start.previous`` None) also sets the upload checkpoint to its
+        start when there is none of this incarnation: from then on the checkpoint says where the
+        history's uploads stand, so no uploader ever takes its own first local offset for the
+        history's start. Without it, a later writer's uploader whose segment sealed before the
+        first writer's uploader shipped that writer's log would describe its range first and move
+        the checkpoint past offsets nobody uploaded yet (found by the fault scenario
+        ``etcd_restart_during_takeover``)."""
         k = self.keys
         state = LogState(
             writer=writer,
@@ -527,6 +535,16 @@ class LogRecords:
             [
                 Op.put(k.storage_state(topic), state.to_json()),
                 Op.put(k.storage_reservation(topic), reservation.to_json()),
+                *(
+                    [
+                        Op.put(
+                            k.upload_checkpoint(topic),
+                            checkpoint_value(start.offset, broker_id=writer, incarnation=incarnation),
+                        )
+                    ]
+                    if start.previous is None and view.checkpoint is None
+                    else []
+                ),
             ],
         )
         if not res.succeeded:

@@ -22,7 +22,8 @@ An object is a segment file as written by the broker (the 32-byte header, then f
 ``next_offset``: any reader of WAL segments reads it.
 
 The uploader's progress per topic (``Keys.upload_checkpoint``): ``{"next_offset": N}`` = every
-offset below N is in object storage under a descriptor. The broker trims local segments only
+offset below N is in object storage under a descriptor (set to the start of a log's first stint
+when the broker opens it, then moved by the uploaders). The broker trims local segments only
 below it (retention), and a new owner of the topic continues at
 ``max(recorded hand-over offset, last descriptor's next_offset)``.
 """

@@ -16,8 +16,10 @@ and checkpoint (as read from etcd) and how far the open segment may be read. The
   other): refuse. Offsets are assigned once, so this means two histories; an operator must look.
 
 Where the next upload starts (the effective checkpoint ``N``): the checkpoint; with no
-checkpoint yet, the lowest local offset (or the lowest descriptor's, if lower); then, while a
-descriptor covers ``N``, its end.
+checkpoint, the lowest local offset (or the lowest descriptor's, if lower); then, while a
+descriptor covers ``N``, its end. The broker sets the checkpoint when it opens a log's first
+stint (``LogRecords.open_stint``), so "no checkpoint" is only met by logs opened before it did:
+there a later writer's disk would start past what an earlier writer's uploader has not shipped.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from danube_common.log_state import (
     Start,
     Wait,
     checkpoint_of,
+    checkpoint_value,
     decide_open,
     forced_end,
     merge_sequences,
@@ -228,6 +229,33 @@ async def test_a_stint_is_recorded_once_and_fenced_on_what_was_read(records: Log
     assert not await records.close(T, stint, next_offset=950, closed_by="uploader"), "closed once"
     state = await records.state(T)
     assert state is not None and state.next_offset == 900 and state.closed_by == "release"
+
+
+async def test_a_new_log_starts_the_upload_checkpoint_and_a_continued_one_leaves_it(
+    records: LogRecords,
+) -> None:
+    """The first stint of a log sets the upload checkpoint to its start (so no uploader takes its
+    own first local offset for where the history starts); later stints never touch it, and a
+    checkpoint of a deleted incarnation is replaced."""
+    cp_key = records.keys.upload_checkpoint(T)
+    await records.store.put(cp_key, checkpoint_value(500, broker_id="old", incarnation=INC - 1))
+    v = await records.read(T, incarnation=INC)
+    assert v.checkpoint is None  # another incarnation's
+    opened = await records.open_stint(
+        T, v, Start(0, {}, None, "a new log"), writer="b1", epoch=4, incarnation=INC, reserve=10
+    )
+    assert opened is not None
+    v = await records.read(T, incarnation=INC)
+    assert v.checkpoint == 0
+    kv = await records.store.get(cp_key)
+    assert kv is not None and kv.json()["incarnation"] == INC and kv.json()["broker_id"] == "b1"
+    # b1 dies before uploading anything; b2 continues at 252: the checkpoint stays at 0.
+    assert await records.close(T, opened[0], next_offset=252, closed_by="uploader")
+    v = await records.read(T, incarnation=INC)
+    decision = decide_open(v, me="b2", incarnation=INC)
+    assert isinstance(decision, Start) and decision.offset == 252 and decision.previous is not None
+    assert await records.open_stint(T, v, decision, writer="b2", epoch=5, incarnation=INC, reserve=10)
+    assert (await records.read(T, incarnation=INC)).checkpoint == 0
 
 
 async def test_an_owner_fence_guards_the_open(records: LogRecords) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from danube_common.errors import FailedPrecondition
 from danube_common.keys import Keys
-from danube_common.log_state import LogState
+from danube_common.log_state import LogRecords, LogState, Start, decide_open
 from danube_common.metadata.memory import MemoryStore
 from danube_common.objstore import LocalObjectStore, ObjectInfo, ObjectStoreUnavailable
 from danube_common.pb import DanubeApi_pb2 as pb
@@ -541,3 +541,73 @@ async def test_a_takeover_during_the_dead_brokers_upload_does_not_strand_its_his
         await check_uploaded(h.store, h.keys, h.objects, T, end=end)
     finally:
         await log.aclose()
+
+
+async def test_a_later_writers_sealed_segment_waits_for_the_first_writers_unshipped_log(
+    tmp_path: Path,
+) -> None:
+    """b1 writes offsets 0..251 (its open segment: nothing shipped yet) and dies; its uploader's
+    first attempts fail, and b2 takes over at 252 and seals a segment before b1's log is shipped.
+    b2's uploader must wait for [0, 252) instead of describing its own range first: that moved
+    the checkpoint past offsets nobody had uploaded, and b1's uploader then took its work as done
+    (the fault scenario etcd_restart_during_takeover lost them from the history). The stints are
+    opened as brokers open them (``LogRecords.open_stint``)."""
+    store, keys = MemoryStore(), Keys("t")
+    objects = await LocalObjectStore.open(tmp_path / "objects")
+    records = LogRecords(store, keys)
+    uploaders: list[Uploader] = []
+    logs = []
+    try:
+        view = await records.read(T, incarnation=INCARNATION)
+        opened = await records.open_stint(
+            T,
+            view,
+            Start(0, {}, None, "a new log"),
+            writer="b1",
+            epoch=1,
+            incarnation=INCARNATION,
+            reserve=10,
+        )
+        assert opened is not None
+        b1_log = await open_log(tmp_path / "b1" / T.namespace / T.local)
+        logs.append(b1_log)
+        await append(b1_log, 0, 252)
+        assert await records.close(T, opened[0], next_offset=252, closed_by="uploader")
+        decision = decide_open(
+            await records.read(T, incarnation=INCARNATION), me="b2", incarnation=INCARNATION
+        )
+        assert isinstance(decision, Start) and decision.offset == 252
+        view = await records.read(T, incarnation=INCARNATION)
+        assert await records.open_stint(
+            T, view, decision, writer="b2", epoch=2, incarnation=INCARNATION, reserve=10
+        )
+        b2_log = await open_log(tmp_path / "b2" / T.namespace / T.local, initial_offset=252)
+        logs.append(b2_log)
+        await append(b2_log, 252, 1800)
+        await b2_log.roll()
+        sealed = b2_log.durable_offset
+
+        def uploader(broker: str) -> Uploader:
+            cfg = WalUploaderConfig(
+                broker_id=broker, data_dir=str(tmp_path / broker), retry_initial_s=0.01, retry_max_s=0.05
+            )
+            u = Uploader(cfg, store, objects, keys)
+            uploaders.append(u)
+            return u
+
+        b1, b2 = uploader("b1"), uploader("b2")
+        b1.set_broker_alive(False)
+        b2.set_broker_alive(True)
+        with pytest.raises(FailedPrecondition, match=r"offsets 0\.\.251 are neither in object storage"):
+            await b2.flush(T, sealed, timeout_s=5)
+        assert await descriptors(store, keys, T) == []
+        assert await checkpoint(store, keys, T) == 0
+        # b1's uploader ships its log; then b2's range follows it.
+        assert (await b1.flush(T, 252, timeout_s=5)).uploaded_next_offset == 252
+        assert (await b2.flush(T, sealed, timeout_s=5)).uploaded_next_offset == sealed
+        await check_uploaded(store, keys, objects, T, end=sealed)
+    finally:
+        for lg in logs:
+            await lg.aclose()
+        await objects.aclose()
+        await store.aclose()
