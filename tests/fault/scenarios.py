@@ -29,7 +29,12 @@ acknowledged message: :func:`undelivered`).
 Faults on top of faults: the broker taking over is killed in the middle of its takeover
 (``cascade_kill9``) or cut off from etcd while the first owner is frozen (``takeover_cut_from_etcd``);
 a move's destination is killed while loading the topic (``move_target_killed``); etcd restarts in
-the middle of a takeover (``etcd_restart_during_takeover``).
+the middle of a takeover (``etcd_restart_during_takeover``); the broker taking over freezes past
+its lease (``new_owner_paused``); the owner is killed in the middle of its graceful stop
+(``kill9_during_graceful_stop``); object storage is down while the owner dies
+(``object_store_down_during_takeover``); the owner dies with its WAL disk full
+(``disk_full_then_kill9``); the owner dies while its WAL uploader is frozen
+(``uploader_paused_during_takeover``).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import contextlib
 import json
 import logging
 import random
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -98,13 +104,15 @@ class Ctx:
 
         await wait_until(quiet, timeout_s=timeout_s, interval_s=0.05, what=f"acks stalled for {quiet_s}s")
 
-    async def logs_taken_over(self, timeout_s: float = 60.0) -> None:
-        """Wait until another broker holds the log of every topic (an open stint of its own in
-        etcd): a frozen victim woken after this finds its lease, its ownership and its logs gone."""
+    async def logs_taken_over(self, timeout_s: float = 60.0, *, away_from: set[str] | None = None) -> None:
+        """Wait until another broker (not the victim, nor any of ``away_from``) holds the log of
+        every topic (an open stint of its own in etcd): a frozen broker woken after this finds its
+        lease, its ownership and its logs gone."""
+        gone = {self.victim, *(away_from or ())}
 
         async def taken() -> bool:
             states = [await _state(self.res, t) for t in self.topics]
-            return all(s is not None and s.open and s.writer != self.victim for s in states)
+            return all(s is not None and s.open and s.writer not in gone for s in states)
 
         await wait_until(taken, timeout_s=timeout_s, interval_s=0.1, what="the logs taken over")
 
@@ -425,6 +433,91 @@ async def etcd_restart_during_takeover(ctx: Ctx) -> None:
     await ctx.fc.restart(ctx.victim)
 
 
+async def new_owner_paused(ctx: Ctx) -> None:
+    """The owner is killed; the broker taking over freezes past its lease the moment it owns a
+    topic; the third takes over from both. The frozen one then wakes with its lease, ownership
+    and logs gone: it must acknowledge nothing."""
+    await ctx.fc.kill(ctx.victim)
+    second = await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
+    name = f"broker-{second}"
+    ctx.fc.pause(name)
+    owners = {t: await _owned_outside(ctx, t, {ctx.victim, second}) for t in ctx.topics}
+    await ctx.logs_taken_over(away_from={second})
+    ctx.notes.append(f"killed {ctx.victim}, froze {second} taking over; now owned by {owners}")
+    ctx.fc.resume(name)
+    await ctx.acks_flow()
+    await ctx.fc.restart(ctx.victim)
+
+
+async def kill9_during_graceful_stop(ctx: Ctx) -> None:
+    """SIGTERM of the owner, then kill -9 once its lame duck handed the first topic over: the
+    other topic's hand-over may be under way, and what the lame duck had not handed over comes
+    back through the dead-broker path."""
+    ctx.fc.c.signal(f"broker-{ctx.victim}", signal.SIGTERM)
+    await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
+    await ctx.fc.kill(ctx.victim)
+    for topic in ctx.topics:
+        await ctx.owned_elsewhere(topic, ctx.victim)
+    await ctx.acks_flow()
+    await ctx.fc.restart(ctx.victim)
+
+
+async def object_store_down_during_takeover(ctx: Ctx) -> None:
+    """Object storage refuses, then the owner is killed: its uploader records where the log
+    ends (etcd works) but cannot ship it; the new owner continues from the recorded end, and the
+    killed owner's log reaches object storage once it is back (the final read needs it)."""
+    async with uploader_errors(ctx.fc, ctx.victim) as errors:
+        ctx.fc.object_store("refuse")
+        await ctx.fc.kill(ctx.victim)
+        await ctx.owned_elsewhere(ctx.topics[0], ctx.victim)
+        await wait_until(lambda: errors(1), timeout_s=30, interval_s=0.1, what="a refused upload counted")
+    ctx.fc.object_store("pass")
+    await ctx.acks_flow()
+    await ctx.fc.restart(ctx.victim)
+
+
+async def disk_full_then_kill9(ctx: Ctx) -> None:
+    """The owner's WAL disk fills up (acknowledgements stall; the last frame may be torn), and
+    the owner is killed there: its uploader finds the intact end of the log on the full disk and
+    records it; the new owner continues from it; the owner restarts on the freed disk."""
+    if not ctx.fc.can_fill_disk(ctx.victim):
+        ctx.notes.append("the WAL disk is not a tmpfs here (not root): the disk stayed free")
+        await ctx.acks_flow()
+        return
+    await asyncio.to_thread(ctx.fc.fill_disk, ctx.victim)
+    await ctx.acks_stalled(quiet_s=1.0)
+    await ctx.fc.kill(ctx.victim)
+    for topic in ctx.topics:
+        await ctx.owned_elsewhere(topic, ctx.victim)
+    await ctx.acks_flow()
+    ctx.fc.free_disk(ctx.victim)
+    await ctx.fc.restart(ctx.victim)
+
+
+async def uploader_paused_during_takeover(ctx: Ctx) -> None:
+    """The owner is killed while its WAL uploader is frozen, past the uploader's own
+    registration: nobody records where the log ends, so the ``fsync`` topic waits (no offset is
+    guessed) until the uploader wakes and records it."""
+    uploader = ctx.fc.c.uploaders[ctx.victim]
+    fsync_topic = ctx.topics[0]
+    ctx.fc.pause(uploader.name)
+    await ctx.fc.kill(ctx.victim)
+    await ctx.owned_elsewhere(fsync_topic, ctx.victim)
+    before = ctx.workload.acked_per_topic().get(fsync_topic, 0)
+    await asyncio.sleep(UPLOADER_PAUSE_S)  # the fault's length, once the topic is owned elsewhere
+    stuck = ctx.workload.acked_per_topic().get(fsync_topic, 0) - before
+    ctx.notes.append(f"acks on the fsync topic while the uploader was frozen: {stuck}")
+    assert stuck == 0, "the fsync topic continued before the killed owner's log end was recorded"
+    ctx.fc.resume(uploader.name)
+    await ctx.acks_flow()
+    await ctx.fc.restart(ctx.victim)
+
+
+#: How long ``uploader_paused_during_takeover`` keeps the uploader frozen once the topic has a
+#: new owner (it was frozen since before the kill: longer than its registration TTL in all).
+UPLOADER_PAUSE_S = 2.0
+
+
 async def _owned_outside(ctx: Ctx, topic: str, brokers: set[str], timeout_s: float = 60.0) -> str:
     """Wait until ``topic``'s owner is a broker not in ``brokers``; return it."""
 
@@ -528,6 +621,11 @@ SCENARIOS: dict[str, Scenario] = {
     "takeover_cut_from_etcd": takeover_cut_from_etcd,
     "move_target_killed": move_target_killed,
     "etcd_restart_during_takeover": etcd_restart_during_takeover,
+    "new_owner_paused": new_owner_paused,
+    "kill9_during_graceful_stop": kill9_during_graceful_stop,
+    "object_store_down_during_takeover": object_store_down_during_takeover,
+    "disk_full_then_kill9": disk_full_then_kill9,
+    "uploader_paused_during_takeover": uploader_paused_during_takeover,
 }
 
 
