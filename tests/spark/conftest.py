@@ -67,6 +67,7 @@ def _session() -> Any:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", ss.TEST_JVM_OPTIONS)
         .getOrCreate()
     )
     if session.sparkContext.master != MASTER:

@@ -46,6 +46,7 @@ from typing import IO, Any
 import pytest
 
 from danube_common.etcd_server import free_port
+from tests.support.spark_session import TEST_JVM_OPTIONS
 
 HOST = "127.0.0.1"
 #: Start-up of a master and its workers (two JVMs each: the launcher, then the daemon).
@@ -107,6 +108,8 @@ class StandaloneCluster:
         """Spark settings for an application on this cluster: one executor per worker, one core
         each (``spark.cores.max`` = every core the workers offer)."""
         return {
+            "spark.driver.extraJavaOptions": TEST_JVM_OPTIONS,
+            "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS,
             "spark.executor.memory": executor_memory,
             "spark.executor.cores": str(self.cores_per_worker),
             "spark.cores.max": str(self.total_cores),
@@ -180,6 +183,7 @@ def _daemon_env(home: Path, tmp: Path, python: str) -> dict[str, str]:
         SPARK_CONF_DIR=str(conf_dir),
         SPARK_LOCAL_IP=HOST,
         SPARK_DAEMON_MEMORY="256m",
+        SPARK_DAEMON_JAVA_OPTS=TEST_JVM_OPTIONS,
         PYSPARK_PYTHON=python,
     )
     return env

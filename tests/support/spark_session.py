@@ -13,6 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
+#: JVM options of every test JVM (driver, standalone daemons, executors): the C1 compiler only
+#: and the serial collector. The tests' jobs are small and their JVMs short-lived on 2 cores,
+#: where C2's compile threads and the parallel collector's threads compete with the work itself.
+#: Measured on this 2-core machine (29 Nov 2026, noisy): ``tests/spark`` took 108-128 s with
+#: these (three runs) against 133 s without; the standalone test's set-up 33-48 s against 57-63 s.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
 
 def alive(session: Any) -> bool:
     """Whether ``session``'s SparkContext runs (PySpark may not know the JVM stopped it)."""
