@@ -629,6 +629,12 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
+#: Run by the soak only, not by CI's one pass over the scenarios (CI's time budget): each pairs
+#: two faults that CI covers apart (a frozen broker and a kill -9 in ``cascade_kill9`` and
+#: ``pause_past_lease``; object storage errors and kill -9; a full disk and kill -9).
+SOAK_ONLY = frozenset({"new_owner_paused", "object_store_down_during_takeover", "disk_full_then_kill9"})
+
+
 # ---------------------------------------------------------------------- a run
 @dataclass
 class Outcome:
